@@ -1,0 +1,68 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/seckill/seckill/events"
+)
+
+// ErrorStatusCode maps an error code to its HTTP status: the one place that does.
+func ErrorStatusCode(code events.Code) int {
+	switch code {
+	case events.Invalid:
+		return http.StatusBadRequest
+	case events.Unauthorized:
+		return http.StatusUnauthorized
+	case events.CampaignNotFound, events.OrderNotFound, codeNotFound:
+		return http.StatusNotFound
+	case codeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case events.CampaignExists, events.SoldOut, events.LimitExceeded, events.NotStarted, events.Ended:
+		return http.StatusConflict
+	case events.Unavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// Codes of the router's own refusals.
+const (
+	codeNotFound         events.Code = "not_found"
+	codeMethodNotAllowed events.Code = "method_not_allowed"
+)
+
+type errorBody struct {
+	Error struct {
+		Code    events.Code `json:"code"`
+		Message string      `json:"message"`
+	} `json:"error"`
+}
+
+// handleError writes every error as {"error": {"code", "message"}}.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var body errorBody
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &he) && he.Code == http.StatusNotFound:
+		body.Error.Code, body.Error.Message = codeNotFound, "no such route"
+	case errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed:
+		body.Error.Code, body.Error.Message = codeMethodNotAllowed, "method not allowed on this route"
+	case errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge:
+		body.Error.Code, body.Error.Message = events.Invalid, "request body too large"
+	default:
+		body.Error.Code, body.Error.Message = events.ErrorCode(err), events.ErrorMessage(err)
+	}
+	status := ErrorStatusCode(body.Error.Code)
+	if status == http.StatusInternalServerError || status == http.StatusServiceUnavailable {
+		s.cfg.Logger.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+	}
+	if err := c.JSON(status, body); err != nil {
+		s.cfg.Logger.Warn("write error response", "err", err)
+	}
+}

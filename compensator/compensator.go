@@ -1,0 +1,189 @@
+package compensator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// Config configures a Compensator.
+type Config struct {
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// Topics are the topic names. Default: events.NewTopics(events.DefaultPrefix).
+	Topics events.Topics
+	// Group is the DLQ consumer group. Default: the DLQ topic's name + ".compensator".
+	Group string
+	// SweepInterval is how often the sweeper looks for reservations past their deadline.
+	// Default: 5s.
+	SweepInterval time.Duration
+	// Logger receives progress and errors. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Topics == (events.Topics{}) {
+		c.Topics = events.NewTopics(events.DefaultPrefix)
+	}
+	if c.Group == "" {
+		c.Group = c.Topics.DLQ + ".compensator"
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports whether the configuration can work.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("compensator: no Kafka brokers")
+	}
+	return nil
+}
+
+// Campaigns lists the campaigns the sweeper visits.
+type Campaigns interface {
+	Campaigns(ctx context.Context) ([]store.Campaign, error)
+}
+
+// Sweeper finds reservations past their deadline.
+type Sweeper interface {
+	Expired(ctx context.Context, campaign string, limit int) ([]string, error)
+}
+
+// Compensator consumes the dead-letter topic and runs the sweeper.
+type Compensator struct {
+	*Resolver
+	cfg       Config
+	cl        *kgo.Client
+	campaigns Campaigns
+	sweeper   Sweeper
+}
+
+// New returns a Compensator over the store and Redis.
+func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cl, err := events.NewClient(cfg.Brokers,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics.DLQ),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(250*time.Millisecond),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return &Compensator{
+		Resolver:  &Resolver{Store: st, Redis: r, Producer: cl, Results: cfg.Topics.Results},
+		cfg:       cfg,
+		cl:        cl,
+		campaigns: st,
+		sweeper:   r,
+	}, nil
+}
+
+// Close closes the Kafka client.
+func (c *Compensator) Close() { c.cl.Close() }
+
+// Ping reports whether Kafka answers.
+func (c *Compensator) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
+
+// Run consumes the DLQ and sweeps until ctx is canceled, finishing the work in hand first.
+func (c *Compensator) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.consumeDLQ(ctx) })
+	g.Go(func() error { return c.sweep(ctx) })
+	return g.Wait()
+}
+
+func (c *Compensator) consumeDLQ(ctx context.Context) error {
+	log := c.cfg.Logger.With("role", "compensator", "topic", c.cfg.Topics.DLQ)
+	log.Info("consuming dead letters", "group", c.cfg.Group)
+	return events.ConsumeLoop(ctx, c.cl, 100, log, func(work, stop context.Context, fs kgo.Fetches) error {
+		for _, rec := range fs.Records() {
+			if err := c.deadLetter(work, stop, rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// deadLetter resolves one dead-lettered event, retrying while stop is not done.
+func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) error {
+	reason := events.Header(rec, events.HeaderReason)
+	e, err := events.Decode(rec.Value)
+	if err != nil || e.Type != events.OrderRequested {
+		// Without a readable order there is nothing to release here; if it held a
+		// reservation, the sweeper releases it at its deadline.
+		c.cfg.Logger.Warn("unreadable dead letter left to the sweeper", "offset", rec.Offset, "reason", reason, "err", err)
+		compensations.WithLabelValues("dlq", "unreadable").Inc()
+		return nil
+	}
+	return events.Retry(stop, c.cfg.Logger, "resolve dead letter "+e.OrderID, func() error {
+		_, err := c.Fail(work, e, reason, "dlq")
+		return err
+	})
+}
+
+// sweep releases reservations past their deadline every SweepInterval.
+func (c *Compensator) sweep(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if n, err := c.SweepOnce(context.WithoutCancel(ctx)); err != nil {
+			c.cfg.Logger.Warn("sweep failed", "err", err)
+		} else if n > 0 {
+			c.cfg.Logger.Info("swept expired reservations", "count", n)
+		}
+	}
+}
+
+// SweepOnce fails every reservation past its deadline that the consumer has not confirmed, and
+// returns how many it resolved.
+func (c *Compensator) SweepOnce(ctx context.Context) (int, error) {
+	cs, err := c.campaigns.Campaigns(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, camp := range cs {
+		// One page per campaign per sweep: the next sweep takes the rest, and a reservation
+		// that somehow stays pending can never trap the sweeper in a loop.
+		ids, err := c.sweeper.Expired(ctx, camp.ID, 1000)
+		if err != nil {
+			return n, err
+		}
+		for _, id := range ids {
+			res, err := c.Redis.Reservation(ctx, id)
+			if err != nil {
+				return n, err
+			}
+			if _, err := c.Fail(ctx, reservationEvent(res), events.ReasonExpired, "sweeper"); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,161 @@
+package compensator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// Store is the part of the store the compensator needs.
+type Store interface {
+	Order(ctx context.Context, id string) (store.Order, error)
+	FailOrder(ctx context.Context, e events.Event, reason string) (store.Order, error)
+	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
+}
+
+// Redis is the part of Redis the compensator needs.
+type Redis interface {
+	Reservation(ctx context.Context, orderID string) (lua.Reservation, error)
+	Release(ctx context.Context, orderID string) (lua.Outcome, error)
+	Confirm(ctx context.Context, orderID string) (lua.Outcome, error)
+	Refund(ctx context.Context, orderID string) (lua.Outcome, error)
+}
+
+var (
+	_ Store = (*store.Store)(nil)
+	_ Redis = (*lua.Redis)(nil)
+)
+
+// Producer sends events to the results topic.
+type Producer interface {
+	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
+}
+
+// Resolver moves single reservations to their final state. It is safe to call concurrently
+// and repeatedly for the same order from any number of processes.
+type Resolver struct {
+	Store    Store
+	Redis    Redis
+	Producer Producer
+	Results  string // the results topic
+}
+
+// Fail resolves the order of e as failed for reason, unless the consumer confirmed it first, and
+// returns the order's final row. source labels the metrics.
+func (r *Resolver) Fail(ctx context.Context, e events.Event, reason, source string) (store.Order, error) {
+	o, err := r.Store.FailOrder(ctx, e, reason)
+	if err != nil {
+		return o, err
+	}
+	switch o.Status {
+	case events.Failed:
+		out, err := r.Redis.Release(ctx, o.OrderID)
+		if err != nil {
+			return o, err
+		}
+		compensations.WithLabelValues(source, outcome(out, "released")).Inc()
+		// Sent again on a retry, so the results topic is at least once; readers key on order_id.
+		ev := e.New(events.OrderFailed, time.Now())
+		ev.Reason = o.Reason
+		return o, r.publish(ctx, ev)
+	case events.Confirmed:
+		// The consumer won; make sure the sweeper stops seeing the reservation as pending.
+		out, err := r.Redis.Confirm(ctx, o.OrderID)
+		compensations.WithLabelValues(source, outcome(out, "confirmed")).Inc()
+		return o, err
+	case events.Refunded:
+		// A refund that stopped between the store and Redis; finish it.
+		return o, r.refundReservation(ctx, o, source)
+	}
+	return o, nil
+}
+
+// Compensate is the operator's command: it releases a reservation that will not become an order,
+// or refunds a confirmed one. Calling it again changes nothing; it returns the final row.
+func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order, error) {
+	o, err := r.Store.Order(ctx, orderID)
+	if events.ErrorCode(err) == events.OrderNotFound {
+		res, rerr := r.Redis.Reservation(ctx, orderID)
+		if errors.Is(rerr, lua.ErrNoReservation) {
+			return o, err
+		}
+		if rerr != nil {
+			return o, rerr
+		}
+		o, err = r.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
+	}
+	if err != nil {
+		return o, err
+	}
+	switch o.Status {
+	case events.Confirmed:
+		return r.refund(ctx, o)
+	case events.Failed, events.Refunded: // finish what may have stopped half way
+		return r.Fail(ctx, orderEvent(o), o.Reason, "operator")
+	}
+	return o, nil
+}
+
+func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, error) {
+	o, err := r.Store.RefundOrder(ctx, o.OrderID)
+	if err != nil {
+		return o, err
+	}
+	return o, r.refundReservation(ctx, o, "operator")
+}
+
+// refundReservation gives a refunded order's units back in Redis, once, and announces it.
+func (r *Resolver) refundReservation(ctx context.Context, o store.Order, source string) error {
+	// Confirm first: if the consumer stopped between the store and Redis, the reservation is
+	// still pending, and only a confirmed one can be refunded.
+	if _, err := r.Redis.Confirm(ctx, o.OrderID); err != nil {
+		return err
+	}
+	out, err := r.Redis.Refund(ctx, o.OrderID)
+	if err != nil {
+		return err
+	}
+	compensations.WithLabelValues(source, outcome(out, "refunded")).Inc()
+	return r.publish(ctx, orderEvent(o).New(events.OrderRefunded, time.Now()))
+}
+
+func (r *Resolver) publish(ctx context.Context, e events.Event) error {
+	rec, err := events.Record(r.Results, e)
+	if err != nil {
+		return err
+	}
+	if err := r.Producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("publish %s %s: %w", e.Type, e.OrderID, err)
+	}
+	return nil
+}
+
+func outcome(out lua.Outcome, changed string) string {
+	if out.Changed {
+		return changed
+	}
+	return "unchanged"
+}
+
+// reservationEvent describes a reservation as the OrderRequested event it stood for.
+func reservationEvent(res lua.Reservation) events.Event {
+	return events.Event{
+		Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now().UTC(),
+		OrderID: res.OrderID, CampaignID: res.Campaign, UserID: res.User, Quantity: res.Quantity, Deadline: res.Deadline,
+	}
+}
+
+// orderEvent describes a stored order as an event.
+func orderEvent(o store.Order) events.Event {
+	return events.Event{
+		Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.UnixMilli(o.CreatedAtMs).UTC(),
+		OrderID: o.OrderID, CampaignID: o.CampaignID, UserID: o.UserID, Quantity: int(o.Quantity),
+	}
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// errUsage reports bad flags; the flag package has printed why already.
+var errUsage = errors.New("usage")
+
+// flags is a flag set whose every flag falls back to SECKILL_<NAME> in the environment.
+type flags struct {
+	*flag.FlagSet
+	out io.Writer
+}
+
+func newFlags(name, summary string, out io.Writer) *flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: seckill %s [flags]\n\n%s\n\nFlags (each also read from SECKILL_<FLAG> when not given):\n", name, summary)
+		fs.PrintDefaults()
+	}
+	return &flags{FlagSet: fs, out: out}
+}
+
+func envName(flag string) string {
+	return "SECKILL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// parse applies the environment, then the arguments, so a flag on the command line wins.
+func (f *flags) parse(args []string) error {
+	var err error
+	f.VisitAll(func(fl *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(fl.Name)); ok && err == nil {
+			if e := fl.Value.Set(v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, e)
+			}
+		}
+	})
+	if err != nil {
+		fmt.Fprintln(f.out, err)
+		return errUsage
+	}
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if f.NArg() > 0 {
+		fmt.Fprintf(f.out, "unexpected arguments: %v\n", f.Args())
+		return errUsage
+	}
+	return nil
+}
+
+// conn holds the flags of the three dependencies, shared by every command that needs them.
+type conn struct {
+	redisURL, postgresURL, brokers, topicPrefix, logFormat *string
+}
+
+func (f *flags) conn() conn {
+	return conn{
+		redisURL:    f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL"),
+		postgresURL: f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "order database URL: postgres://… or sqlite:PATH"),
+		brokers:     f.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma-separated"),
+		topicPrefix: f.String("topic-prefix", events.DefaultPrefix, "prefix of the topic names (<prefix>.orders.requested, …)"),
+		logFormat:   f.String("log-format", "json", "log format: json or text"),
+	}
+}
+
+func (c conn) topics() events.Topics { return events.NewTopics(*c.topicPrefix) }
+
+func (c conn) brokerList() []string { return strings.Split(*c.brokers, ",") }
+
+func (c conn) logger(out io.Writer) *slog.Logger {
+	if *c.logFormat == "text" {
+		return slog.New(slog.NewTextHandler(out, nil))
+	}
+	return slog.New(slog.NewJSONHandler(out, nil))
+}
+
+// logStart prints the configuration once, without secrets.
+func (c conn) logStart(log *slog.Logger, role string, extra ...any) {
+	args := []any{"role", role, "redis", redactURL(*c.redisURL), "store", redactURL(*c.postgresURL),
+		"kafka", *c.brokers, "topics", *c.topicPrefix}
+	log.Info("starting", append(args, extra...)...)
+}
+
+func redactURL(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		if at := strings.LastIndex(s, "@"); at > i {
+			if colon := strings.Index(s[i+3:at], ":"); colon >= 0 {
+				return s[:i+3+colon+1] + "xxxxx" + s[at:]
+			}
+		}
+	}
+	return s
+}
+
+func (c conn) openStore(ctx context.Context) (*store.Store, error) {
+	return store.Open(ctx, *c.postgresURL)
+}
+
+// openRedis connects to Redis and preloads the scripts.
+func (c conn) openRedis(ctx context.Context) (*lua.Redis, error) {
+	opt, err := redis.ParseURL(*c.redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	r := lua.New(redis.NewClient(opt))
+	if err := r.Load(ctx); err != nil {
+		r.Client().Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// createTopics creates the topics unless they exist.
+func createTopics(ctx context.Context, brokers []string, t events.Topics, partitions, replication int) error {
+	cl, err := events.NewClient(brokers)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	return events.CreateTopics(ctx, kadm.NewClient(cl), t, int32(partitions), int16(replication))
+}

@@ -1,0 +1,200 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// Config configures a Consumer.
+type Config struct {
+	// Brokers are the Kafka seed brokers. Required.
+	Brokers []string
+	// Topics are the topic names. Default: events.NewTopics(events.DefaultPrefix).
+	Topics events.Topics
+	// Group is the consumer group. Default: the requested topic's name + ".consumer".
+	Group string
+	// BatchSize is the most events persisted in one transaction. Default: 500.
+	BatchSize int
+	// Logger receives progress and errors. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Topics == (events.Topics{}) {
+		c.Topics = events.NewTopics(events.DefaultPrefix)
+	}
+	if c.Group == "" {
+		c.Group = c.Topics.Requested + ".consumer"
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 500
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports whether the configuration can work.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("consumer: no Kafka brokers")
+	}
+	return nil
+}
+
+// Persister is the part of the store the consumer writes to.
+type Persister interface {
+	ConfirmOrders(ctx context.Context, evs []events.Event) ([]store.Result, error)
+}
+
+// Confirmer marks reservations confirmed in Redis.
+type Confirmer interface {
+	Confirm(ctx context.Context, orderID string) (lua.Outcome, error)
+}
+
+var (
+	_ Persister = (*store.Store)(nil)
+	_ Confirmer = (*lua.Redis)(nil)
+)
+
+// Consumer is the group consumer of OrderRequested events.
+type Consumer struct {
+	cfg Config
+	h   *handler
+	cl  *kgo.Client
+}
+
+// New returns a Consumer; it joins its group when Run starts polling.
+func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cl, err := events.NewClient(cfg.Brokers,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics.Requested),
+		kgo.DisableAutoCommit(),
+		// A rebalance waits until the batch in hand is committed, so a batch is rarely handled
+		// twice; when it is (a crash), ConfirmOrders makes the second time a no-op.
+		kgo.BlockRebalanceOnPoll(),
+		// A new group starts at the beginning: events produced before the first consumer ran
+		// are orders too.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(250*time.Millisecond),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg, cl: cl, h: &handler{cfg: cfg, store: st, redis: r, cl: cl}}, nil
+}
+
+// Close leaves the group and closes the Kafka client.
+func (c *Consumer) Close() { c.cl.Close() }
+
+// Ping reports whether Kafka answers.
+func (c *Consumer) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
+
+// Run polls and persists until ctx is canceled; the batch in hand when it is canceled is
+// finished and committed first. It returns nil after a clean stop.
+func (c *Consumer) Run(ctx context.Context) error {
+	log := c.cfg.Logger.With("role", "consumer", "group", c.cfg.Group)
+	log.Info("consuming", "topic", c.cfg.Topics.Requested, "batch_size", c.cfg.BatchSize)
+	return events.ConsumeLoop(ctx, c.cl, c.cfg.BatchSize, log, func(work, stop context.Context, fs kgo.Fetches) error {
+		if err := c.h.handle(work, stop, fs.Records()); err != nil {
+			return err
+		}
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if n := len(p.Records); n > 0 {
+				lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - p.Records[n-1].Offset - 1))
+			}
+		})
+		return nil
+	})
+}
+
+// handler persists batches; the group consumer and Replay share it.
+type handler struct {
+	cfg   Config
+	store Persister
+	redis Confirmer
+	cl    *kgo.Client // produces to the results and dead-letter topics
+}
+
+// handle makes a batch durable: orders in the store, refusals in the DLQ, confirmations in
+// Redis and on the results topic. It retries the store while stop is not done; work is the
+// context of the I/O itself.
+func (h *handler) handle(work, stop context.Context, recs []*kgo.Record) error {
+	evs := make([]events.Event, 0, len(recs))
+	srcs := make([]*kgo.Record, 0, len(recs))
+	var out []*kgo.Record
+	for _, r := range recs {
+		e, err := events.Decode(r.Value)
+		if err == nil && e.Type != events.OrderRequested {
+			err = fmt.Errorf("event %s: type %s does not belong on %s", e.EventID, e.Type, r.Topic)
+		}
+		if err != nil {
+			h.cfg.Logger.Warn("poison event", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			out = append(out, events.DeadLetter(h.cfg.Topics.DLQ, r, events.ReasonPoison+": "+err.Error()))
+			deadLettered.WithLabelValues(events.ReasonPoison).Inc()
+			continue
+		}
+		evs = append(evs, e)
+		srcs = append(srcs, r)
+	}
+	batchSize.Observe(float64(len(evs)))
+
+	var results []store.Result
+	err := events.Retry(stop, h.cfg.Logger, "persist batch", func() error {
+		var err error
+		results, err = h.store.ConfirmOrders(work, evs)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for i, res := range results {
+		e := evs[i]
+		switch {
+		case res.Reason != "":
+			out = append(out, events.DeadLetter(h.cfg.Topics.DLQ, srcs[i], res.Reason))
+			deadLettered.WithLabelValues(res.Reason).Inc()
+			persisted.WithLabelValues("dead_lettered").Inc()
+		case res.Status == events.Confirmed:
+			// A redelivered confirmed order is confirmed in Redis again: the first time may
+			// have crashed between the store's commit and this call.
+			if _, err := h.redis.Confirm(work, e.OrderID); err != nil {
+				// Not fatal: the sweeper finds the order confirmed in the store and confirms it.
+				h.cfg.Logger.Warn("confirm reservation", "order_id", e.OrderID, "err", err)
+			}
+			if res.Duplicate {
+				persisted.WithLabelValues("duplicate").Inc()
+				continue
+			}
+			persisted.WithLabelValues("confirmed").Inc()
+			rec, err := events.Record(h.cfg.Topics.Results, e.New(events.OrderConfirmed, now))
+			if err != nil {
+				return err
+			}
+			out = append(out, rec)
+		default: // the compensator resolved it first
+			persisted.WithLabelValues("duplicate").Inc()
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return events.Retry(stop, h.cfg.Logger, "produce results", func() error {
+		return h.cl.ProduceSync(work, out...).FirstErr()
+	})
+}

@@ -1,0 +1,26 @@
+package consumer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	batchSize = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "seckill_consumer_batch_size",
+		Help:    "Events per batch persisted by the consumer.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+	})
+	persisted = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_consumer_orders_total",
+		Help: "OrderRequested events handled by the consumer, by result (confirmed, duplicate, dead_lettered).",
+	}, []string{"result"})
+	lag = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "seckill_consumer_lag",
+		Help: "Events behind the partition's high watermark after the last batch.",
+	}, []string{"partition"})
+	deadLettered = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_dlq_total",
+		Help: "Events sent to the dead-letter topic, by reason.",
+	}, []string{"reason"})
+)

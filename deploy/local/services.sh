@@ -1,0 +1,608 @@
+#!/usr/bin/env bash
+# Real Redis, PostgreSQL and Kafka for seckill's tests, without Docker.
+#
+# Each service is a private process bound to 127.0.0.1 on a non-default port,
+# with all of its state under one directory, so it never collides with (or
+# depends on) the machine's own redis/postgresql services. `make test` calls
+# `up` every time: it must be idempotent and fast when things already run.
+#
+# Run `deploy/local/services.sh help` for the subcommands.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+DIR=${SECKILL_SERVICES_DIR:-$REPO/.seckill-services}
+DIR=$(realpath -m "$DIR") # absolute: it ends up in config files
+
+HOST=127.0.0.1
+REDIS_PORT=16379
+PG_PORT=15432
+KAFKA_PORT=19092
+KAFKA_CONTROLLER_PORT=19093
+
+# What the tests read (see `env`). The PostgreSQL bootstrap superuser *is*
+# seckill, so there is only one role and one password to know about.
+REDIS_URL="redis://$HOST:$REDIS_PORT/0"
+PG_URL="postgres://seckill:seckill@$HOST:$PG_PORT/seckill?sslmode=disable"
+KAFKA_BROKERS="$HOST:$KAFKA_PORT"
+
+KAFKA_POM="$REPO/deploy/local/kafka/pom.xml"
+KAFKA_VERSION=$(sed -n 's:.*<kafka\.version>\(.*\)</kafka\.version>.*:\1:p' "$KAFKA_POM")
+# Jars live outside the repo so that `clean` and fresh checkouts reuse them.
+KAFKA_HOME="${XDG_CACHE_HOME:-${HOME:?HOME must be set}/.cache}/seckill/kafka-$KAFKA_VERSION"
+KAFKA_LIBS="$KAFKA_HOME/libs"
+JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+
+# Timeouts (seconds) for a service to answer after being started. Kafka is
+# generous because a cold JVM on a 2-core CI machine is slow.
+REDIS_TIMEOUT=${SECKILL_REDIS_TIMEOUT:-20}
+PG_TIMEOUT=${SECKILL_POSTGRES_TIMEOUT:-60}
+KAFKA_TIMEOUT=${SECKILL_KAFKA_TIMEOUT:-120}
+
+log() { printf '%s\n' "$*"; }
+die() { printf 'services.sh: %s\n' "$*" >&2; exit 1; }
+
+# Print the end of a log file to stderr, for "did not come up" errors.
+show_tail() {
+  local file=$1
+  if [[ -s $file ]]; then
+    printf -- '----- last 40 lines of %s -----\n' "$file" >&2
+    tail -n 40 "$file" >&2
+    printf -- '-----\n' >&2
+  else
+    printf '(%s is empty or missing)\n' "$file" >&2
+  fi
+}
+
+# Is the process in a pid file alive, and still the program we started? A pid
+# file left by a crash or a reboot may name an unrelated process by now, which
+# `down` must not kill.
+pid_alive() { # pidfile what-its-command-line-contains
+  local pid
+  [[ -s $1 ]] || return 1
+  pid=$(<"$1")
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"
+}
+
+# Is something accepting TCP connections on $HOST:port? (bash's /dev/tcp)
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# Wait until a pid has exited (up to $2 seconds). Returns 1 on timeout.
+wait_exit() { # pid seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# ---------------------------------------------------------------- packages --
+
+pg_bindir() {
+  # Newest installed major version (Debian allows several side by side).
+  local d
+  # shellcheck disable=SC2012 # plain directory names; sort -V orders 9.6 < 15
+  d=$(ls -1d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5 -V | tail -n 1 || true)
+  [[ -n $d && -x $d/initdb ]] && printf '%s\n' "$d"
+}
+
+# A fresh CI machine has none of this; a developer's machine usually has it
+# all, in which case we must not touch apt (slow, and needs root).
+ensure_packages() {
+  local -a pkgs=()
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null || pkgs+=(redis-server)
+  { pg_bindir >/dev/null && command -v psql >/dev/null; } || pkgs+=(postgresql)
+  command -v kcat >/dev/null || pkgs+=(kcat)
+  command -v "$JAVA" >/dev/null || pkgs+=(default-jre-headless)
+  command -v mvn >/dev/null || pkgs+=(maven)
+  ((${#pkgs[@]})) || return 0
+
+  local -a sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null || die "missing packages: ${pkgs[*]}; install them as root: apt-get install -y ${pkgs[*]}"
+    sudo=(sudo -n)
+  fi
+  log "packages: installing ${pkgs[*]} (apt-get)..."
+  local start=$SECONDS
+  # noninteractive + confold: CI has no stdin and must never stop at a prompt.
+  # Installing postgresql/redis-server also starts the *system* services on
+  # 5432/6379; harmless, ours use other ports and directories.
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${pkgs[@]}" >/dev/null
+  log "packages: installed in $((SECONDS - start))s"
+}
+
+# ------------------------------------------------------------------- redis --
+
+REDIS_DIR="$DIR/redis"
+REDIS_PID="$REDIS_DIR/redis.pid"
+REDIS_LOG="$REDIS_DIR/redis.log"
+
+redis_answers() { [[ $(redis-cli -h $HOST -p $REDIS_PORT ping 2>/dev/null) == PONG ]]; }
+
+redis_up() {
+  if redis_answers; then
+    log "redis: already running on $HOST:$REDIS_PORT"
+    return
+  fi
+  log "redis: starting..."
+  mkdir -p "$REDIS_DIR"
+  # AOF with everysec is what production runs (the Lua scripts' effects must
+  # survive a restart); RDB snapshots are off so tests never pay for a fork.
+  cat >"$REDIS_DIR/redis.conf" <<EOF
+# Generated by deploy/local/services.sh; rewritten on every start.
+bind $HOST
+port $REDIS_PORT
+daemonize yes
+pidfile "$REDIS_PID"
+logfile "$REDIS_LOG"
+dir "$REDIS_DIR"
+appendonly yes
+appendfsync everysec
+save ""
+EOF
+  local start=$SECONDS
+  redis-server "$REDIS_DIR/redis.conf" 9>&- || { show_tail "$REDIS_LOG"; die "redis: redis-server failed to start"; }
+  until redis_answers; do
+    if ((SECONDS - start > REDIS_TIMEOUT)); then
+      show_tail "$REDIS_LOG"
+      die "redis: not answering on $HOST:$REDIS_PORT after ${REDIS_TIMEOUT}s"
+    fi
+    sleep 0.2
+  done
+  log "redis: ready in $((SECONDS - start))s"
+}
+
+redis_down() {
+  if pid_alive "$REDIS_PID" redis-server; then
+    local pid
+    pid=$(<"$REDIS_PID")
+    log "redis: stopping (pid $pid)..."
+    # Plain SHUTDOWN: fsyncs the AOF, so a later `up` sees the same data.
+    redis-cli -h $HOST -p $REDIS_PORT shutdown >/dev/null 2>&1 || kill "$pid" 2>/dev/null || true
+    wait_exit "$pid" 30 || die "redis: pid $pid did not exit"
+    log "redis: stopped"
+  elif redis_answers; then
+    log "redis: something answers on $HOST:$REDIS_PORT but was not started from $DIR; left alone"
+  else
+    log "redis: not running"
+  fi
+}
+
+redis_status() {
+  if redis_answers; then
+    local v
+    v=$(redis-cli -h $HOST -p $REDIS_PORT info server 2>/dev/null | tr -d '\r' | sed -n 's/^redis_version://p')
+    if pid_alive "$REDIS_PID" redis-server; then
+      printf 'redis     up    %s:%s  redis %s, pid %s\n' $HOST $REDIS_PORT "$v" "$(<"$REDIS_PID")"
+    else
+      printf 'redis     up    %s:%s  redis %s, not started from %s\n' $HOST $REDIS_PORT "$v" "$DIR"
+    fi
+  else
+    printf 'redis     down\n'
+  fi
+}
+
+# -------------------------------------------------------------- postgresql --
+
+# initdb and postgres refuse to run as root: as root we run them as the
+# `postgres` user (created by Debian's package), which therefore has to be able
+# to reach the data directory. If an ancestor of $DIR is closed to it (e.g. a
+# checkout under /root), the cluster lives under /var/tmp instead, at a path
+# derived from $DIR so that every subcommand finds it again.
+pg_root() {
+  local d="$DIR/postgres"
+  if ((EUID == 0)) && id postgres >/dev/null 2>&1; then
+    mkdir -p "$d"
+    chmod a+x "$DIR"
+    chown postgres: "$d"
+    if ! runuser -u postgres -- test -w "$d"; then
+      d="/var/tmp/seckill-postgres-$(printf '%s' "$DIR" | md5sum | cut -c1-12)"
+      mkdir -p "$d"
+      chown postgres: "$d"
+    fi
+  fi
+  printf '%s\n' "$d"
+}
+
+as_pg() { # run a command as the postgres user when we are root
+  if ((EUID == 0)); then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_answers() { pg_isready -q -h $HOST -p $PG_PORT -t 2 2>/dev/null; }
+
+pg_login_ok() { PGCONNECT_TIMEOUT=5 psql "$PG_URL" -XAtqc 'select 1' >/dev/null 2>&1; }
+
+pg_up() {
+  local bin root data logf
+  if pg_answers; then
+    pg_login_ok || die "postgres: something answers on $HOST:$PG_PORT but seckill/seckill cannot log into database seckill (stale cluster from elsewhere? try \`$0 down\` there)"
+    log "postgres: already running on $HOST:$PG_PORT"
+    return
+  fi
+  bin=$(pg_bindir) || die "postgres: no /usr/lib/postgresql/*/bin/initdb found"
+  root=$(pg_root)
+  data="$root/data"
+  logf="$root/postgres.log"
+  local start=$SECONDS
+
+  if [[ ! -s $data/PG_VERSION ]]; then
+    log "postgres: creating cluster in $data ($("$bin/postgres" --version))..."
+    rm -rf "$data"
+    as_pg mkdir -p "$data"
+    local pwfile="$root/.pw"
+    printf 'seckill\n' >"$pwfile"
+    ((EUID == 0)) && chown postgres: "$pwfile"
+    # --no-sync and the C locale: fast, and no dependency on installed locales.
+    as_pg "$bin/initdb" -D "$data" -U seckill --pwfile="$pwfile" -E UTF8 --no-locale \
+      --auth-host=scram-sha-256 --auth-local=trust --no-sync >"$root/initdb.log" 2>&1 \
+      || { rm -f "$pwfile"; show_tail "$root/initdb.log"; die "postgres: initdb failed"; }
+    rm -f "$pwfile"
+    printf "\ninclude = 'seckill.conf'\n" | as_pg tee -a "$data/postgresql.conf" >/dev/null
+  fi
+
+  # Our settings, in their own file so they are easy to find and to change.
+  as_pg tee "$data/seckill.conf" >/dev/null <<EOF
+# Generated by deploy/local/services.sh; rewritten on every start.
+listen_addresses = '$HOST'
+port = $PG_PORT
+# TCP only: no socket in /var/run/postgresql (may not be writable, and the
+# system cluster lives there).
+unix_socket_directories = ''
+# The tests open many pools in parallel.
+max_connections = 300
+# A throwaway test database: durability is not worth the fsyncs.
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+EOF
+
+  log "postgres: starting..."
+  # pg_ctl detaches the server into its own session; -w waits for it to accept
+  # connections (bounded by -t).
+  if ! as_pg "$bin/pg_ctl" -D "$data" -l "$logf" -w -t "$PG_TIMEOUT" start >/dev/null 9>&-; then
+    show_tail "$logf"
+    die "postgres: pg_ctl start failed"
+  fi
+  until pg_answers; do
+    if ((SECONDS - start > PG_TIMEOUT)); then
+      show_tail "$logf"
+      die "postgres: not answering on $HOST:$PG_PORT after ${PG_TIMEOUT}s"
+    fi
+    sleep 0.2
+  done
+  # The database (the role was created by initdb). Idempotent.
+  local admin="postgres://seckill:seckill@$HOST:$PG_PORT/postgres?sslmode=disable"
+  if [[ $(psql "$admin" -XAtqc "select 1 from pg_database where datname = 'seckill'") != 1 ]]; then
+    psql "$admin" -Xqc 'create database seckill' >/dev/null
+  fi
+  pg_login_ok || { show_tail "$logf"; die "postgres: started, but seckill cannot log in"; }
+  log "postgres: ready in $((SECONDS - start))s"
+}
+
+pg_down() {
+  local bin root data
+  bin=$(pg_bindir) || { log "postgres: not installed"; return; }
+  root=$(pg_root)
+  data="$root/data"
+  if [[ -s $data/postmaster.pid ]] && as_pg "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+    log "postgres: stopping..."
+    as_pg "$bin/pg_ctl" -D "$data" -m fast -w -t 60 stop >/dev/null || die "postgres: pg_ctl stop failed"
+    log "postgres: stopped"
+  elif pg_answers; then
+    log "postgres: something answers on $HOST:$PG_PORT but was not started from $root; left alone"
+  else
+    log "postgres: not running"
+  fi
+}
+
+pg_status() {
+  local root
+  if pg_answers; then
+    root=$(pg_root)
+    if [[ -s $root/data/postmaster.pid ]]; then
+      printf 'postgres  up    %s:%s  %s, pid %s\n' $HOST $PG_PORT "$("$(pg_bindir)/postgres" --version)" "$(head -n 1 "$root/data/postmaster.pid")"
+    else
+      printf 'postgres  up    %s:%s  not started from %s\n' $HOST $PG_PORT "$root"
+    fi
+  else
+    printf 'postgres  down\n'
+  fi
+}
+
+# ------------------------------------------------------------------- kafka --
+
+KAFKA_DIR="$DIR/kafka"
+KAFKA_PID="$KAFKA_DIR/kafka.pid"
+KAFKA_LOG="$KAFKA_DIR/server.log"   # log4j output
+KAFKA_OUT="$KAFKA_DIR/stdout.log"   # the JVM's own stdout/stderr (crashes, OOM)
+KAFKA_DATA="$KAFKA_DIR/data"
+
+# Resolve the broker's jars from Maven Central once, into the home directory.
+# The marker holds the pom's checksum: editing the pom re-resolves.
+kafka_jars() {
+  local marker="$KAFKA_HOME/.complete" sum
+  sum=$(sha256sum "$KAFKA_POM" | cut -d' ' -f1)
+  if [[ -f $marker && $(<"$marker") == "$sum" ]]; then
+    return
+  fi
+  log "kafka: resolving $KAFKA_VERSION jars with maven (first run only)..."
+  local start=$SECONDS tmp="$KAFKA_HOME/libs.tmp.$$"
+  mkdir -p "$KAFKA_HOME"
+  rm -rf "$tmp"
+  # -B: batch mode, CI has no terminal. Into a temporary directory first so an
+  # interrupted download never looks complete.
+  if ! mvn -B -q -f "$KAFKA_POM" dependency:copy-dependencies -DoutputDirectory="$tmp" \
+      >"$KAFKA_HOME/mvn.log" 2>&1; then
+    show_tail "$KAFKA_HOME/mvn.log"
+    rm -rf "$tmp"
+    die "kafka: mvn dependency:copy-dependencies failed"
+  fi
+  rm -rf "$KAFKA_LIBS"
+  mv "$tmp" "$KAFKA_LIBS"
+  printf '%s\n' "$sum" >"$marker"
+  log "kafka: $(find "$KAFKA_LIBS" -name "*.jar" | wc -l) jars in $KAFKA_LIBS ($((SECONDS - start))s)"
+}
+
+kafka_answers() {
+  # Cheap TCP probe first: while the port is closed librdkafka backs off
+  # between reconnects, and a kcat call would sit out its whole timeout.
+  port_open $KAFKA_PORT || return 1
+  # kcat is an independent client (librdkafka): the broker must list itself.
+  local md
+  md=$(kcat -b "$KAFKA_BROKERS" -L -m 2 2>/dev/null) || return 1
+  [[ $md == *"at $HOST:$KAFKA_PORT"* ]]
+}
+
+kafka_write_config() {
+  mkdir -p "$KAFKA_DATA"
+  cat >"$KAFKA_DIR/server.properties" <<EOF
+# Generated by deploy/local/services.sh; rewritten on every start.
+# One node that is both broker and KRaft controller: no ZooKeeper.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@$HOST:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$KAFKA_DATA
+
+# A single node cannot replicate: every internal topic gets one replica.
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+# Fewer internal partitions than the default 50: the first consumer group and
+# the first transactional producer of a test run come up faster.
+offsets.topic.num.partitions=10
+transaction.state.log.num.partitions=10
+num.partitions=3
+# Tests join groups constantly; don't wait 3s for more members.
+group.initial.rebalance.delay.ms=0
+# seckill creates its topics explicitly; a typo must fail, not create a topic.
+auto.create.topics.enable=false
+EOF
+  cat >"$KAFKA_DIR/log4j.properties" <<EOF
+# Generated by deploy/local/services.sh. reload4j (log4j 1.2 API).
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.RollingFileAppender
+log4j.appender.file.File=$KAFKA_LOG
+log4j.appender.file.MaxFileSize=20MB
+log4j.appender.file.MaxBackupIndex=2
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+# Per-request and per-partition chatter.
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+log4j.logger.org.apache.kafka.clients=WARN
+EOF
+  cat >"$KAFKA_DIR/tools-log4j.properties" <<EOF
+# Generated by deploy/local/services.sh. For StorageTool, TopicCommand...
+log4j.rootLogger=WARN, stderr
+log4j.appender.stderr=org.apache.log4j.ConsoleAppender
+log4j.appender.stderr.Target=System.err
+log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
+log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
+EOF
+}
+
+# Java options shared by the broker and the tools (which log warnings to
+# stderr instead of the broker's log file). `libs/*` is expanded by java.
+KAFKA_JVM=(-XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExitOnOutOfMemoryError
+  -Djava.awt.headless=true -cp "$KAFKA_LIBS/*")
+kafka_tool() {
+  "$JAVA" -Xmx256m "${KAFKA_JVM[@]}" -Dlog4j.configuration="file:$KAFKA_DIR/tools-log4j.properties" "$@"
+}
+
+# Starts the broker and returns without waiting (see kafka_wait), so the JVM
+# boots while redis and postgres start.
+kafka_start() {
+  KAFKA_STARTED=
+  if kafka_answers; then
+    log "kafka: already running on $KAFKA_BROKERS"
+    return
+  fi
+  if pid_alive "$KAFKA_PID" kafka.Kafka; then
+    # Started by an earlier `up` that is still booting, or hung: wait for it.
+    log "kafka: pid $(<"$KAFKA_PID") is running but not answering yet; waiting for it"
+    KAFKA_STARTED=$SECONDS
+    return
+  fi
+  kafka_jars
+  kafka_write_config
+  if [[ ! -f $KAFKA_DATA/meta.properties ]]; then
+    # KRaft log dirs must be formatted once with a cluster id (22 chars of
+    # url-safe base64, what `StorageTool random-uuid` prints).
+    local id
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+    log "kafka: formatting $KAFKA_DATA (cluster id $id)..."
+    if ! kafka_tool kafka.tools.StorageTool format --ignore-formatted \
+        -t "$id" -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1; then
+      show_tail "$KAFKA_DIR/format.log"
+      die "kafka: StorageTool format failed"
+    fi
+  fi
+  log "kafka: starting $KAFKA_VERSION..."
+  KAFKA_STARTED=$SECONDS
+  # setsid + nohup: the broker outlives this script and the `make` that ran it,
+  # and a Ctrl-C in the terminal does not reach it. The inner shell writes its
+  # own pid and then execs java, so the pid file holds the JVM's pid.
+  # A small heap: this is a test broker on a 2-core, shared machine.
+  # shellcheck disable=SC2016 # $$ and $0 are for the inner shell
+  setsid nohup bash -c 'echo $$ >"$0"; exec "$@"' "$KAFKA_PID" \
+    "$JAVA" -Xmx512m -Xms256m "${KAFKA_JVM[@]}" -Dlog4j.configuration="file:$KAFKA_DIR/log4j.properties" \
+    kafka.Kafka "$KAFKA_DIR/server.properties" </dev/null >>"$KAFKA_OUT" 2>&1 9>&- &
+  # Wait for the pid file so that kafka_wait can tell "died" from "not yet".
+  local i
+  for ((i = 0; i < 50; i++)); do [[ -s $KAFKA_PID ]] && break; sleep 0.1; done
+}
+
+kafka_wait() {
+  [[ -n ${KAFKA_STARTED:-} ]] || return 0
+  until kafka_answers; do
+    if ! pid_alive "$KAFKA_PID" kafka.Kafka; then
+      show_tail "$KAFKA_OUT"
+      show_tail "$KAFKA_LOG"
+      die "kafka: the broker exited during startup"
+    fi
+    if ((SECONDS - KAFKA_STARTED > KAFKA_TIMEOUT)); then
+      show_tail "$KAFKA_LOG"
+      die "kafka: not answering on $KAFKA_BROKERS after ${KAFKA_TIMEOUT}s (pid $(<"$KAFKA_PID") still running)"
+    fi
+    sleep 0.2
+  done
+  log "kafka: ready in $((SECONDS - KAFKA_STARTED))s"
+}
+
+kafka_down() {
+  if pid_alive "$KAFKA_PID" kafka.Kafka; then
+    local pid
+    pid=$(<"$KAFKA_PID")
+    log "kafka: stopping (pid $pid)..."
+    # SIGTERM is a controlled shutdown: logs are flushed and closed, so the
+    # next start skips log recovery.
+    kill "$pid"
+    if ! wait_exit "$pid" 60; then
+      log "kafka: still running after 60s, killing"
+      kill -9 "$pid" 2>/dev/null || true
+      wait_exit "$pid" 10 || die "kafka: pid $pid survived SIGKILL"
+    fi
+    rm -f "$KAFKA_PID"
+    log "kafka: stopped"
+  elif kafka_answers; then
+    log "kafka: something answers on $KAFKA_BROKERS but was not started from $DIR; left alone"
+  else
+    log "kafka: not running"
+  fi
+}
+
+kafka_status() {
+  if kafka_answers; then
+    if pid_alive "$KAFKA_PID" kafka.Kafka; then
+      printf 'kafka     up    %s  kafka %s (KRaft), pid %s\n' "$KAFKA_BROKERS" "$KAFKA_VERSION" "$(<"$KAFKA_PID")"
+    else
+      printf 'kafka     up    %s  not started from %s\n' "$KAFKA_BROKERS" "$DIR"
+    fi
+  elif pid_alive "$KAFKA_PID" kafka.Kafka; then
+    printf 'kafka     starting (pid %s, not answering yet)\n' "$(<"$KAFKA_PID")"
+  else
+    printf 'kafka     down\n'
+  fi
+}
+
+# ---------------------------------------------------------------- commands --
+
+cmd_up() {
+  local start=$SECONDS
+  # Two `up`s at once (two terminals, two `make test`s) would race to start
+  # the same services: take turns. The lock is released when we exit; the
+  # daemons are started with `9>&-` so that they do not inherit (and keep) it.
+  mkdir -p "$DIR"
+  exec 9>"$DIR/.lock"
+  flock 9
+  ensure_packages
+  kafka_start   # slowest: let the JVM boot while the others start
+  redis_up
+  pg_up
+  kafka_wait
+  log "services: up in $((SECONDS - start))s (state in $DIR)"
+}
+
+cmd_down() {
+  kafka_down
+  redis_down
+  pg_down
+}
+
+cmd_env() {
+  printf 'export SECKILL_TEST_REDIS_URL=%s\n' "$REDIS_URL"
+  # Quoted: the URL contains '?', which an unquoted `eval $(...)` would glob.
+  printf "export SECKILL_TEST_POSTGRES_URL='%s'\n" "$PG_URL"
+  printf 'export SECKILL_TEST_KAFKA_BROKERS=%s\n' "$KAFKA_BROKERS"
+}
+
+cmd_logs() {
+  show_tail "$REDIS_LOG" 2>&1
+  show_tail "$(pg_root)/postgres.log" 2>&1
+  show_tail "$KAFKA_OUT" 2>&1
+  show_tail "$KAFKA_LOG" 2>&1
+}
+
+cmd_clean() {
+  cmd_down
+  local root
+  root=$(pg_root)
+  log "clean: removing $DIR"
+  if [[ $root != "$DIR/postgres" ]]; then
+    log "clean: removing $root"
+    rm -rf "$root"
+  fi
+  rm -rf "$DIR"
+}
+
+cmd_topics() {
+  [[ -f $KAFKA_HOME/.complete ]] || die "kafka jars not resolved yet; run \`$0 up\` first"
+  kafka_write_config
+  kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$KAFKA_BROKERS" "$@"
+}
+
+usage() {
+  cat <<EOF
+usage: deploy/local/services.sh COMMAND
+
+Private Redis, PostgreSQL and Kafka for seckill's tests, bound to $HOST.
+State: \$SECKILL_SERVICES_DIR (now $DIR).
+
+  up       install what is missing (apt, as root), start what is not
+           running, wait until all three answer. Idempotent.
+  down     stop the three services (data is kept)
+  status   one line per service
+  env      print the exports the tests read:  eval "\$($0 env)"
+  logs     print the end of each service's log
+  clean    down, then delete all state (not the cached Kafka jars)
+  topics   run Kafka's TopicCommand against the broker, e.g.
+             $0 topics --list
+             $0 topics --create --topic t --partitions 3
+  help     this text
+
+  redis     $HOST:$REDIS_PORT  redis-server, appendonly yes, everysec
+  postgres  $HOST:$PG_PORT  role/password/db seckill, fsync off
+  kafka     $HOST:$KAFKA_PORT  Kafka $KAFKA_VERSION KRaft (controller :$KAFKA_CONTROLLER_PORT),
+            jars from Maven Central cached in $KAFKA_HOME
+EOF
+}
+
+case ${1:-help} in
+  up) cmd_up ;;
+  down | stop) cmd_down ;;
+  status) redis_status; pg_status; kafka_status ;;
+  env) cmd_env ;;
+  logs) cmd_logs ;;
+  clean) cmd_clean ;;
+  topics) shift; cmd_topics "$@" ;;
+  help | -h | --help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac

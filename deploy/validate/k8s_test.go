@@ -1,0 +1,602 @@
+package validate
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// seckillImage is the image name the manifests use for every role; the
+// kustomization's images entry points it at a registry and tag.
+const seckillImage = "seckill"
+
+// placeholder marks every committed secret value: real ones never live here.
+const placeholder = "REPLACE_ME"
+
+// roleKinds is the workload kind of each seckill process in deploy/k8s.
+var roleKinds = map[string]string{
+	"api":         "apps/v1/Deployment",
+	"consumer":    "apps/v1/Deployment",
+	"compensator": "apps/v1/Deployment",
+	"migrate":     "batch/v1/Job",
+}
+
+// checkK8s checks every bundle on its own, then the roles in the top one and how
+// it fits the infra/ starting point.
+func checkK8s(bundles []*bundle) problems {
+	var probs problems
+	var app, infra *bundle
+	for _, b := range bundles {
+		probs = append(probs, checkBundle(b)...)
+		switch b.dir {
+		case ".":
+			app = b
+		case "infra":
+			infra = b
+		}
+	}
+	if app == nil || infra == nil {
+		probs.addf("k8s: want kustomization.yaml in deploy/k8s and deploy/k8s/infra")
+		return probs
+	}
+	probs = append(probs, checkRoles(app)...)
+	probs = append(probs, checkInfra(app, infra)...)
+	return probs
+}
+
+// checkBundle checks what every set of manifests must get right: namespaces,
+// unique names, selectors that select, ports and probes that point at declared
+// ports, references to ConfigMap and Secret keys that exist, and pods that pass
+// the restricted Pod Security Standard.
+func checkBundle(b *bundle) problems {
+	var probs problems
+	kfile := path.Join(b.dir, "kustomization.yaml")
+	if b.kust.Namespace == "" {
+		probs.addf("%s: no namespace", kfile)
+	}
+
+	seen := map[string]bool{}
+	used := map[string]bool{} // "ConfigMap/name/key" or "Secret/name/key"
+	for _, m := range b.objs {
+		key := m.kind + " " + m.obj.GetName()
+		if seen[key] {
+			probs.addf("%s: %s defined twice", m.file, key)
+		}
+		seen[key] = true
+		if ns := m.obj.GetNamespace(); ns != "" && ns != b.kust.Namespace {
+			probs.addf("%s: namespace %s, but %s sets %s", m, ns, kfile, b.kust.Namespace)
+		}
+		if ns, ok := m.obj.(*corev1.Namespace); ok && ns.Name != b.kust.Namespace {
+			probs.addf("%s: Namespace %s is not the kustomization's namespace %s", m.file, ns.Name, b.kust.Namespace)
+		}
+
+		tmpl := podTemplate(m.obj)
+		if tmpl == nil {
+			continue
+		}
+		probs = append(probs, checkPod(m, tmpl, b, used)...)
+		var sel *metav1.LabelSelector
+		switch w := m.obj.(type) {
+		case *appsv1.Deployment:
+			sel = w.Spec.Selector
+		case *appsv1.StatefulSet:
+			sel = w.Spec.Selector
+			probs = append(probs, checkGoverningService(m, w, b)...)
+		}
+		if _, isJob := m.obj.(*batchv1.Job); !isJob {
+			if ok, err := selects(sel, tmpl.Labels); err != nil || !ok {
+				probs.addf("%s: selector %v does not match the template labels %v (%v)", m, sel, tmpl.Labels, err)
+			}
+		}
+	}
+
+	for _, m := range b.find("v1/Service") {
+		probs = append(probs, checkService(m, b)...)
+	}
+	for _, m := range b.find("policy/v1/PodDisruptionBudget") {
+		pdb := m.obj.(*policyv1.PodDisruptionBudget)
+		if len(selectedWorkloads(b, pdb.Spec.Selector)) == 0 {
+			probs.addf("%s: selector %v selects no Deployment or StatefulSet", m, pdb.Spec.Selector)
+		}
+	}
+
+	// Every key is read by someone: dead configuration misleads whoever edits it.
+	for _, m := range b.find("v1/ConfigMap") {
+		for key := range m.obj.(*corev1.ConfigMap).Data {
+			if !used["ConfigMap/"+m.obj.GetName()+"/"+key] {
+				probs.addf("%s: key %s is read by no container", m, key)
+			}
+		}
+	}
+	for _, m := range b.find("v1/Secret") {
+		for key := range secretData(m.obj.(*corev1.Secret)) {
+			if !used["Secret/"+m.obj.GetName()+"/"+key] {
+				probs.addf("%s: key %s is read by no container", m, key)
+			}
+		}
+	}
+	return probs
+}
+
+// checkPod checks one pod template, and records in used the ConfigMap and Secret
+// keys its containers read.
+func checkPod(m manifest, tmpl *corev1.PodTemplateSpec, b *bundle, used map[string]bool) problems {
+	var probs problems
+	spec := tmpl.Spec
+	_, isJob := m.obj.(*batchv1.Job)
+	podSC := spec.SecurityContext
+	if podSC == nil {
+		podSC = &corev1.PodSecurityContext{}
+	}
+	if len(spec.Containers) == 0 {
+		probs.addf("%s: no containers", m)
+	}
+
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		where := fmt.Sprintf("%s container %s", m, c.Name)
+		sc := c.SecurityContext
+		if sc == nil {
+			sc = &corev1.SecurityContext{}
+		}
+
+		// The restricted Pod Security Standard, which namespace.yaml enforces.
+		if !isTrue(sc.RunAsNonRoot) && !isTrue(podSC.RunAsNonRoot) {
+			probs.addf("%s: runAsNonRoot is not true", where)
+		}
+		if seccompType(sc.SeccompProfile, podSC.SeccompProfile) != corev1.SeccompProfileTypeRuntimeDefault {
+			probs.addf("%s: seccompProfile is not RuntimeDefault", where)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			probs.addf("%s: allowPrivilegeEscalation is not false", where)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			probs.addf("%s: capabilities do not drop ALL", where)
+		}
+
+		if c.Image == "" {
+			probs.addf("%s: no image", where)
+		}
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if _, ok := c.Resources.Requests[r]; !ok {
+				probs.addf("%s: no %s request", where, r)
+			}
+		}
+		if _, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok {
+			probs.addf("%s: no memory limit", where)
+		}
+
+		if !isJob && (c.ReadinessProbe == nil || c.LivenessProbe == nil) {
+			probs.addf("%s: a long-running container needs a readiness and a liveness probe", where)
+		}
+		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
+			if p == nil {
+				continue
+			}
+			if port, ok := probePort(p); ok {
+				if _, found := resolvePort(c, port); !found {
+					probs.addf("%s: %s probe port %s is not a declared container port", where, name, port.String())
+				}
+			} else if p.Exec == nil {
+				probs.addf("%s: %s probe has no handler", where, name)
+			}
+		}
+
+		names := map[string]bool{}
+		for _, e := range c.Env {
+			if names[e.Name] {
+				probs.addf("%s: env %s set twice", where, e.Name)
+			}
+			names[e.Name] = true
+			if e.ValueFrom == nil {
+				continue
+			}
+			if ref := e.ValueFrom.ConfigMapKeyRef; ref != nil {
+				used["ConfigMap/"+ref.Name+"/"+ref.Key] = true
+				cm, _ := b.get("v1/ConfigMap", ref.Name).(*corev1.ConfigMap)
+				if cm == nil {
+					probs.addf("%s: env %s reads ConfigMap %s, which is not in %s", where, e.Name, ref.Name, b.dir)
+				} else if _, ok := cm.Data[ref.Key]; !ok && !isTrue(ref.Optional) {
+					probs.addf("%s: env %s reads key %s, which ConfigMap %s lacks", where, e.Name, ref.Key, ref.Name)
+				}
+			}
+			if ref := e.ValueFrom.SecretKeyRef; ref != nil {
+				used["Secret/"+ref.Name+"/"+ref.Key] = true
+				s, _ := b.get("v1/Secret", ref.Name).(*corev1.Secret)
+				if s == nil {
+					probs.addf("%s: env %s reads Secret %s, which is not in %s", where, e.Name, ref.Name, b.dir)
+				} else if _, ok := secretData(s)[ref.Key]; !ok && !isTrue(ref.Optional) {
+					probs.addf("%s: env %s reads key %s, which Secret %s lacks", where, e.Name, ref.Key, ref.Name)
+				}
+			}
+		}
+		for _, ef := range c.EnvFrom {
+			if ref := ef.ConfigMapRef; ref != nil {
+				cm, _ := b.get("v1/ConfigMap", ref.Name).(*corev1.ConfigMap)
+				if cm == nil {
+					probs.addf("%s: envFrom ConfigMap %s is not in %s", where, ref.Name, b.dir)
+					continue
+				}
+				for key := range cm.Data {
+					used["ConfigMap/"+ref.Name+"/"+key] = true
+				}
+			}
+			if ref := ef.SecretRef; ref != nil {
+				s, _ := b.get("v1/Secret", ref.Name).(*corev1.Secret)
+				if s == nil {
+					probs.addf("%s: envFrom Secret %s is not in %s", where, ref.Name, b.dir)
+					continue
+				}
+				for key := range secretData(s) {
+					used["Secret/"+ref.Name+"/"+key] = true
+				}
+			}
+		}
+	}
+	return probs
+}
+
+// checkService checks that a Service selects pods and that each of its target
+// ports is a port of every pod it selects.
+func checkService(m manifest, b *bundle) problems {
+	var probs problems
+	svc := m.obj.(*corev1.Service)
+	if len(svc.Spec.Selector) == 0 {
+		probs.addf("%s: no selector", m)
+		return probs
+	}
+	targets := selectedWorkloads(b, &metav1.LabelSelector{MatchLabels: svc.Spec.Selector})
+	if len(targets) == 0 {
+		probs.addf("%s: selector %v selects no workload", m, svc.Spec.Selector)
+	}
+	for _, sp := range svc.Spec.Ports {
+		target := sp.TargetPort
+		if target.Type == intstr.Int && target.IntVal == 0 {
+			target = intstr.FromInt32(sp.Port)
+		}
+		for _, w := range targets {
+			found := false
+			for _, c := range podTemplate(w.obj).Spec.Containers {
+				if _, ok := resolvePort(c, target); ok {
+					found = true
+				}
+			}
+			if !found {
+				probs.addf("%s: port %s targets %s, which %s does not declare", m, sp.Name, target.String(), w)
+			}
+		}
+	}
+	return probs
+}
+
+// checkGoverningService checks that a StatefulSet's serviceName is a headless
+// Service selecting its pods.
+func checkGoverningService(m manifest, sts *appsv1.StatefulSet, b *bundle) problems {
+	var probs problems
+	svc, _ := b.get("v1/Service", sts.Spec.ServiceName).(*corev1.Service)
+	switch {
+	case svc == nil:
+		probs.addf("%s: serviceName %q is not a Service in %s", m, sts.Spec.ServiceName, b.dir)
+	case svc.Spec.ClusterIP != corev1.ClusterIPNone:
+		probs.addf("%s: Service %s must be headless (clusterIP: None)", m, svc.Name)
+	default:
+		if ok, _ := selects(&metav1.LabelSelector{MatchLabels: svc.Spec.Selector}, sts.Spec.Template.Labels); !ok {
+			probs.addf("%s: Service %s does not select its pods", m, svc.Name)
+		}
+	}
+	return probs
+}
+
+// checkRoles checks the seckill processes: one image, the role as argument, the
+// common configuration, probes on the port the process listens on, the drain
+// time, and the api's replicas, Service and PodDisruptionBudget.
+func checkRoles(b *bundle) problems {
+	var probs problems
+	if !slices.ContainsFunc(b.kust.Images, func(i kustomizeImage) bool { return i.Name == seckillImage }) {
+		probs.addf("kustomization.yaml: no images entry for %s, so the registry and tag cannot be set in one place", seckillImage)
+	}
+	for _, m := range b.find("v1/Secret") {
+		for key, v := range secretData(m.obj.(*corev1.Secret)) {
+			if !strings.Contains(v, placeholder) {
+				probs.addf("%s: %s is not a %s placeholder: real secrets do not belong in the repository", m, key, placeholder)
+			}
+		}
+	}
+
+	for role, kind := range roleKinds {
+		var found []manifest
+		for _, m := range b.find(kind) {
+			l := podTemplate(m.obj).Labels
+			if l["app.kubernetes.io/name"] == "seckill" && l["app.kubernetes.io/component"] == role {
+				found = append(found, m)
+			}
+		}
+		if len(found) != 1 {
+			probs.addf("k8s: want one %s labelled component=%s, found %d", kind, role, len(found))
+			continue
+		}
+		m := found[0]
+		spec := podTemplate(m.obj).Spec
+		if len(spec.Containers) != 1 {
+			probs.addf("%s: want one container, found %d", m, len(spec.Containers))
+			continue
+		}
+		c := spec.Containers[0]
+		if imageName(c.Image) != seckillImage {
+			probs.addf("%s: image %q, want the %s image", m, c.Image, seckillImage)
+		}
+		if len(c.Command) != 0 || !slices.Equal(c.Args, []string{role}) {
+			probs.addf("%s: command %q args %q, want the image's entrypoint with args [%s]", m, c.Command, c.Args, role)
+		}
+		for _, key := range commonEnv {
+			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == key }) {
+				probs.addf("%s: lacks env %s", m, key)
+			}
+		}
+		if kind != "apps/v1/Deployment" {
+			continue
+		}
+
+		if g := spec.TerminationGracePeriodSeconds; g == nil || *g != 30 {
+			probs.addf("%s: terminationGracePeriodSeconds must be 30 (SIGTERM drains in-flight work)", m)
+		}
+		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == listenEnv[role] })
+		if i < 0 {
+			probs.addf("%s: lacks env %s, the address its probes reach", m, listenEnv[role])
+			continue
+		}
+		port, ok := listenPort(c.Env[i].Value)
+		n, err := strconv.Atoi(port)
+		if !ok || err != nil {
+			probs.addf("%s: %s=%q has no numeric port", m, listenEnv[role], c.Env[i].Value)
+			continue
+		}
+		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return int(p.ContainerPort) == n }) {
+			probs.addf("%s: listens on %d (%s) but declares no such container port", m, n, listenEnv[role])
+		}
+		for _, want := range []struct {
+			name  string
+			probe *corev1.Probe
+			path  string
+		}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}} {
+			if want.probe == nil || want.probe.HTTPGet == nil {
+				probs.addf("%s: %s probe must be an HTTP GET of %s", m, want.name, want.path)
+				continue
+			}
+			got, _ := resolvePort(c, want.probe.HTTPGet.Port)
+			if want.probe.HTTPGet.Path != want.path || int(got) != n {
+				probs.addf("%s: %s probe gets %s on port %s, want %s on %d", m, want.name,
+					want.probe.HTTPGet.Path, want.probe.HTTPGet.Port.String(), want.path, n)
+			}
+		}
+
+		if role != "api" {
+			continue
+		}
+		d := m.obj.(*appsv1.Deployment)
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
+			probs.addf("%s: want 3 replicas", m)
+		}
+		if !slices.ContainsFunc(b.find("policy/v1/PodDisruptionBudget"), func(p manifest) bool {
+			ok, _ := selects(p.obj.(*policyv1.PodDisruptionBudget).Spec.Selector, d.Spec.Template.Labels)
+			return ok
+		}) {
+			probs.addf("%s: no PodDisruptionBudget selects it", m)
+		}
+		if !slices.ContainsFunc(b.find("v1/Service"), func(s manifest) bool {
+			ok, _ := selects(&metav1.LabelSelector{MatchLabels: s.obj.(*corev1.Service).Spec.Selector}, d.Spec.Template.Labels)
+			return ok
+		}) {
+			probs.addf("%s: no Service selects it", m)
+		}
+	}
+	return probs
+}
+
+// checkInfra checks that the roles' configuration reaches the services of the
+// infra/ starting point: same namespace, hosts and ports, PostgreSQL credentials.
+func checkInfra(app, infra *bundle) problems {
+	var probs problems
+	if infra.kust.Namespace != app.kust.Namespace {
+		probs.addf("infra/kustomization.yaml: namespace %s, want %s like deploy/k8s", infra.kust.Namespace, app.kust.Namespace)
+	}
+	if app.get("v1/Namespace", app.kust.Namespace) == nil {
+		probs.addf("kustomization.yaml: no Namespace %s among its resources", app.kust.Namespace)
+	}
+
+	value := func(key string) string {
+		v, ok := configValue(app, key)
+		if !ok {
+			probs.addf("k8s: no ConfigMap or Secret holds %s", key)
+		}
+		return v
+	}
+	reaches := func(key, hostport string) {
+		host, port, _ := strings.Cut(hostport, ":")
+		if !serviceExposes(infra, host, port) {
+			probs.addf("k8s: %s points at %s, which no Service in infra/ exposes", key, hostport)
+		}
+	}
+
+	if u, err := url.Parse(value("SECKILL_REDIS_URL")); err == nil {
+		reaches("SECKILL_REDIS_URL", u.Host)
+	}
+	for _, broker := range strings.Split(value("SECKILL_KAFKA_BROKERS"), ",") {
+		reaches("SECKILL_KAFKA_BROKERS", broker)
+	}
+	u, err := url.Parse(value("SECKILL_POSTGRES_URL"))
+	if err != nil {
+		probs.addf("k8s: SECKILL_POSTGRES_URL: %v", err)
+		return probs
+	}
+	reaches("SECKILL_POSTGRES_URL", u.Host)
+	sts, _ := infra.get("apps/v1/StatefulSet", "postgres").(*appsv1.StatefulSet)
+	if sts == nil || len(sts.Spec.Template.Spec.Containers) == 0 {
+		probs.addf("infra: no StatefulSet postgres")
+		return probs
+	}
+	pg := sts.Spec.Template.Spec.Containers[0]
+	pass, _ := u.User.Password()
+	for _, want := range []struct{ env, got string }{
+		{"POSTGRES_USER", u.User.Username()},
+		{"POSTGRES_DB", strings.TrimPrefix(u.Path, "/")},
+		{"POSTGRES_PASSWORD", pass},
+	} {
+		i := slices.IndexFunc(pg.Env, func(e corev1.EnvVar) bool { return e.Name == want.env })
+		if i < 0 {
+			probs.addf("infra: postgres lacks %s", want.env)
+			continue
+		}
+		v := pg.Env[i].Value
+		if ref := pg.Env[i].ValueFrom; ref != nil && ref.SecretKeyRef != nil {
+			if s, _ := infra.get("v1/Secret", ref.SecretKeyRef.Name).(*corev1.Secret); s != nil {
+				v = secretData(s)[ref.SecretKeyRef.Key]
+			}
+		}
+		if v != want.got {
+			probs.addf("k8s: SECKILL_POSTGRES_URL's %s does not match infra/ postgres %s", strings.ToLower(strings.TrimPrefix(want.env, "POSTGRES_")), want.env)
+		}
+	}
+	return probs
+}
+
+// selects reports whether a non-empty selector matches a set of labels.
+func selects(sel *metav1.LabelSelector, lbls map[string]string) (bool, error) {
+	if sel == nil {
+		return false, fmt.Errorf("no selector")
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return false, err
+	}
+	if s.Empty() {
+		return false, fmt.Errorf("empty selector selects everything")
+	}
+	return s.Matches(labels.Set(lbls)), nil
+}
+
+// selectedWorkloads returns the Deployments and StatefulSets whose pods sel selects.
+func selectedWorkloads(b *bundle, sel *metav1.LabelSelector) []manifest {
+	var out []manifest
+	for _, m := range b.objs {
+		if m.kind != "apps/v1/Deployment" && m.kind != "apps/v1/StatefulSet" {
+			continue
+		}
+		if ok, _ := selects(sel, podTemplate(m.obj).Labels); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// probePort returns the port an HTTP, TCP or gRPC probe reaches.
+func probePort(p *corev1.Probe) (intstr.IntOrString, bool) {
+	switch {
+	case p.HTTPGet != nil:
+		return p.HTTPGet.Port, true
+	case p.TCPSocket != nil:
+		return p.TCPSocket.Port, true
+	case p.GRPC != nil:
+		return intstr.FromInt32(p.GRPC.Port), true
+	}
+	return intstr.IntOrString{}, false
+}
+
+// resolvePort returns the container port a port number or name refers to.
+func resolvePort(c corev1.Container, port intstr.IntOrString) (int32, bool) {
+	for _, cp := range c.Ports {
+		if (port.Type == intstr.String && cp.Name == port.StrVal) || (port.Type == intstr.Int && cp.ContainerPort == port.IntVal) {
+			return cp.ContainerPort, true
+		}
+	}
+	return 0, false
+}
+
+// serviceExposes reports whether a bundle has a Service named host with port.
+func serviceExposes(b *bundle, host, port string) bool {
+	svc, _ := b.get("v1/Service", host).(*corev1.Service)
+	if svc == nil {
+		return false
+	}
+	return slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return strconv.Itoa(int(p.Port)) == port })
+}
+
+// configValue returns the value of key in any ConfigMap or Secret of a bundle.
+func configValue(b *bundle, key string) (string, bool) {
+	for _, m := range b.objs {
+		switch o := m.obj.(type) {
+		case *corev1.ConfigMap:
+			if v, ok := o.Data[key]; ok {
+				return v, true
+			}
+		case *corev1.Secret:
+			if v, ok := secretData(o)[key]; ok {
+				return v, true
+			}
+		}
+	}
+	return "", false
+}
+
+// secretData merges a Secret's data and stringData, as the API server does.
+func secretData(s *corev1.Secret) map[string]string {
+	out := map[string]string{}
+	for k, v := range s.Data {
+		out[k] = string(v)
+	}
+	for k, v := range s.StringData {
+		out[k] = v
+	}
+	return out
+}
+
+// imageName strips the tag and digest from an image reference.
+func imageName(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+	return ref
+}
+
+func seccompType(container, pod *corev1.SeccompProfile) corev1.SeccompProfileType {
+	if container != nil {
+		return container.Type
+	}
+	if pod != nil {
+		return pod.Type
+	}
+	return ""
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+func k8sDir(tb testing.TB) string {
+	tb.Helper()
+	return filepath.Join(deployDir(tb), "k8s")
+}
+
+func TestK8sManifests(t *testing.T) {
+	bundles, probs, err := loadBundles(os.DirFS(k8sDir(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs.report(t)
+	if len(bundles) == 0 {
+		t.Fatal("no kustomization found under deploy/k8s")
+	}
+	checkK8s(bundles).report(t)
+}

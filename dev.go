@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/consumer"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+func runDev(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("dev", "Run api, consumer and compensator in one process on embedded Kafka (kfake, kept in\n--data-dir), Redis (miniredis, in memory: every start rebuilds it from the store) and\nSQLite (in --data-dir). Nothing else to install.", stdout)
+	addr := f.String("addr", "127.0.0.1:8080", "listen address of the API")
+	dataDir := f.String("data-dir", "./.seckill", "where the Kafka log and the SQLite database live")
+	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: a new one, printed at start)")
+	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
+	sweep := f.Duration("sweep-interval", time.Second, "how often the sweeper looks for expired reservations")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *adminToken == "" {
+		*adminToken = randomToken()
+	}
+	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(filepath.Join(*dataDir, "kafka")))
+	if err != nil {
+		return fmt.Errorf("embedded kafka: %w", err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+		return fmt.Errorf("embedded redis: %w", err)
+	}
+	defer mr.Close()
+	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	defer r.Client().Close()
+	if err := r.Load(ctx); err != nil {
+		return err
+	}
+
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(*dataDir, "seckill.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+
+	topics := events.NewTopics(events.DefaultPrefix)
+	if err := createTopics(ctx, brokers, topics, 3, 1); err != nil {
+		return err
+	}
+	if err := api.LoadCampaigns(ctx, st, r, log); err != nil {
+		return err
+	}
+	producer, err := events.NewClient(brokers)
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics, Logger: log}, st, r)
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	comp, err := compensator.New(compensator.Config{Brokers: brokers, Topics: topics, SweepInterval: *sweep, Logger: log}, st, r)
+	if err != nil {
+		return err
+	}
+	defer comp.Close()
+	srv := api.New(api.Config{Addr: *addr, AdminToken: *adminToken, Topics: topics, ReservationTTL: *ttl, Logger: log}, st, r, producer)
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", *addr, err)
+	}
+	printQuickStart(stdout, "http://"+ln.Addr().String(), *adminToken, *dataDir)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Serve(gctx, ln) })
+	g.Go(func() error { return cons.Run(gctx) })
+	g.Go(func() error { return comp.Run(gctx) })
+	err = g.Wait()
+	log.Info("seckill dev stopped", "err", err)
+	return err
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func printQuickStart(w io.Writer, base, token, dataDir string) {
+	fmt.Fprintf(w, `seckill dev: api at %[1]s, state in %[3]s (Ctrl-C stops and drains)
+admin token: %[2]s
+
+  curl -s -X POST %[1]s/v1/campaigns -H 'Authorization: Bearer %[2]s' \
+       -d '{"id":"demo","name":"Demo sale","stock":100,"per_user_limit":2}'
+  curl -s -X POST %[1]s/v1/campaigns/demo/purchases -H 'X-User-ID: alice' -d '{"quantity":1}'
+  curl -s %[1]s/v1/orders/<order_id> -H 'X-User-ID: alice'
+  curl -s %[1]s/v1/campaigns/demo
+
+`, base, token, dataDir)
+}

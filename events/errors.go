@@ -1,0 +1,72 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies an Error. Codes are part of the wire contract: clients read them in
+// `error.code`, and OrderFailed events carry them as reasons.
+type Code string
+
+// The error codes. api.ErrorStatusCode maps each to its HTTP status.
+const (
+	// Invalid means the request can never succeed as written.
+	Invalid Code = "invalid_request"
+	// Unauthorized means the caller is not who the request needs.
+	Unauthorized Code = "unauthorized"
+	// CampaignNotFound means no campaign has the id.
+	CampaignNotFound Code = "campaign_not_found"
+	// OrderNotFound means no order with the id is visible to the caller.
+	OrderNotFound Code = "order_not_found"
+	// CampaignExists means a campaign with the id exists already.
+	CampaignExists Code = "campaign_exists"
+	// SoldOut means the campaign has fewer units left than asked for.
+	SoldOut Code = "sold_out"
+	// LimitExceeded means the purchase would take the buyer past the per-user limit.
+	LimitExceeded Code = "limit_exceeded"
+	// NotStarted means the campaign's sale has not started.
+	NotStarted Code = "not_started"
+	// Ended means the campaign's sale is over.
+	Ended Code = "ended"
+	// Unavailable means a dependency failed; the request changed nothing and may be retried.
+	Unavailable Code = "unavailable"
+	// Internal means a bug.
+	Internal Code = "internal"
+)
+
+// Error is seckill's one error type for failures a caller must tell apart.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf returns an *Error with the code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, Internal if there is none, and
+// "" for a nil err.
+func ErrorCode(err error) Code {
+	var e *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Code
+	}
+	return Internal
+}
+
+// ErrorMessage returns the message of the first *Error in err's chain; other errors are not
+// shown to clients, so it returns a generic text for them.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,93 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Version is the schema version written into every event. Readers accept events up to this
+// version; a newer event is poison for an older reader and goes to the dead-letter topic.
+const Version = 1
+
+// Type names an event.
+type Type string
+
+// The event types.
+const (
+	// OrderRequested is produced by the api after the reserve script succeeded.
+	OrderRequested Type = "OrderRequested"
+	// OrderConfirmed is produced by the consumer after the order is durable in the store.
+	OrderConfirmed Type = "OrderConfirmed"
+	// OrderFailed is produced by the compensator after the reservation was released.
+	OrderFailed Type = "OrderFailed"
+	// OrderRefunded is produced by the compensator after a confirmed order was refunded.
+	OrderRefunded Type = "OrderRefunded"
+)
+
+// Event is one order event. All order events carry the same order facts, so one flat type serves
+// them all; Reason is set only on OrderFailed, Deadline only on OrderRequested.
+type Event struct {
+	Type       Type      `json:"type"`
+	Version    int       `json:"version"`
+	EventID    string    `json:"event_id"`
+	OccurredAt time.Time `json:"occurred_at"`
+	OrderID    string    `json:"order_id"`
+	CampaignID string    `json:"campaign_id"`
+	UserID     string    `json:"user_id"`
+	Quantity   int       `json:"quantity"`
+	// Deadline is when the sweeper may release the reservation if no order was confirmed.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Reason says why an order failed (one of the Reason constants, or an error text).
+	Reason string `json:"reason,omitempty"`
+}
+
+// New returns an event of type t about the same order as e, with a fresh id and time.
+func (e Event) New(t Type, now time.Time) Event {
+	return Event{
+		Type:       t,
+		Version:    Version,
+		EventID:    NewID(),
+		OccurredAt: now.UTC(),
+		OrderID:    e.OrderID,
+		CampaignID: e.CampaignID,
+		UserID:     e.UserID,
+		Quantity:   e.Quantity,
+	}
+}
+
+// Encode returns the event's JSON encoding.
+func Encode(e Event) ([]byte, error) {
+	return json.Marshal(e)
+}
+
+// Decode parses and validates an event. An error means the event is poison: no retry will make
+// it readable.
+func Decode(b []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Event{}, fmt.Errorf("decode event: %w", err)
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// Validate reports whether the event is one this version can act on.
+func (e Event) Validate() error {
+	switch {
+	case e.Type != OrderRequested && e.Type != OrderConfirmed && e.Type != OrderFailed && e.Type != OrderRefunded:
+		return fmt.Errorf("event: unknown type %q", e.Type)
+	case e.Version < 1 || e.Version > Version:
+		return fmt.Errorf("event: unsupported version %d (this reader knows up to %d)", e.Version, Version)
+	case e.OrderID == "" || e.CampaignID == "" || e.UserID == "":
+		return fmt.Errorf("event %s: order_id, campaign_id and user_id are required", e.EventID)
+	case e.Quantity < 1:
+		return fmt.Errorf("event %s: quantity %d < 1", e.EventID, e.Quantity)
+	}
+	if c, ok := CampaignOf(e.OrderID); !ok || c != e.CampaignID {
+		return fmt.Errorf("event %s: order id %q does not belong to campaign %q", e.EventID, e.OrderID, e.CampaignID)
+	}
+	return nil
+}

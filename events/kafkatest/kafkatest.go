@@ -1,0 +1,87 @@
+// Package kafkatest gives tests a Kafka broker: the real one named by SECKILL_TEST_KAFKA_BROKERS,
+// or an in-process kfake cluster.
+package kafkatest
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+)
+
+// BrokersEnv names the variable that points the tests at a real Kafka broker.
+const BrokersEnv = "SECKILL_TEST_KAFKA_BROKERS"
+
+// Broker is one kind of broker a test can run on.
+type Broker struct {
+	Name  string
+	Start func(tb testing.TB) []string // returns seed brokers
+}
+
+// Brokers are the brokers the broker suite runs on: real Apache Kafka and kfake.
+var Brokers = []Broker{{"kafka", Real}, {"kfake", Fake}}
+
+// Each runs fn once per broker as named subtests.
+func Each(t *testing.T, fn func(t *testing.T, brokers []string)) {
+	t.Helper()
+	for _, b := range Brokers {
+		t.Run(b.Name, func(t *testing.T) { fn(t, b.Start(t)) })
+	}
+}
+
+// Real returns the seed brokers of the real test broker; a missing or unreachable broker fails
+// the test with the reason.
+func Real(tb testing.TB) []string {
+	tb.Helper()
+	v := os.Getenv(BrokersEnv)
+	if v == "" {
+		tb.Fatalf("%s is not set: start the test services with `deploy/local/services.sh up` and `eval $(deploy/local/services.sh env)`, or run `make test`", BrokersEnv)
+	}
+	seeds := strings.Split(v, ",")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		tb.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).BrokerMetadata(ctx); err != nil {
+		tb.Fatalf("kafka at %s=%s is unreachable: %v", BrokersEnv, v, err)
+	}
+	return seeds
+}
+
+// Fake starts a kfake cluster for the test and returns its seed brokers.
+func Fake(tb testing.TB) []string {
+	tb.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		tb.Fatalf("kfake: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// Topics returns topic names of the test's own, created on brokers with 3 partitions.
+func Topics(tb testing.TB, brokers []string) events.Topics {
+	tb.Helper()
+	t := events.NewTopics("t" + strings.ToLower(events.NewID()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		tb.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := events.CreateTopics(ctx, kadm.NewClient(cl), t, 3, 1); err != nil {
+		tb.Fatalf("create topics: %v", err)
+	}
+	return t
+}

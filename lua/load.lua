@@ -1,0 +1,11 @@
+-- load: make a campaign sellable in Redis unless it is already there. The meta hash is written
+-- last and is what reserve checks, so a half-loaded campaign is never sold from.
+-- KEYS: 1 stock, 2 meta
+-- ARGV: 1 remaining, 2 per-user limit, 3 starts (ms), 4 ends (ms, 0 = open-ended)
+-- Returns 1 when loaded, 0 when the campaign was there already.
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'limit', ARGV[2], 'starts_ms', ARGV[3], 'ends_ms', ARGV[4])
+return 1

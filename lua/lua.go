@@ -1,0 +1,287 @@
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/events"
+)
+
+var (
+	//go:embed reserve.lua
+	reserveSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed confirm.lua
+	confirmSrc string
+	//go:embed expired.lua
+	expiredSrc string
+	//go:embed load.lua
+	loadSrc string
+
+	reserveScript = redis.NewScript(reserveSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+	confirmScript = redis.NewScript(confirmSrc)
+	expiredScript = redis.NewScript(expiredSrc)
+	loadScript    = redis.NewScript(loadSrc)
+
+	scripts = []*redis.Script{reserveScript, releaseScript, confirmScript, expiredScript, loadScript}
+)
+
+// Keys are the Redis keys of one campaign.
+type Keys struct {
+	Stock   string // remaining units
+	Buyers  string // hash user -> units held (pending + confirmed)
+	Res     string // hash order id -> reservation
+	Pending string // sorted set of pending order ids by deadline (ms)
+	Meta    string // hash: limit, starts_ms, ends_ms
+}
+
+// KeysOf returns the keys of campaign; they share one hash tag.
+func KeysOf(campaign string) Keys {
+	p := "seckill:{c:" + campaign + "}:"
+	return Keys{Stock: p + "stock", Buyers: p + "buyers", Res: p + "res", Pending: p + "pending", Meta: p + "meta"}
+}
+
+// Redis runs the scripts on one Redis deployment.
+type Redis struct {
+	rdb redis.UniversalClient
+}
+
+// New returns a Redis over rdb.
+func New(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
+
+// Client returns the underlying client.
+func (r *Redis) Client() redis.UniversalClient { return r.rdb }
+
+// Load preloads every script in one pipeline, so the hot path never pays for a NOSCRIPT reply.
+func (r *Redis) Load(ctx context.Context) error {
+	pipe := r.rdb.Pipeline()
+	for _, s := range scripts {
+		s.Load(ctx, pipe)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("load scripts: %w", err)
+	}
+	return nil
+}
+
+// Campaign is what Redis needs to sell a campaign.
+type Campaign struct {
+	ID        string
+	Remaining int64
+	Limit     int64
+	StartsAt  time.Time
+	EndsAt    time.Time // zero: no end
+	// Holdings are the units each buyer already holds, when a campaign is rebuilt from the
+	// store after Redis lost it.
+	Holdings map[string]int64
+}
+
+// LoadCampaign makes c sellable unless Redis has it already; it reports whether it loaded.
+func (r *Redis) LoadCampaign(ctx context.Context, c Campaign) (bool, error) {
+	k := KeysOf(c.ID)
+	if len(c.Holdings) > 0 {
+		if n, err := r.rdb.Exists(ctx, k.Meta).Result(); err != nil || n == 1 {
+			return false, err
+		}
+		// Written before the meta hash, which is what makes the campaign sellable.
+		pipe := r.rdb.Pipeline()
+		pipe.Del(ctx, k.Buyers)
+		args := make([]any, 0, 1000)
+		for user, n := range c.Holdings {
+			args = append(args, user, n)
+			if len(args) == cap(args) {
+				pipe.HSet(ctx, k.Buyers, args...)
+				args = args[:0]
+			}
+		}
+		if len(args) > 0 {
+			pipe.HSet(ctx, k.Buyers, args...)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return false, fmt.Errorf("load campaign %s: holdings: %w", c.ID, err)
+		}
+	}
+	var ends int64
+	if !c.EndsAt.IsZero() {
+		ends = c.EndsAt.UnixMilli()
+	}
+	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, c.StartsAt.UnixMilli(), ends).Int()
+	if err != nil {
+		return false, fmt.Errorf("load campaign %s: %w", c.ID, err)
+	}
+	return n == 1, nil
+}
+
+// Reservation is one reservation record.
+type Reservation struct {
+	OrderID  string
+	Campaign string
+	User     string
+	Quantity int
+	State    string // pending, confirmed, released, refunded
+	Deadline time.Time
+}
+
+// Reserve takes qty units of campaign for user under orderID, holding them until ttl has passed
+// on Redis's clock. Reserving an order id again changes nothing and returns the first
+// reservation. Refusals are *events.Error with the code the client sees.
+func (r *Redis) Reserve(ctx context.Context, campaign, orderID, user string, qty int, ttl time.Duration) (Reservation, error) {
+	k := KeysOf(campaign)
+	v, err := reserveScript.Run(ctx, r.rdb, []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta},
+		orderID, user, qty, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return Reservation{}, fmt.Errorf("reserve campaign %s: %w", campaign, err)
+	}
+	if len(v) < 3 {
+		return Reservation{}, fmt.Errorf("reserve campaign %s: unexpected reply %v", campaign, v)
+	}
+	status, _ := v[0].(string)
+	deadline, _ := v[2].(int64)
+	res := Reservation{OrderID: orderID, Campaign: campaign, User: user, Quantity: qty, State: "pending", Deadline: time.UnixMilli(deadline)}
+	switch status {
+	case "ok":
+		return res, nil
+	case "duplicate":
+		// A retry may disagree with the first request; the first one is what Redis holds.
+		if len(v) < 4 {
+			return Reservation{}, fmt.Errorf("reserve campaign %s: unexpected reply %v", campaign, v)
+		}
+		rec, _ := v[3].(string)
+		first, err := parseReservation(campaign, orderID, rec)
+		if err != nil {
+			return Reservation{}, fmt.Errorf("reserve campaign %s: %w", campaign, err)
+		}
+		return first, nil
+	case string(events.CampaignNotFound):
+		return res, events.Errorf(events.CampaignNotFound, "campaign %q not found", campaign)
+	case string(events.SoldOut):
+		return res, events.Errorf(events.SoldOut, "campaign %q has fewer than %d units left", campaign, qty)
+	case string(events.LimitExceeded):
+		return res, events.Errorf(events.LimitExceeded, "this purchase would take you past the campaign's per-user limit")
+	case string(events.NotStarted):
+		return res, events.Errorf(events.NotStarted, "campaign %q has not started", campaign)
+	case string(events.Ended):
+		return res, events.Errorf(events.Ended, "campaign %q has ended", campaign)
+	case string(events.Invalid):
+		return res, events.Errorf(events.Invalid, "quantity %d is not between 1 and the campaign's per-user limit", qty)
+	}
+	return res, fmt.Errorf("reserve campaign %s: unexpected reply %v", campaign, v)
+}
+
+// Outcome is what a state transition did.
+type Outcome struct {
+	Changed bool   // this call moved the reservation
+	State   string // the reservation's state after the call; "" if there is no reservation
+}
+
+// ErrNoReservation is returned by Reservation when Redis holds no record of the order.
+var ErrNoReservation = errors.New("no reservation")
+
+// Release moves a pending reservation to released and gives its units back.
+func (r *Redis) Release(ctx context.Context, orderID string) (Outcome, error) {
+	return r.release(ctx, orderID, "pending", "released")
+}
+
+// Refund moves a confirmed reservation to refunded and gives its units back.
+func (r *Redis) Refund(ctx context.Context, orderID string) (Outcome, error) {
+	return r.release(ctx, orderID, "confirmed", "refunded")
+}
+
+func (r *Redis) release(ctx context.Context, orderID, from, to string) (Outcome, error) {
+	campaign, ok := events.CampaignOf(orderID)
+	if !ok {
+		return Outcome{}, events.Errorf(events.Invalid, "malformed order id %q", orderID)
+	}
+	k := KeysOf(campaign)
+	v, err := releaseScript.Run(ctx, r.rdb, []string{k.Stock, k.Buyers, k.Res, k.Pending}, orderID, from, to).StringSlice()
+	if err != nil {
+		return Outcome{}, fmt.Errorf("%s order %s: %w", to, orderID, err)
+	}
+	if len(v) != 2 {
+		return Outcome{}, fmt.Errorf("%s order %s: unexpected reply %q", to, orderID, v)
+	}
+	return Outcome{Changed: v[0] == "done", State: v[1]}, nil
+}
+
+// Confirm marks a pending reservation confirmed.
+func (r *Redis) Confirm(ctx context.Context, orderID string) (Outcome, error) {
+	campaign, ok := events.CampaignOf(orderID)
+	if !ok {
+		return Outcome{}, events.Errorf(events.Invalid, "malformed order id %q", orderID)
+	}
+	k := KeysOf(campaign)
+	v, err := confirmScript.Run(ctx, r.rdb, []string{k.Res, k.Pending}, orderID).StringSlice()
+	if err != nil {
+		return Outcome{}, fmt.Errorf("confirm order %s: %w", orderID, err)
+	}
+	if len(v) != 2 {
+		return Outcome{}, fmt.Errorf("confirm order %s: unexpected reply %q", orderID, v)
+	}
+	return Outcome{Changed: v[0] == "done", State: v[1]}, nil
+}
+
+// Expired returns up to limit pending order ids of campaign whose deadline has passed.
+func (r *Redis) Expired(ctx context.Context, campaign string, limit int) ([]string, error) {
+	ids, err := expiredScript.Run(ctx, r.rdb, []string{KeysOf(campaign).Pending}, limit).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("expired reservations of %s: %w", campaign, err)
+	}
+	return ids, nil
+}
+
+// Reservation returns the reservation record of an order, or ErrNoReservation.
+func (r *Redis) Reservation(ctx context.Context, orderID string) (Reservation, error) {
+	campaign, ok := events.CampaignOf(orderID)
+	if !ok {
+		return Reservation{}, ErrNoReservation
+	}
+	rec, err := r.rdb.HGet(ctx, KeysOf(campaign).Res, orderID).Result()
+	if errors.Is(err, redis.Nil) {
+		return Reservation{}, ErrNoReservation
+	}
+	if err != nil {
+		return Reservation{}, fmt.Errorf("read reservation %s: %w", orderID, err)
+	}
+	return parseReservation(campaign, orderID, rec)
+}
+
+func parseReservation(campaign, orderID, rec string) (Reservation, error) {
+	parts := strings.SplitN(rec, "|", 4)
+	if len(parts) != 4 {
+		return Reservation{}, fmt.Errorf("reservation %s: malformed record %q", orderID, rec)
+	}
+	qty, err1 := strconv.Atoi(parts[1])
+	deadline, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return Reservation{}, fmt.Errorf("reservation %s: malformed record %q: %w", orderID, rec, err)
+	}
+	return Reservation{OrderID: orderID, Campaign: campaign, User: parts[3], Quantity: qty, State: parts[0], Deadline: time.UnixMilli(deadline)}, nil
+}
+
+// Remaining returns the campaign's remaining units, and whether Redis has the campaign at all.
+func (r *Redis) Remaining(ctx context.Context, campaign string) (int64, bool, error) {
+	k := KeysOf(campaign)
+	pipe := r.rdb.Pipeline()
+	exists := pipe.Exists(ctx, k.Meta)
+	stock := pipe.Get(ctx, k.Stock)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, false, fmt.Errorf("remaining of %s: %w", campaign, err)
+	}
+	if exists.Val() == 0 {
+		return 0, false, nil
+	}
+	n, err := stock.Int64()
+	if err != nil {
+		return 0, false, fmt.Errorf("remaining of %s: %w", campaign, err)
+	}
+	return n, true, nil
+}

@@ -1,0 +1,73 @@
+// Command seckill is the flash-sale pipeline: one binary, one subcommand per role.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `seckill: a flash-sale order pipeline (Redis reserve -> Kafka -> PostgreSQL)
+
+Usage: seckill <command> [flags]     (seckill <command> --help for its flags)
+
+Roles (long-running; SIGTERM drains in-flight work):
+  api          the HTTP API: reserve in Redis, produce OrderRequested
+  consumer     persist OrderRequested events into PostgreSQL in batches
+  compensator  release what will not become an order: dead letters, expired reservations
+  dev          all three in one process on embedded Kafka, Redis and SQLite (make run)
+
+Operations:
+  migrate      apply the database schema
+  replay       re-consume OrderRequested from a time or offset into the store
+  compensate   release or refund one order (the admin endpoint's twin)
+
+Every flag has an environment fallback, SECKILL_<FLAG> (--redis-url: SECKILL_REDIS_URL).
+`
+
+var commands = map[string]func(ctx context.Context, args []string, stdout io.Writer) error{
+	"api":         runAPI,
+	"consumer":    runConsumer,
+	"compensator": runCompensator,
+	"dev":         runDev,
+	"migrate":     runMigrate,
+	"replay":      runReplay,
+	"compensate":  runCompensate,
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "seckill: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	err := cmd(ctx, args[1:], stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/consumer"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// deps are the three dependencies a role runs on.
+type deps struct {
+	store *store.Store
+	redis *lua.Redis
+}
+
+func (d deps) close() {
+	if d.redis != nil {
+		d.redis.Client().Close()
+	}
+	if d.store != nil {
+		d.store.Close()
+	}
+}
+
+func (c conn) open(ctx context.Context) (deps, error) {
+	var d deps
+	var err error
+	if d.store, err = c.openStore(ctx); err != nil {
+		return d, err
+	}
+	if d.redis, err = c.openRedis(ctx); err != nil {
+		d.close()
+		return d, err
+	}
+	return d, nil
+}
+
+func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("api", "Serve the HTTP API: reserve stock in Redis and produce OrderRequested to Kafka.", stdout)
+	c := f.conn()
+	addr := f.String("addr", ":8080", "listen address")
+	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
+	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
+	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
+	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	log := c.logger(os.Stderr)
+	c.logStart(log, "api", "addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl)
+	d, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	if err := createTopics(ctx, c.brokerList(), c.topics(), *partitions, *replication); err != nil {
+		return err
+	}
+	producer, err := events.NewClient(c.brokerList())
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	if err := api.LoadCampaigns(ctx, d.store, d.redis, log); err != nil {
+		return err
+	}
+	srv := api.New(api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, Logger: log}, d.store, d.redis, producer)
+	return srv.Run(ctx)
+}
+
+func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("consumer", "Persist OrderRequested events into the order database, in batches, idempotently.", stdout)
+	c := f.conn()
+	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
+	batch := f.Int("batch-size", 500, "most events persisted in one transaction")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	log := c.logger(os.Stderr)
+	c.logStart(log, "consumer", "batch_size", *batch, "metrics_addr", *metricsAddr)
+	d, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	cons, err := consumer.New(consumer.Config{Brokers: c.brokerList(), Topics: c.topics(), BatchSize: *batch, Logger: log}, d.store, d.redis)
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	return runWithOps(ctx, *metricsAddr, log, d, cons.Ping, cons.Run)
+}
+
+func runCompensator(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("compensator", "Release reservations that will not become orders: dead letters and expired reservations.", stdout)
+	c := f.conn()
+	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
+	sweep := f.Duration("sweep-interval", 5*time.Second, "how often to look for reservations past their deadline")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	log := c.logger(os.Stderr)
+	c.logStart(log, "compensator", "sweep_interval", *sweep, "metrics_addr", *metricsAddr)
+	d, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	comp, err := compensator.New(compensator.Config{Brokers: c.brokerList(), Topics: c.topics(), SweepInterval: *sweep, Logger: log}, d.store, d.redis)
+	if err != nil {
+		return err
+	}
+	defer comp.Close()
+	return runWithOps(ctx, *metricsAddr, log, d, comp.Ping, comp.Run)
+}
+
+// runWithOps runs a role beside a small server of /healthz, /readyz and /metrics.
+func runWithOps(ctx context.Context, addr string, log *slog.Logger, d deps, pingKafka func(context.Context) error, role func(context.Context) error) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		for name, ping := range map[string]func(context.Context) error{
+			"kafka": pingKafka, "store": d.store.Ping, "redis": func(ctx context.Context) error { return d.redis.Client().Ping(ctx).Err() },
+		} {
+			if err := ping(ctx); err != nil {
+				http.Error(w, name+": "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		io.WriteString(w, "ok\n")
+	})
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+			return fmt.Errorf("ops server %s: %w", addr, err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		defer srv.Close()
+		return role(gctx)
+	})
+	err := g.Wait()
+	log.Info("stopped", "err", err)
+	return err
+}
+
+func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("migrate", "Apply the order database schema (idempotent).", stdout)
+	c := f.conn()
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	st, err := c.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "migrate: schema is up to date")
+	return nil
+}
+
+func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("replay", "Re-consume OrderRequested events into the order database. Stored orders are left\nas they are; missing ones come back.", stdout)
+	c := f.conn()
+	from := f.String("from", "", "where to start: an RFC 3339 time, an offset (applied to every partition), or start (required)")
+	batch := f.Int("batch-size", 500, "most events persisted in one transaction")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *from == "" {
+		fmt.Fprintln(stdout, "replay: --from is required")
+		return errUsage
+	}
+	start, err := consumer.ParseFrom(*from)
+	if err != nil {
+		return err
+	}
+	d, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	stats, err := consumer.Replay(ctx, consumer.Config{Brokers: c.brokerList(), Topics: c.topics(), BatchSize: *batch, Logger: c.logger(os.Stderr)}, start, d.store, d.redis, stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "replayed %d events\n", stats.Events)
+	return nil
+}
+
+func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("compensate", "Release a reservation that will not become an order, or refund a confirmed order.\nIdempotent; prints the order's final state as JSON.", stdout)
+	c := f.conn()
+	order := f.String("order", "", "the order id (required)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *order == "" {
+		fmt.Fprintln(stdout, "compensate: --order is required")
+		return errUsage
+	}
+	d, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	producer, err := events.NewClient(c.brokerList())
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
+	r := &compensator.Resolver{Store: d.store, Redis: d.redis, Producer: producer, Results: c.topics().Results}
+	o, err := r.Compensate(ctx, *order)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(o)
+}

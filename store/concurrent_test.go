@@ -1,0 +1,199 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// orderRow is an order row as the invariant checks read it.
+type orderRow struct {
+	OrderID  string        `db:"order_id"`
+	UserID   string        `db:"user_id"`
+	Quantity int64         `db:"quantity"`
+	Status   events.Status `db:"status"`
+}
+
+// checkTotals reads the campaign's rows and checks the store's invariants: sold is the sum of
+// confirmed quantities and at most stock, each buyer's purchases row is the sum of the buyer's
+// confirmed quantities and at most the limit. It returns the orders by id.
+func checkTotals(t *testing.T, s *store.Store, c store.Campaign) map[string]orderRow {
+	t.Helper()
+	db := s.DB()
+	var rows []orderRow
+	if err := db.Select(&rows, db.Rebind(`SELECT order_id, user_id, quantity, status FROM orders WHERE campaign_id = ?`), c.ID); err != nil {
+		t.Fatalf("read orders: %v", err)
+	}
+	var bought []struct {
+		UserID string `db:"user_id"`
+		Bought int64  `db:"bought"`
+	}
+	if err := db.Select(&bought, db.Rebind(`SELECT user_id, bought FROM purchases WHERE campaign_id = ?`), c.ID); err != nil {
+		t.Fatalf("read purchases: %v", err)
+	}
+	var sold int64
+	if err := db.Get(&sold, db.Rebind(`SELECT sold FROM campaigns WHERE id = ?`), c.ID); err != nil {
+		t.Fatalf("read sold: %v", err)
+	}
+
+	orders := make(map[string]orderRow, len(rows))
+	perUser := map[string]int64{}
+	var confirmedUnits int64
+	for _, r := range rows {
+		if _, dup := orders[r.OrderID]; dup {
+			t.Errorf("order %s is stored twice", r.OrderID)
+		}
+		orders[r.OrderID] = r
+		if r.Status == events.Confirmed {
+			confirmedUnits += r.Quantity
+			perUser[r.UserID] += r.Quantity
+		}
+	}
+	if sold > c.Stock {
+		t.Errorf("oversold: sold %d > stock %d", sold, c.Stock)
+	}
+	if sold != confirmedUnits {
+		t.Errorf("sold %d != %d units in confirmed orders", sold, confirmedUnits)
+	}
+	for u, n := range perUser {
+		if n > c.PerUserLimit {
+			t.Errorf("user %s holds %d confirmed units > limit %d", u, n, c.PerUserLimit)
+		}
+	}
+	seen := map[string]bool{}
+	for _, b := range bought {
+		seen[b.UserID] = true
+		if b.Bought != perUser[b.UserID] {
+			t.Errorf("purchases of %s = %d, confirmed orders hold %d", b.UserID, b.Bought, perUser[b.UserID])
+		}
+	}
+	for u, n := range perUser {
+		if !seen[u] {
+			t.Errorf("user %s holds %d confirmed units but has no purchases row", u, n)
+		}
+	}
+	return orders
+}
+
+func TestConfirmOrdersConcurrent(t *testing.T) {
+	const (
+		stock    = 100
+		limit    = 2
+		users    = 200
+		nEvents  = 400
+		workers  = 8
+		maxBatch = 20
+	)
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		seed := uint64(time.Now().UnixNano())
+		t.Logf("seed %d", seed)
+		rng := rand.New(rand.NewPCG(seed, seed))
+		c := mustCampaign(t, s, stock, limit)
+
+		evs := make([]events.Event, nEvents)
+		index := make(map[string]int, nEvents)
+		for i := range evs {
+			evs[i] = newEvent(c.ID, fmt.Sprintf("user-%03d", rng.IntN(users)), 1+rng.IntN(3))
+			index[evs[i].OrderID] = i
+		}
+		mustValid(t, evs...)
+		// Every event is delivered twice, to two different workers, in random order.
+		work := make([][]events.Event, workers)
+		for _, e := range evs {
+			a := rng.IntN(workers)
+			b := (a + 1 + rng.IntN(workers-1)) % workers
+			work[a] = append(work[a], e)
+			work[b] = append(work[b], e)
+		}
+		for _, w := range work {
+			rng.Shuffle(len(w), func(i, j int) { w[i], w[j] = w[j], w[i] })
+		}
+
+		var (
+			mu      sync.Mutex
+			results = make([][]store.Result, nEvents)
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+		)
+		for k, w := range work {
+			wrng := rand.New(rand.NewPCG(seed, uint64(k+1))) // rand.Rand is not safe for concurrent use
+			wg.Go(func() {
+				<-start
+				for len(w) > 0 {
+					n := min(len(w), 1+wrng.IntN(maxBatch))
+					batch := w[:n]
+					w = w[n:]
+					rs, err := s.ConfirmOrders(context.Background(), batch)
+					if err != nil {
+						t.Errorf("ConfirmOrders: %v", err)
+						return
+					}
+					mu.Lock()
+					for i, r := range rs {
+						k := index[batch[i].OrderID]
+						results[k] = append(results[k], r)
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+
+		orders := checkTotals(t, s, c)
+		var confirmedOrders, soldOut, limited int
+		for i, e := range evs {
+			rs := results[i]
+			if len(rs) != 2 {
+				t.Fatalf("order %s has %d results, want 2", e.OrderID, len(rs))
+			}
+			row, stored := orders[e.OrderID]
+			first, second := rs[0], rs[1]
+			if first.Duplicate {
+				first, second = second, first
+			}
+			switch {
+			case stored:
+				if row.Status != events.Confirmed || row.Quantity != int64(e.Quantity) || row.UserID != e.UserID {
+					t.Errorf("order %s stored as %+v, want a confirmed row of the event %+v", e.OrderID, row, e)
+				}
+				if first != confirmed || second != (store.Result{Status: events.Confirmed, Duplicate: true}) {
+					t.Errorf("stored order %s: results %+v, want one confirmation and one duplicate", e.OrderID, rs)
+				}
+				confirmedOrders++
+			default:
+				for _, r := range rs {
+					if r.Status != "" || r.Duplicate || r.Reason != events.ReasonStoreSoldOut && r.Reason != events.ReasonStoreLimit {
+						t.Errorf("order %s is not stored, but a delivery got %+v", e.OrderID, r)
+					}
+					switch r.Reason {
+					case events.ReasonStoreSoldOut:
+						soldOut++
+					case events.ReasonStoreLimit:
+						limited++
+					}
+				}
+			}
+			if e.Quantity > limit && stored {
+				t.Errorf("order %s of %d units > limit %d was stored", e.OrderID, e.Quantity, limit)
+			}
+		}
+		if len(orders) != confirmedOrders {
+			t.Errorf("%d order rows, %d orders confirmed by the deliveries", len(orders), confirmedOrders)
+		}
+		if soldOut == 0 || limited == 0 {
+			t.Errorf("no contention exercised: %d sold-out and %d limit refusals", soldOut, limited)
+		}
+		t.Logf("%d orders confirmed, %d units sold, %d sold-out and %d limit refusals", confirmedOrders, sold(t, s, c.ID), soldOut, limited)
+	})
+}

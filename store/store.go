@@ -1,0 +1,385 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/seckill/seckill/events"
+)
+
+func init() { sqlx.BindDriver("sqlite", sqlx.QUESTION) }
+
+// Store is the order database.
+type Store struct {
+	db     *sqlx.DB
+	sqlite bool
+}
+
+// Open connects to the database named by dsn: a postgres:// or postgresql:// URL, or
+// sqlite:PATH for a SQLite file (created if missing).
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	var (
+		db  *sqlx.DB
+		err error
+	)
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		db, err = sqlx.Open("postgres", dsn)
+		if err == nil {
+			db.SetMaxOpenConns(20)
+			db.SetMaxIdleConns(20)
+		}
+	case strings.HasPrefix(dsn, "sqlite:"):
+		path := strings.TrimPrefix(dsn, "sqlite:")
+		// WAL lets readers run beside the writer; one connection makes SQLite's single writer
+		// explicit instead of a busy error, and busy_timeout covers other processes.
+		db, err = sqlx.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+		if err == nil {
+			db.SetMaxOpenConns(1)
+		}
+	default:
+		return nil, fmt.Errorf("open store: unsupported url %q (want postgres://… or sqlite:PATH)", redact(dsn))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", redact(dsn), err)
+	}
+	return &Store{db: db, sqlite: db.DriverName() == "sqlite"}, nil
+}
+
+// redact hides the password of a database URL, for logs and errors.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "<unparsable url>"
+	}
+	return u.Redacted()
+}
+
+// DB returns the underlying database, for tests and the audit.
+func (s *Store) DB() *sqlx.DB { return s.db }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// Migrate applies the migrations the database lacks. Concurrent callers on PostgreSQL wait for
+// each other on an advisory lock.
+func (s *Store) Migrate(ctx context.Context) error {
+	conn, err := s.db.Connx(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Close()
+	if !s.sqlite {
+		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock(727274)`); err != nil {
+			return fmt.Errorf("migrate: lock: %w", err)
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(727274)`)
+	}
+	if _, err := conn.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var have int
+	if err := conn.GetContext(ctx, &have, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for v := have + 1; v <= len(migrations); v++ {
+		tx, err := conn.BeginTxx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("migrate %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO schema_migrations (version) VALUES (?)`), v); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migrate %d: %w", v, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate %d: commit: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// Campaign is a sale of one item.
+type Campaign struct {
+	ID           string `db:"id"`
+	Name         string `db:"name"`
+	Stock        int64  `db:"stock"`
+	PerUserLimit int64  `db:"per_user_limit"`
+	StartsAtMs   int64  `db:"starts_at_ms"`
+	EndsAtMs     int64  `db:"ends_at_ms"` // 0: no end
+	Sold         int64  `db:"sold"`       // units of confirmed orders
+	CreatedAtMs  int64  `db:"created_at_ms"`
+}
+
+// CreateCampaign inserts c; a campaign with the same id is an events.CampaignExists error.
+func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
+	_, err := s.db.NamedExecContext(ctx, `INSERT INTO campaigns
+		(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms)
+		VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms)`, c)
+	if isUniqueViolation(err) {
+		return events.Errorf(events.CampaignExists, "campaign %q exists already", c.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("create campaign %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// Campaign returns the campaign with id, or an events.CampaignNotFound error.
+func (s *Store) Campaign(ctx context.Context, id string) (Campaign, error) {
+	var c Campaign
+	err := s.db.GetContext(ctx, &c, s.db.Rebind(`SELECT * FROM campaigns WHERE id = ?`), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return c, events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
+	}
+	if err != nil {
+		return c, fmt.Errorf("read campaign %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// Campaigns returns every campaign, oldest first.
+func (s *Store) Campaigns(ctx context.Context) ([]Campaign, error) {
+	var cs []Campaign
+	if err := s.db.SelectContext(ctx, &cs, `SELECT * FROM campaigns ORDER BY created_at_ms, id`); err != nil {
+		return nil, fmt.Errorf("list campaigns: %w", err)
+	}
+	return cs, nil
+}
+
+// Holdings returns the units each buyer holds in confirmed orders of a campaign.
+func (s *Store) Holdings(ctx context.Context, campaign string) (map[string]int64, error) {
+	var rows []struct {
+		User   string `db:"user_id"`
+		Bought int64  `db:"bought"`
+	}
+	err := s.db.SelectContext(ctx, &rows, s.db.Rebind(`SELECT user_id, bought FROM purchases WHERE campaign_id = ? AND bought > 0`), campaign)
+	if err != nil {
+		return nil, fmt.Errorf("holdings of %s: %w", campaign, err)
+	}
+	m := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		m[r.User] = r.Bought
+	}
+	return m, nil
+}
+
+// Order is a final order row.
+type Order struct {
+	OrderID     string        `db:"order_id"`
+	CampaignID  string        `db:"campaign_id"`
+	UserID      string        `db:"user_id"`
+	Quantity    int64         `db:"quantity"`
+	Status      events.Status `db:"status"`
+	Reason      string        `db:"reason"`
+	CreatedAtMs int64         `db:"created_at_ms"`
+	UpdatedAtMs int64         `db:"updated_at_ms"`
+}
+
+// Order returns the order with id, or an events.OrderNotFound error.
+func (s *Store) Order(ctx context.Context, id string) (Order, error) {
+	var o Order
+	err := s.db.GetContext(ctx, &o, s.db.Rebind(`SELECT * FROM orders WHERE order_id = ?`), id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return o, events.Errorf(events.OrderNotFound, "order %q not found", id)
+	}
+	if err != nil {
+		return o, fmt.Errorf("read order %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// Result is what ConfirmOrders did with one event.
+type Result struct {
+	// Status is the order's final state in the store after the call: Confirmed when this call or
+	// an earlier one confirmed it, Failed or Refunded when the compensator got there first, and ""
+	// when the store refused it (see Reason).
+	Status events.Status
+	// Duplicate is true when the order was in the store already, so this call changed nothing.
+	Duplicate bool
+	// Reason says why the store refused the order: events.ReasonStoreSoldOut,
+	// events.ReasonStoreLimit, or events.CampaignNotFound.
+	Reason string
+}
+
+// ConfirmOrders stores a batch of OrderRequested events as confirmed orders in one transaction,
+// idempotently: an order that is in the store already is left alone. An order the conditional
+// updates refuse is not stored at all and its Result has a Reason. Results are in input order.
+func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result, error) {
+	results := make([]Result, len(evs))
+	// Taking row locks in one order across concurrent batches keeps PostgreSQL free of deadlocks.
+	idx := make([]int, len(evs))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		ea, eb := evs[idx[a]], evs[idx[b]]
+		return ea.CampaignID < eb.CampaignID || ea.CampaignID == eb.CampaignID && ea.UserID < eb.UserID
+	})
+	now := time.Now().UnixMilli()
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		limits := map[string]int64{}
+		for _, i := range idx {
+			r, err := s.confirmOne(ctx, tx, evs[i], limits, now)
+			if err != nil {
+				return err
+			}
+			results[i] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d orders: %w", len(evs), err)
+	}
+	return results, nil
+}
+
+func (s *Store) confirmOne(ctx context.Context, tx *sqlx.Tx, e events.Event, limits map[string]int64, now int64) (Result, error) {
+	limit, ok := limits[e.CampaignID]
+	if !ok {
+		err := tx.GetContext(ctx, &limit, tx.Rebind(`SELECT per_user_limit FROM campaigns WHERE id = ?`), e.CampaignID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return Result{Reason: string(events.CampaignNotFound)}, nil
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		limits[e.CampaignID] = limit
+	}
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT confirm_order`); err != nil {
+		return Result{}, err
+	}
+	inserted, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO orders
+		(order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
+		VALUES (?, ?, ?, ?, 'confirmed', '', ?, ?) ON CONFLICT (order_id) DO NOTHING`),
+		e.OrderID, e.CampaignID, e.UserID, e.Quantity, e.OccurredAt.UnixMilli(), now))
+	if err != nil {
+		return Result{}, err
+	}
+	refuse := func(reason string) (Result, error) {
+		_, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT confirm_order`)
+		return Result{Reason: reason}, err
+	}
+	if inserted == 0 {
+		var st events.Status
+		if err := tx.GetContext(ctx, &st, tx.Rebind(`SELECT status FROM orders WHERE order_id = ?`), e.OrderID); err != nil {
+			return Result{}, err
+		}
+		_, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT confirm_order`)
+		return Result{Status: st, Duplicate: true}, err
+	}
+	if int64(e.Quantity) > limit {
+		return refuse(events.ReasonStoreLimit)
+	}
+	n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(
+		`UPDATE campaigns SET sold = sold + ? WHERE id = ? AND sold + ? <= stock`),
+		e.Quantity, e.CampaignID, e.Quantity))
+	if err != nil {
+		return Result{}, err
+	}
+	if n == 0 {
+		return refuse(events.ReasonStoreSoldOut)
+	}
+	n, err = rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO purchases (campaign_id, user_id, bought) VALUES (?, ?, ?)
+		ON CONFLICT (campaign_id, user_id) DO UPDATE SET bought = purchases.bought + excluded.bought
+		WHERE purchases.bought + excluded.bought <= ?`),
+		e.CampaignID, e.UserID, e.Quantity, limit))
+	if err != nil {
+		return Result{}, err
+	}
+	if n == 0 {
+		return refuse(events.ReasonStoreLimit)
+	}
+	_, err = tx.ExecContext(ctx, `RELEASE SAVEPOINT confirm_order`)
+	return Result{Status: events.Confirmed}, err
+}
+
+// FailOrder records the order of e as failed for reason unless the store holds it already, and
+// returns the order's row either way: the caller releases the reservation only when the row says
+// Failed, so a confirmed order is never released.
+func (s *Store) FailOrder(ctx context.Context, e events.Event, reason string) (Order, error) {
+	now := time.Now().UnixMilli()
+	_, err := s.db.ExecContext(ctx, s.db.Rebind(`INSERT INTO orders
+		(order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
+		VALUES (?, ?, ?, ?, 'failed', ?, ?, ?) ON CONFLICT (order_id) DO NOTHING`),
+		e.OrderID, e.CampaignID, e.UserID, e.Quantity, reason, e.OccurredAt.UnixMilli(), now)
+	if err != nil {
+		return Order{}, fmt.Errorf("fail order %s: %w", e.OrderID, err)
+	}
+	return s.Order(ctx, e.OrderID)
+}
+
+// RefundOrder moves a confirmed order to refunded and takes its units off the campaign's and the
+// buyer's totals, once. It returns the order's row; an order that is not confirmed is returned
+// unchanged.
+func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		var o Order
+		err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'refunded', updated_at_ms = ?
+			WHERE order_id = ? AND status = 'confirmed' RETURNING *`), time.Now().UnixMilli(), orderID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE campaigns SET sold = sold - ? WHERE id = ?`), o.Quantity, o.CampaignID); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE purchases SET bought = bought - ? WHERE campaign_id = ? AND user_id = ?`),
+			o.Quantity, o.CampaignID, o.UserID)
+		return err
+	})
+	if err != nil {
+		return Order{}, fmt.Errorf("refund order %s: %w", orderID, err)
+	}
+	return s.Order(ctx, orderID)
+}
+
+// inTx runs fn in a transaction and commits it, or rolls it back if fn fails.
+func (s *Store) inTx(ctx context.Context, fn func(*sqlx.Tx) error) error {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+func rowsAffected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func isUniqueViolation(err error) bool {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return pqErr.Code == "23505"
+	}
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
