@@ -238,5 +238,5 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(o)
+	return enc.Encode(api.ViewOrder(o))
 }

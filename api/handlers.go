@@ -254,7 +254,8 @@ func (s *Server) produce(ctx context.Context, ev events.Event) error {
 	return nil
 }
 
-type orderResponse struct {
+// OrderView is an order as the API shows it.
+type OrderView struct {
 	OrderID    string        `json:"order_id"`
 	CampaignID string        `json:"campaign_id"`
 	UserID     string        `json:"user_id"`
@@ -264,33 +265,34 @@ type orderResponse struct {
 	CreatedAt  time.Time     `json:"created_at"`
 }
 
-func orderOf(o store.Order) orderResponse {
-	return orderResponse{
+// ViewOrder returns the API view of a stored order.
+func ViewOrder(o store.Order) OrderView {
+	return OrderView{
 		OrderID: o.OrderID, CampaignID: o.CampaignID, UserID: o.UserID, Quantity: o.Quantity,
 		Status: o.Status, Reason: o.Reason, CreatedAt: time.UnixMilli(o.CreatedAtMs).UTC(),
 	}
 }
 
 // order finds an order: in the store once it is final, else as a reservation in Redis.
-func (s *Server) order(ctx context.Context, id string) (orderResponse, error) {
+func (s *Server) order(ctx context.Context, id string) (OrderView, error) {
 	o, err := s.store.Order(ctx, id)
 	if err == nil {
-		return orderOf(o), nil
+		return ViewOrder(o), nil
 	}
 	if events.ErrorCode(err) != events.OrderNotFound {
-		return orderResponse{}, err
+		return OrderView{}, err
 	}
 	res, rerr := s.redis.Reservation(ctx, id)
 	if errors.Is(rerr, lua.ErrNoReservation) {
-		return orderResponse{}, err
+		return OrderView{}, err
 	}
 	if rerr != nil {
-		return orderResponse{}, events.Errorf(events.Unavailable, "read reservation: %v", rerr)
+		return OrderView{}, events.Errorf(events.Unavailable, "read reservation: %v", rerr)
 	}
 	created, _ := events.IDTime(id)
-	// Redis can run ahead of the store by a moment (confirmed there first); the store's row,
-	// read above, is the answer once it exists, so anything else is still pending.
-	return orderResponse{OrderID: id, CampaignID: res.Campaign, UserID: res.User, Quantity: int64(res.Quantity), Status: events.Pending, CreatedAt: created.UTC()}, nil
+	// Redis moves a reservation on only after the store has the order's row, so a reservation
+	// without a row is pending, whatever Redis says.
+	return OrderView{OrderID: id, CampaignID: res.Campaign, UserID: res.User, Quantity: int64(res.Quantity), Status: events.Pending, CreatedAt: created.UTC()}, nil
 }
 
 func (s *Server) getOrder(c echo.Context) error {
@@ -318,5 +320,5 @@ func (s *Server) compensate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, orderOf(o))
+	return c.JSON(http.StatusOK, ViewOrder(o))
 }

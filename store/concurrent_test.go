@@ -197,3 +197,135 @@ func TestConfirmOrdersConcurrent(t *testing.T) {
 		t.Logf("%d orders confirmed, %d units sold, %d sold-out and %d limit refusals", confirmedOrders, sold(t, s, c.ID), soldOut, limited)
 	})
 }
+
+// TestFailOrderRacesConfirm runs the compensator's FailOrder against the consumer's ConfirmOrders
+// on the same orders at the same time: each order must end in exactly one state, and both sides
+// must agree on which.
+func TestFailOrderRacesConfirm(t *testing.T) {
+	const n = 120
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		c := mustCampaign(t, s, n, 1)
+		evs := make([]events.Event, n)
+		for i := range evs {
+			evs[i] = newEvent(c.ID, fmt.Sprintf("user-%03d", i), 1)
+		}
+		mustValid(t, evs...)
+		confirmResults := make([]store.Result, n)
+		failRows := make([]store.Order, n)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; i < n; i += 6 {
+				rs, err := s.ConfirmOrders(context.Background(), evs[i:i+6])
+				if err != nil {
+					t.Errorf("ConfirmOrders: %v", err)
+					return
+				}
+				copy(confirmResults[i:], rs)
+			}
+		})
+		wg.Go(func() {
+			// From the other end, so the two meet in the middle.
+			for i := n - 1; i >= 0; i-- {
+				o, err := s.FailOrder(context.Background(), evs[i], events.ReasonExpired)
+				if err != nil {
+					t.Errorf("FailOrder: %v", err)
+					return
+				}
+				failRows[i] = o
+			}
+		})
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		orders := checkTotals(t, s, c)
+		var nConfirmed, nFailed int
+		for i, e := range evs {
+			row := orders[e.OrderID]
+			switch row.Status {
+			case events.Confirmed:
+				nConfirmed++
+				if confirmResults[i] != confirmed || failRows[i].Status != events.Confirmed {
+					t.Errorf("order %s is confirmed, but ConfirmOrders said %+v and FailOrder returned %+v", e.OrderID, confirmResults[i], failRows[i])
+				}
+			case events.Failed:
+				nFailed++
+				if confirmResults[i] != (store.Result{Status: events.Failed, Duplicate: true}) || failRows[i].Status != events.Failed {
+					t.Errorf("order %s failed, but ConfirmOrders said %+v and FailOrder returned %+v", e.OrderID, confirmResults[i], failRows[i])
+				}
+			default:
+				t.Errorf("order %s ended as %+v", e.OrderID, row)
+			}
+		}
+		t.Logf("%d confirmed, %d failed", nConfirmed, nFailed)
+	})
+}
+
+// TestRefundRacesRedelivery refunds confirmed orders while their events are redelivered in
+// batches beside new orders: a refund happens once, a redelivery never confirms a refunded order
+// again, and neither side deadlocks.
+func TestRefundRacesRedelivery(t *testing.T) {
+	const n = 60
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		c := mustCampaign(t, s, 3*n, 2)
+		old := make([]events.Event, n)
+		for i := range old {
+			old[i] = newEvent(c.ID, fmt.Sprintf("user-%03d", i), 1)
+		}
+		for i, r := range confirm(t, s, old...) {
+			if r != confirmed {
+				t.Fatalf("setup: result %d = %+v", i, r)
+			}
+		}
+		var wg sync.WaitGroup
+		for w := range 3 {
+			wg.Go(func() {
+				for i := 0; i < n; i += 4 {
+					// "new-" users sort before the redelivered "user-" ones and "zz-" after, so
+					// the batch confirms new orders on both sides of the refunded ones.
+					batch := []events.Event{
+						newEvent(c.ID, fmt.Sprintf("new-%d-%03d", w, i), 1),
+						old[i], old[i+1], old[i+2], old[i+3],
+						newEvent(c.ID, fmt.Sprintf("zz-%d-%03d", w, i), 1),
+					}
+					rs, err := s.ConfirmOrders(context.Background(), batch)
+					if err != nil {
+						t.Errorf("ConfirmOrders: %v", err)
+						return
+					}
+					for j, r := range rs[1:5] {
+						if !r.Duplicate || r.Status != events.Confirmed && r.Status != events.Refunded {
+							t.Errorf("redelivery of %s = %+v, want a duplicate", batch[j+1].OrderID, r)
+						}
+					}
+				}
+			})
+		}
+		for range 2 {
+			wg.Go(func() {
+				for i := n - 1; i >= 0; i-- {
+					o, err := s.RefundOrder(context.Background(), old[i].OrderID)
+					if err != nil {
+						t.Errorf("RefundOrder: %v", err)
+						return
+					}
+					if o.Status != events.Refunded {
+						t.Errorf("RefundOrder(%s) = %+v, want refunded", old[i].OrderID, o)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		orders := checkTotals(t, s, c)
+		for _, e := range old {
+			if orders[e.OrderID].Status != events.Refunded {
+				t.Errorf("order %s = %+v, want refunded", e.OrderID, orders[e.OrderID])
+			}
+		}
+		// 3 workers × n/4 batches × 2 new orders each, all confirmed; every old order refunded.
+		wantSold(t, s, c.ID, int64(3*(n/4)*2))
+	})
+}

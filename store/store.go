@@ -227,7 +227,9 @@ type Result struct {
 // updates refuse is not stored at all and its Result has a Reason. Results are in input order.
 func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result, error) {
 	results := make([]Result, len(evs))
-	// Taking row locks in one order across concurrent batches keeps PostgreSQL free of deadlocks.
+	// Taking row locks in one order across concurrent batches keeps PostgreSQL free of deadlocks:
+	// each campaign's row first (see lockCampaign), then its orders and purchases, campaign by
+	// campaign in id order.
 	idx := make([]int, len(evs))
 	for i := range idx {
 		idx[i] = i
@@ -257,7 +259,8 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 func (s *Store) confirmOne(ctx context.Context, tx *sqlx.Tx, e events.Event, limits map[string]int64, now int64) (Result, error) {
 	limit, ok := limits[e.CampaignID]
 	if !ok {
-		err := tx.GetContext(ctx, &limit, tx.Rebind(`SELECT per_user_limit FROM campaigns WHERE id = ?`), e.CampaignID)
+		var err error
+		limit, err = s.lockCampaign(ctx, tx, e.CampaignID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return Result{Reason: string(events.CampaignNotFound)}, nil
 		}
@@ -334,8 +337,20 @@ func (s *Store) FailOrder(ctx context.Context, e events.Event, reason string) (O
 // unchanged.
 func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) {
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		var campaign string
+		err := tx.GetContext(ctx, &campaign, tx.Rebind(`SELECT campaign_id FROM orders WHERE order_id = ?`), orderID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		// The campaign's lock comes before the order's, as in ConfirmOrders.
+		if _, err := s.lockCampaign(ctx, tx, campaign); err != nil {
+			return err
+		}
 		var o Order
-		err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'refunded', updated_at_ms = ?
+		err = tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'refunded', updated_at_ms = ?
 			WHERE order_id = ? AND status = 'confirmed' RETURNING *`), time.Now().UnixMilli(), orderID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
@@ -354,6 +369,22 @@ func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) 
 		return Order{}, fmt.Errorf("refund order %s: %w", orderID, err)
 	}
 	return s.Order(ctx, orderID)
+}
+
+// lockCampaign returns the campaign's per-user limit and, on PostgreSQL, holds the campaign's
+// row lock until tx ends (sql.ErrNoRows if there is no such campaign). Every transaction that
+// writes an order, a purchase or sold takes this lock first, so concurrent transactions queue on
+// it instead of deadlocking on each other's order rows: without it, a batch holding the row
+// (from its sold update) waits on an order another batch inserted, which waits on the row.
+// SQLite has a single writer and no row locks.
+func (s *Store) lockCampaign(ctx context.Context, tx *sqlx.Tx, id string) (int64, error) {
+	q := `SELECT per_user_limit FROM campaigns WHERE id = ?`
+	if !s.sqlite {
+		q += ` FOR UPDATE`
+	}
+	var limit int64
+	err := tx.GetContext(ctx, &limit, tx.Rebind(q), id)
+	return limit, err
 }
 
 // inTx runs fn in a transaction and commits it, or rolls it back if fn fails.

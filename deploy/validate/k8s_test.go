@@ -99,7 +99,7 @@ func checkBundle(b *bundle) problems {
 		}
 		if _, isJob := m.obj.(*batchv1.Job); !isJob {
 			if ok, err := selects(sel, tmpl.Labels); err != nil || !ok {
-				probs.addf("%s: selector %v does not match the template labels %v (%v)", m, sel, tmpl.Labels, err)
+				probs.addf("%s: selector %s does not match the template labels %v (%v)", m, metav1.FormatLabelSelector(sel), tmpl.Labels, err)
 			}
 		}
 	}
@@ -110,7 +110,7 @@ func checkBundle(b *bundle) problems {
 	for _, m := range b.find("policy/v1/PodDisruptionBudget") {
 		pdb := m.obj.(*policyv1.PodDisruptionBudget)
 		if len(selectedWorkloads(b, pdb.Spec.Selector)) == 0 {
-			probs.addf("%s: selector %v selects no Deployment or StatefulSet", m, pdb.Spec.Selector)
+			probs.addf("%s: selector %s selects no Deployment or StatefulSet", m, metav1.FormatLabelSelector(pdb.Spec.Selector))
 		}
 	}
 

@@ -85,3 +85,8 @@ func Topics(tb testing.TB, brokers []string) events.Topics {
 	}
 	return t
 }
+
+// IsReal reports whether brokers are the real test broker's.
+func IsReal(brokers []string) bool {
+	return strings.Join(brokers, ",") == os.Getenv(BrokersEnv)
+}

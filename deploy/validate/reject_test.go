@@ -1,0 +1,138 @@
+package validate
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/fstest"
+)
+
+// These tests break a copy of the real files in one way each and expect the
+// checks to say so: a check that accepts everything would pass the tests above.
+
+// k8sFiles copies deploy/k8s into memory.
+func k8sFiles(tb testing.TB) fstest.MapFS {
+	tb.Helper()
+	fsys := fstest.MapFS{}
+	root := os.DirFS(k8sDir(tb))
+	err := fs.WalkDir(root, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(root, p)
+		fsys[p] = &fstest.MapFile{Data: data}
+		return err
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fsys
+}
+
+func TestK8sRejects(t *testing.T) {
+	edit := func(file, old, new string) func(testing.TB, fstest.MapFS) {
+		return func(tb testing.TB, fsys fstest.MapFS) {
+			tb.Helper()
+			fsys[file] = &fstest.MapFile{Data: []byte(mustReplace(tb, string(fsys[file].Data), old, new))}
+		}
+	}
+	tests := []struct {
+		name   string
+		break_ func(testing.TB, fstest.MapFS)
+		want   string
+	}{
+		{"misspelled field", edit("api-deployment.yaml", "readinessProbe:", "readinesProbe:"), `unknown field "spec.template.spec.containers[0].readinesProbe"`},
+		{"field in the wrong case", edit("consumer-deployment.yaml", "containerPort:", "ContainerPort:"), "unknown field"},
+		{"duplicate key", edit("api-deployment.yaml", "  replicas: 3\n", "  replicas: 3\n  replicas: 2\n"), "already set"},
+		{"unquoted number in a ConfigMap", edit("configmap.yaml", `SECKILL_PARTITIONS: "12"`, "SECKILL_PARTITIONS: 12"), "cannot unmarshal number"},
+		{"unknown kind", edit("api-service.yaml", "apiVersion: v1\nkind: Service", "apiVersion: networking.k8s.io/v1\nkind: Ingress"), "unexpected kind networking.k8s.io/v1/Ingress"},
+		{"unknown kustomization field", edit("kustomization.yaml", "images:", "imagez:"), `unknown field "imagez"`},
+		{"file not listed", func(_ testing.TB, fsys fstest.MapFS) {
+			fsys["extra.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n")}
+		}, "extra.yaml: not listed in kustomization.yaml"},
+		{"listed file missing", func(_ testing.TB, fsys fstest.MapFS) { delete(fsys, "api-pdb.yaml") }, "resource api-pdb.yaml does not exist"},
+		{"infra file not listed", edit("infra/kustomization.yaml", "  - redis.yaml\n", ""), "infra/redis.yaml: not listed"},
+		{"ConfigMap key missing", edit("configmap.yaml", "SECKILL_BATCH_SIZE:", "SECKILL_BATCHSIZE:"), "reads key SECKILL_BATCH_SIZE, which ConfigMap seckill-config lacks"},
+		{"Secret missing", edit("kustomization.yaml", "  - secret.yaml\n", ""), "reads Secret seckill-secrets, which is not in ."},
+		{"probe on an undeclared port", edit("api-deployment.yaml", "port: http", "port: web"), "readiness probe port web is not a declared container port"},
+		{"probe on another port than the listener", edit("compensator-deployment.yaml", `value: ":9090"`, `value: ":9091"`), "listens on 9091"},
+		{"selector misses the template", edit("consumer-deployment.yaml", "    matchLabels:\n      app.kubernetes.io/name: seckill", "    matchLabels:\n      app.kubernetes.io/name: seckil"), "does not match the template labels"},
+		{"Service targets an undeclared port", edit("api-service.yaml", "targetPort: http", "targetPort: grpc"), "targets grpc"},
+		{"StatefulSet without its headless Service", edit("infra/redis.yaml", "serviceName: redis-headless", "serviceName: redis-hl"), `serviceName "redis-hl" is not a Service`},
+		{"role on another image", edit("compensator-deployment.yaml", "image: seckill", "image: busybox:1.36"), `image "busybox:1.36", want the seckill image`},
+		{"role without Kafka", edit("consumer-deployment.yaml", "- name: SECKILL_KAFKA_BROKERS", "- name: SECKILL_KAFKA_BROKER"), "lacks env SECKILL_KAFKA_BROKERS"},
+		{"short grace period", edit("consumer-deployment.yaml", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 5"), "terminationGracePeriodSeconds must be 30"},
+		{"api without 3 replicas", edit("api-deployment.yaml", "replicas: 3", "replicas: 1"), "want 3 replicas"},
+		{"real secret committed", edit("secret.yaml", "REPLACE_ME-admin-token", "s3cr3t"), "SECKILL_ADMIN_TOKEN is not a REPLACE_ME placeholder"},
+		{"privilege escalation", edit("migrate-job.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true"), "allowPrivilegeEscalation is not false"},
+		{"broker not in infra", edit("configmap.yaml", "SECKILL_KAFKA_BROKERS: kafka:9092", "SECKILL_KAFKA_BROKERS: kafka:9094"), "points at kafka:9094"},
+		{"PostgreSQL password mismatch", edit("infra/postgres-secret.yaml", "POSTGRES_PASSWORD: REPLACE_ME", "POSTGRES_PASSWORD: REPLACE_ME-too"), "password does not match"},
+		{"infra in another namespace", edit("infra/kustomization.yaml", "namespace: seckill", "namespace: data"), "namespace data, want seckill"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fsys := k8sFiles(t)
+			tt.break_(t, fsys)
+			bundles, probs, err := loadBundles(fsys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			expectProblem(t, append(probs, checkK8s(bundles)...), tt.want)
+		})
+	}
+}
+
+func TestComposeRejects(t *testing.T) {
+	tests := []struct {
+		name, old, new, want string
+	}{
+		{"misspelled key", "    healthcheck:\n      test: [\"CMD\", \"redis-cli\"", "    healthchek:\n      test: [\"CMD\", \"redis-cli\"", "healthchek"},
+		{"migrate not awaited", "      condition: service_completed_successfully", "      condition: service_started", "depends_on"},
+		{"api port not published", `"8080:8080"`, `"18080:8080"`, "api must publish 8080:8080"},
+		{"role without Kafka", `SECKILL_BATCH_SIZE: "500"`, "SECKILL_BATCH_SIZE: \"500\"\n      SECKILL_KAFKA_BROKERS: \"\"", "consumer lacks SECKILL_KAFKA_BROKERS"},
+		{"role from another Dockerfile", `command: ["api"]`, "command: [\"api\"]\n    build:\n      context: ..\n      dockerfile: deploy/api.Dockerfile", `api builds "deploy/api.Dockerfile"`},
+		{"wrong role", `command: ["compensator"]`, `command: ["consumer"]`, "compensator command"},
+		{"migrate restarts", "    restart: \"no\"\n", "", "migrate restart"},
+		{"PostgreSQL password mismatch", "seckill:seckill@postgres", "seckill:other@postgres", "does not match the postgres service"},
+		{"Redis fsync off", `"--appendfsync", "everysec"`, `"--appendfsync", "no"`, "--appendfsync everysec"},
+		{"broker not advertised", "SECKILL_KAFKA_BROKERS: kafka:9092", "SECKILL_KAFKA_BROKERS: kafka:29092", `broker "kafka:29092"`},
+		{"waits on a service without healthcheck", `test: ["CMD", "/healthcheck", "http://127.0.0.1:8080/readyz"]`, "disable: true", "waits for api to be healthy, but api has no healthcheck"},
+	}
+	content := string(readDeployFile(t, "compose.yaml"))
+	repoRoot := filepath.Dir(deployDir(t))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var probs problems
+			p, err := loadCompose(t, []byte(mustReplace(t, content, tt.old, tt.new)), nil)
+			if err != nil {
+				probs.addf("%v", err)
+			} else {
+				probs = checkCompose(p, repoRoot)
+			}
+			expectProblem(t, probs, tt.want)
+		})
+	}
+}
+
+func TestDockerfileRejects(t *testing.T) {
+	tests := []struct {
+		name, old, new, want string
+	}{
+		{"root user", "USER 65532:65532", "USER root", "runs as \"root\""},
+		{"root uid", "USER 65532:65532", "USER 0:0", "runs as \"0:0\""},
+		{"other base image", "FROM gcr.io/distroless/static-debian12:nonroot\n", "FROM gcr.io/distroless/static-debian12\n", "final stage FROM gcr.io/distroless/static-debian12,"},
+		{"shell-form entrypoint", `ENTRYPOINT ["/seckill"]`, "ENTRYPOINT /seckill", "ENTRYPOINT"},
+		{"other entrypoint", `ENTRYPOINT ["/seckill"]`, `ENTRYPOINT ["/bin/seckill"]`, "ENTRYPOINT"},
+		{"cgo on", "ENV CGO_ENABLED=0", "ENV CGO_ENABLED=1", "CGO_ENABLED=0"},
+		{"not trimmed", `go build -trimpath -ldflags "-s -w" -o /out/seckill`, `go build -o /out/seckill`, "-trimpath"},
+		{"metrics port not exposed", "EXPOSE 8080 9090", "EXPOSE 8080", "does not EXPOSE 9090"},
+		{"binary not copied", "COPY --from=build /out/seckill /seckill", "COPY --from=build /out/seckill /usr/bin/seckill", "must COPY /seckill"},
+	}
+	src := string(readDeployFile(t, "Dockerfile"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			expectProblem(t, checkDockerfile([]byte(mustReplace(t, src, tt.old, tt.new))), tt.want)
+		})
+	}
+}
