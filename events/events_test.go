@@ -409,6 +409,20 @@ func TestErrorString(t *testing.T) {
 	}
 }
 
+func TestTopics(t *testing.T) {
+	got := events.NewTopics(events.DefaultPrefix)
+	want := events.Topics{Requested: "seckill.orders.requested", Results: "seckill.orders.results", DLQ: "seckill.orders.dlq"}
+	if got != want {
+		t.Errorf("NewTopics(%q) = %+v, want %+v", events.DefaultPrefix, got, want)
+	}
+	if all := got.All(); len(all) != 3 || all[0] != want.Requested || all[1] != want.Results || all[2] != want.DLQ {
+		t.Errorf("All() = %v", all)
+	}
+	if k := string(events.Key(golden[0].event)); k != "singles-day/user-42" {
+		t.Errorf("Key = %q, want campaign/user", k)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	for _, g := range golden {
 		b, err := events.Encode(g.event)
@@ -419,6 +433,7 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"OrderRequested","version":1,"order_id":"c.x","campaign_id":"c","user_id":"u","quantity":1,"occurred_at":"2025-01-01T00:00:00+05:30"}`))
 	f.Add([]byte(`{"type":"OrderFailed","version":1,"order_id":"c.x","campaign_id":"c","user_id":"\u00ff\ud800","quantity":9007199254740993}`))
+	f.Add([]byte(`{"type":"OrderRefunded","version":1,"order_id":"c.x","campaign_id":"c","user_id":"u","quantity":1,"occurred_at":"0000-01-01T00:00:00+01:00","deadline":"9999-12-31T23:59:59-23:59"}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
