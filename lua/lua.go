@@ -88,33 +88,20 @@ type Campaign struct {
 // LoadCampaign makes c sellable unless Redis has it already; it reports whether it loaded.
 func (r *Redis) LoadCampaign(ctx context.Context, c Campaign) (bool, error) {
 	k := KeysOf(c.ID)
-	if len(c.Holdings) > 0 {
-		if n, err := r.rdb.Exists(ctx, k.Meta).Result(); err != nil || n == 1 {
-			return false, err
-		}
-		// Written before the meta hash, which is what makes the campaign sellable.
-		pipe := r.rdb.Pipeline()
-		pipe.Del(ctx, k.Buyers)
-		args := make([]any, 0, 1000)
-		for user, n := range c.Holdings {
-			args = append(args, user, n)
-			if len(args) == cap(args) {
-				pipe.HSet(ctx, k.Buyers, args...)
-				args = args[:0]
-			}
-		}
-		if len(args) > 0 {
-			pipe.HSet(ctx, k.Buyers, args...)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return false, fmt.Errorf("load campaign %s: holdings: %w", c.ID, err)
-		}
-	}
 	var ends int64
 	if !c.EndsAt.IsZero() {
 		ends = c.EndsAt.UnixMilli()
 	}
-	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, c.StartsAt.UnixMilli(), ends).Int()
+	// The holdings travel with the load, in one script: written apart from it, a second loader
+	// could overwrite what buyers took from the copy the first one loaded.
+	args := make([]any, 0, 4+2*len(c.Holdings))
+	args = append(args, c.Remaining, c.Limit, c.StartsAt.UnixMilli(), ends)
+	for user, n := range c.Holdings {
+		if n > 0 {
+			args = append(args, user, n)
+		}
+	}
+	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta, k.Buyers}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("load campaign %s: %w", c.ID, err)
 	}

@@ -187,6 +187,13 @@ func parseRecord(tb testing.TB, raw string) record {
 // reservations, scored by their deadlines.
 func checkInvariants(tb testing.TB, rdb redis.Cmdable, campaign string, stock, limit int64) map[string]record {
 	tb.Helper()
+	return checkRebuilt(tb, rdb, campaign, stock, limit, nil)
+}
+
+// checkRebuilt is checkInvariants for a campaign loaded with stock remaining units and holdings:
+// units its buyers held before, which count towards their limits but have no record in Redis.
+func checkRebuilt(tb testing.TB, rdb redis.Cmdable, campaign string, stock, limit int64, holdings map[string]int64) map[string]record {
+	tb.Helper()
 	s := readState(tb, rdb, campaign)
 	remaining, err := strconv.ParseInt(s.Stock, 10, 64)
 	if err != nil {
@@ -196,7 +203,10 @@ func checkInvariants(tb testing.TB, rdb redis.Cmdable, campaign string, stock, l
 		tb.Errorf("I4: remaining = %d < 0", remaining)
 	}
 	recs := make(map[string]record, len(s.Res))
-	held := map[string]int64{}
+	held := maps.Clone(holdings)
+	if held == nil {
+		held = map[string]int64{}
+	}
 	deadlines := map[string]float64{}
 	var taken int64
 	for id, raw := range s.Res {
@@ -296,6 +306,7 @@ func TestScripts(t *testing.T) {
 		run  func(*testing.T, *backend)
 	}{
 		{"LoadCampaignOnce", testLoadCampaignOnce},
+		{"LoadCampaignWithHoldings", testLoadCampaignWithHoldings},
 		{"RemainingReportsExistence", testRemainingReportsExistence},
 		{"ReserveRecordsPending", testReserveRecordsPending},
 		{"DuplicateOrderID", testDuplicateOrderID},
@@ -349,6 +360,39 @@ func testLoadCampaignOnce(t *testing.T, b *backend) {
 	reserve(t, b.r, id, "bob", 3, time.Minute)
 	wantRemaining(t, b.r, id, 5)
 	checkInvariants(t, b.rdb, id, 10, 3)
+}
+
+// testLoadCampaignWithHoldings: a campaign rebuilt from the store keeps its buyers' limits.
+func testLoadCampaignWithHoldings(t *testing.T, b *backend) {
+	ctx := t.Context()
+	holdings := map[string]int64{"alice": 2, "b|ob:ü": 3}
+	id := newCampaignID()
+	deleteCampaign(t, b.rdb, id)
+	// Leftovers of the lost campaign must not count.
+	if err := b.rdb.HSet(ctx, lua.KeysOf(id).Buyers, "alice", 1, "carol", 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := lua.Campaign{ID: id, Remaining: 5, Limit: 3, StartsAt: b.now().Add(-time.Hour), Holdings: maps.Clone(holdings)}
+	c.Holdings["dave"] = 0 // a buyer whose orders were all refunded holds nothing
+	if loaded, err := b.r.LoadCampaign(ctx, c); err != nil || !loaded {
+		t.Fatalf("LoadCampaign = %v, %v; want true", loaded, err)
+	}
+	checkRebuilt(t, b.rdb, id, 5, 3, holdings)
+	_, err := b.r.Reserve(ctx, id, events.NewOrderID(id), "alice", 2, time.Minute)
+	wantCode(t, err, events.LimitExceeded, "alice holding 2 buys 2")
+	_, err = b.r.Reserve(ctx, id, events.NewOrderID(id), "b|ob:ü", 1, time.Minute)
+	wantCode(t, err, events.LimitExceeded, "bob holding 3 buys 1")
+	reserve(t, b.r, id, "alice", 1, time.Minute)
+	reserve(t, b.r, id, "carol", 3, time.Minute)
+
+	// Another host's late rebuild changes nothing: the campaign is on sale already.
+	before := readState(t, b.rdb, id)
+	c.Holdings = map[string]int64{"alice": 1}
+	if loaded, err := b.r.LoadCampaign(ctx, c); err != nil || loaded {
+		t.Fatalf("second LoadCampaign = %v, %v; want false", loaded, err)
+	}
+	assertUnchanged(t, b.rdb, id, before, "second LoadCampaign with holdings")
+	checkRebuilt(t, b.rdb, id, 5, 3, holdings)
 }
 
 func testRemainingReportsExistence(t *testing.T, b *backend) {
@@ -981,6 +1025,72 @@ func TestReserveRace(t *testing.T) {
 	}
 	if ids, err := r.Expired(ctx, id, 10); err != nil || len(ids) != 0 {
 		t.Errorf("Expired = %v, %v; want none", ids, err)
+	}
+}
+
+// TestLoadCampaignRace rebuilds one campaign from many api hosts at once while buyers already
+// buy from the first copy loaded: a late loader must not overwrite what they hold.
+func TestLoadCampaignRace(t *testing.T) {
+	const (
+		loaders = 16
+		buyers  = 16
+		rounds  = 20
+	)
+	rdb := luatest.MustRedis(t)
+	r := lua.New(rdb)
+	ctx := t.Context()
+	holdings := map[string]int64{"early": 1, "late|:": 2}
+	for range rounds {
+		id := newCampaignID()
+		deleteCampaign(t, rdb, id)
+		c := lua.Campaign{ID: id, Remaining: 1000, Limit: 3, StartsAt: time.Now().Add(-time.Hour), Holdings: holdings}
+		var (
+			wg     sync.WaitGroup
+			loaded atomic.Int32
+			done   atomic.Bool
+			start  = make(chan struct{})
+		)
+		for range loaders {
+			wg.Go(func() {
+				<-start
+				ok, err := r.LoadCampaign(ctx, c)
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					loaded.Add(1)
+				}
+			})
+		}
+		var buying sync.WaitGroup
+		for i := range buyers {
+			buying.Go(func() {
+				<-start
+				user := "buyer-" + strconv.Itoa(i)
+				for n := 0; n < 3 && !done.Load(); {
+					_, err := r.Reserve(ctx, id, events.NewOrderID(id), user, 1, time.Minute)
+					switch events.ErrorCode(err) {
+					case "":
+						n++
+					case events.CampaignNotFound:
+					default:
+						t.Errorf("Reserve: %v", err)
+						return
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		done.Store(true)
+		buying.Wait()
+		if n := loaded.Load(); n != 1 {
+			t.Errorf("%d of %d concurrent loads loaded, want 1", n, loaders)
+		}
+		checkRebuilt(t, rdb, id, 1000, 3, holdings)
+		if t.Failed() {
+			return
+		}
 	}
 }
 
