@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
@@ -32,6 +35,7 @@ type pipeline struct {
 	topics  events.Topics
 	store   *store.Store
 	redis   *lua.Redis
+	spec    *openapi3.T
 }
 
 func startPipeline(t *testing.T, brokers []string) *pipeline {
@@ -52,6 +56,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 			"--log-format", "text",
 		},
 		redis: lua.New(rdb),
+		spec:  apitest.LoadSpec(t),
 	}
 	p.mustRun(t, "migrate")
 	p.store = storetest.MustOpen(t, pgURL)
@@ -126,7 +131,9 @@ func (p *pipeline) do(t *testing.T, method, path string, header map[string]strin
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// Every exchange of the end-to-end tests is checked against api/openapi.yaml.
+	client := &http.Client{Transport: apitest.Transport(t, p.spec, nil)}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -55,6 +55,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 		body.Error.Code, body.Error.Message = codeMethodNotAllowed, "method not allowed on this route"
 	case errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge:
 		body.Error.Code, body.Error.Message = events.Invalid, "request body too large"
+	case events.ErrorCode(err) == events.Internal:
+		// Not one of ours: a dependency failed (handler panics arrive as *events.Error).
+		body.Error.Code, body.Error.Message = events.Unavailable, "a dependency is unavailable; the request changed nothing, try again"
 	default:
 		body.Error.Code, body.Error.Message = events.ErrorCode(err), events.ErrorMessage(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -80,7 +81,7 @@ func (s *Server) createCampaign(c echo.Context) error {
 		return events.Errorf(events.Invalid, "id must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit")
 	}
 	switch {
-	case camp.Name == "" || len(camp.Name) > 200:
+	case camp.Name == "" || utf8.RuneCountInString(camp.Name) > 200:
 		return events.Errorf(events.Invalid, "name must be 1 to 200 characters")
 	case req.Stock == nil || *req.Stock < 0 || *req.Stock > maxStock:
 		return events.Errorf(events.Invalid, "stock must be a whole number from 0 to %d", int64(maxStock))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -96,6 +97,12 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.Use(countRequests)
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
+		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+			s.cfg.Logger.Error("handler panicked", "path", c.Request().URL.Path, "err", err, "stack", string(stack))
+			return events.Errorf(events.Internal, "internal error")
+		},
+	}))
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
