@@ -25,6 +25,12 @@ type Config struct {
 	// SweepInterval is how often the sweeper looks for reservations past their deadline.
 	// Default: 5s.
 	SweepInterval time.Duration
+	// GuardInterval is how often the compensator checks that Redis still has its data.
+	// Default: 1s.
+	GuardInterval time.Duration
+	// RebuildGrace is how long a rebuild waits after freezing for purchases in flight to reach
+	// Kafka or fail: at least the api's produce timeout. Default: 6s.
+	RebuildGrace time.Duration
 	// Logger receives progress and errors. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -34,10 +40,16 @@ func (c *Config) setDefaults() {
 		c.Topics = events.NewTopics(events.DefaultPrefix)
 	}
 	if c.Group == "" {
-		c.Group = c.Topics.DLQ + ".compensator"
+		c.Group = c.Topics.CompensatorGroup()
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 5 * time.Second
+	}
+	if c.GuardInterval <= 0 {
+		c.GuardInterval = time.Second
+	}
+	if c.RebuildGrace <= 0 {
+		c.RebuildGrace = 6 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -62,6 +74,11 @@ type Sweeper interface {
 	Expired(ctx context.Context, campaign string, limit int) ([]string, error)
 }
 
+// Locker takes lease locks.
+type Locker interface {
+	TryLock(ctx context.Context, name string, lease time.Duration) (*lua.Lock, error)
+}
+
 // Compensator consumes the dead-letter topic and runs the sweeper.
 type Compensator struct {
 	*Resolver
@@ -69,6 +86,9 @@ type Compensator struct {
 	cl        *kgo.Client
 	campaigns Campaigns
 	sweeper   Sweeper
+	locker    Locker
+	rebuilder Rebuilder
+	snapshots Snapshotter
 }
 
 // New returns a Compensator over the store and Redis.
@@ -94,6 +114,9 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 		cl:        cl,
 		campaigns: st,
 		sweeper:   r,
+		locker:    r,
+		rebuilder: r,
+		snapshots: st,
 	}, nil
 }
 
@@ -103,11 +126,13 @@ func (c *Compensator) Close() { c.cl.Close() }
 // Ping reports whether Kafka answers.
 func (c *Compensator) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 
-// Run consumes the DLQ and sweeps until ctx is canceled, finishing the work in hand first.
+// Run consumes the DLQ, sweeps, and guards Redis until ctx is canceled, finishing the work in
+// hand first.
 func (c *Compensator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.consumeDLQ(ctx) })
 	g.Go(func() error { return c.sweep(ctx) })
+	g.Go(func() error { return c.guard(ctx) })
 	return g.Wait()
 }
 
@@ -141,27 +166,57 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 	})
 }
 
-// sweep releases reservations past their deadline every SweepInterval.
+// sweep releases reservations past their deadline every SweepInterval, on one compensator at a
+// time: the holder of the sweeper's lease lock. Two sweepers would be safe (the store decides
+// every race) but would do all the work twice.
 func (c *Compensator) sweep(ctx context.Context) error {
+	name := c.cfg.Topics.Prefix + ".sweeper"
+	lease := max(3*c.cfg.SweepInterval, time.Second)
+	for {
+		lock, err := c.locker.TryLock(ctx, name, lease)
+		switch {
+		case err == nil:
+			fence := store.Fence{Name: name, Token: lock.Fence}
+			c.cfg.Logger.Info("sweeping as lease holder", "fence", lock.Fence)
+			err = lock.Hold(ctx, func(ctx context.Context) error { return c.sweepWhileHeld(ctx, fence) })
+			if ctx.Err() == nil {
+				c.cfg.Logger.Warn("sweeper lease ended", "fence", lock.Fence, "err", err)
+			}
+		case !errors.Is(err, lua.ErrLockHeld) && ctx.Err() == nil:
+			c.cfg.Logger.Warn("sweeper lock", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(c.cfg.SweepInterval):
+		}
+	}
+}
+
+func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) error {
 	t := time.NewTicker(c.cfg.SweepInterval)
 	defer t.Stop()
 	for {
+		n, err := c.SweepOnce(ctx, fence)
+		if errors.Is(err, store.ErrStaleFence) {
+			return err // a later holder has written: this one must stop at once
+		}
+		if err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("sweep failed", "err", err)
+		} else if n > 0 {
+			c.cfg.Logger.Info("swept expired reservations", "count", n)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		if n, err := c.SweepOnce(context.WithoutCancel(ctx)); err != nil {
-			c.cfg.Logger.Warn("sweep failed", "err", err)
-		} else if n > 0 {
-			c.cfg.Logger.Info("swept expired reservations", "count", n)
-		}
 	}
 }
 
 // SweepOnce fails every reservation past its deadline that the consumer has not confirmed, and
-// returns how many it resolved.
-func (c *Compensator) SweepOnce(ctx context.Context) (int, error) {
+// returns how many it resolved. fence is the sweeper lock's token (zero: unfenced).
+func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, error) {
 	cs, err := c.campaigns.Campaigns(ctx)
 	if err != nil {
 		return 0, err
@@ -179,7 +234,7 @@ func (c *Compensator) SweepOnce(ctx context.Context) (int, error) {
 			if err != nil {
 				return n, err
 			}
-			if _, err := c.Fail(ctx, reservationEvent(res), events.ReasonExpired, "sweeper"); err != nil {
+			if _, err := c.FailFenced(ctx, reservationEvent(res), events.ReasonExpired, "sweeper", fence); err != nil {
 				return n, err
 			}
 			n++

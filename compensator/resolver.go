@@ -16,7 +16,7 @@ import (
 // Store is the part of the store the compensator needs.
 type Store interface {
 	Order(ctx context.Context, id string) (store.Order, error)
-	FailOrder(ctx context.Context, e events.Event, reason string) (store.Order, error)
+	FailOrderFenced(ctx context.Context, e events.Event, reason string, f store.Fence) (store.Order, error)
 	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
 }
 
@@ -50,7 +50,13 @@ type Resolver struct {
 // Fail resolves the order of e as failed for reason, unless the consumer confirmed it first, and
 // returns the order's final row. source labels the metrics.
 func (r *Resolver) Fail(ctx context.Context, e events.Event, reason, source string) (store.Order, error) {
-	o, err := r.Store.FailOrder(ctx, e, reason)
+	return r.FailFenced(ctx, e, reason, source, store.Fence{})
+}
+
+// FailFenced is Fail for the holder of a lease lock: the store refuses the write with
+// store.ErrStaleFence once a later holder has written.
+func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, source string, f store.Fence) (store.Order, error) {
+	o, err := r.Store.FailOrderFenced(ctx, e, reason, f)
 	if err != nil {
 		return o, err
 	}

@@ -34,7 +34,7 @@ func (c *Config) setDefaults() {
 		c.Topics = events.NewTopics(events.DefaultPrefix)
 	}
 	if c.Group == "" {
-		c.Group = c.Topics.Requested + ".consumer"
+		c.Group = c.Topics.ConsumerGroup()
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 500

@@ -411,9 +411,12 @@ func TestErrorString(t *testing.T) {
 
 func TestTopics(t *testing.T) {
 	got := events.NewTopics(events.DefaultPrefix)
-	want := events.Topics{Requested: "seckill.orders.requested", Results: "seckill.orders.results", DLQ: "seckill.orders.dlq"}
+	want := events.Topics{Prefix: "seckill", Requested: "seckill.orders.requested", Results: "seckill.orders.results", DLQ: "seckill.orders.dlq"}
 	if got != want {
 		t.Errorf("NewTopics(%q) = %+v, want %+v", events.DefaultPrefix, got, want)
+	}
+	if got.ConsumerGroup() != "seckill.orders.requested.consumer" || got.CompensatorGroup() != "seckill.orders.dlq.compensator" {
+		t.Errorf("groups %q, %q", got.ConsumerGroup(), got.CompensatorGroup())
 	}
 	if all := got.All(); len(all) != 3 || all[0] != want.Requested || all[1] != want.Results || all[2] != want.DLQ {
 		t.Errorf("All() = %v", all)

@@ -1,9 +1,13 @@
 package events
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -55,4 +59,42 @@ func Header(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// Lag returns how many records of topic the group has not committed yet, summed over
+// partitions; a partition the group never committed counts from its log start.
+func Lag(ctx context.Context, adm *kadm.Client, topic, group string) (int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lag of %s on %s: end offsets: %w", group, topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lag of %s on %s: start offsets: %w", group, topic, err)
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		err = nil // a group that never committed (kfake says so; Kafka answers with no offsets)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lag of %s on %s: committed offsets: %w", group, topic, err)
+	}
+	var lag int64
+	ends.Each(func(end kadm.ListedOffset) {
+		at := int64(0)
+		if s, ok := starts.Lookup(end.Topic, end.Partition); ok {
+			at = s.Offset
+		}
+		if c, ok := committed.Lookup(end.Topic, end.Partition); ok && c.Err == nil && c.At >= at {
+			at = c.At
+		}
+		lag += max(0, end.Offset-at)
+	})
+	return lag, nil
 }

@@ -11,6 +11,7 @@ import (
 
 // Topics names the three topics. Tests give each run its own prefix so they can share a broker.
 type Topics struct {
+	Prefix    string // names the deployment: its topics, consumer groups, locks and Redis epoch
 	Requested string // OrderRequested, keyed by campaign/user
 	Results   string // OrderConfirmed, OrderFailed, OrderRefunded
 	DLQ       string // OrderRequested events the consumer could not persist, with the reason in headers
@@ -22,11 +23,18 @@ const DefaultPrefix = "seckill"
 // NewTopics returns the topic names under prefix ("seckill" gives "seckill.orders.requested").
 func NewTopics(prefix string) Topics {
 	return Topics{
+		Prefix:    prefix,
 		Requested: prefix + ".orders.requested",
 		Results:   prefix + ".orders.results",
 		DLQ:       prefix + ".orders.dlq",
 	}
 }
+
+// ConsumerGroup is the consumer's group, whose lag tells when the store holds every order.
+func (t Topics) ConsumerGroup() string { return t.Requested + ".consumer" }
+
+// CompensatorGroup is the compensator's group on the DLQ.
+func (t Topics) CompensatorGroup() string { return t.DLQ + ".compensator" }
 
 // All returns the topic names.
 func (t Topics) All() []string { return []string{t.Requested, t.Results, t.DLQ} }

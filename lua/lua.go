@@ -25,14 +25,27 @@ var (
 	expiredSrc string
 	//go:embed load.lua
 	loadSrc string
+	//go:embed restore.lua
+	restoreSrc string
+	//go:embed lock_acquire.lua
+	lockAcquireSrc string
+	//go:embed lock_renew.lua
+	lockRenewSrc string
+	//go:embed lock_release.lua
+	lockReleaseSrc string
 
 	reserveScript = redis.NewScript(reserveSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	confirmScript = redis.NewScript(confirmSrc)
 	expiredScript = redis.NewScript(expiredSrc)
 	loadScript    = redis.NewScript(loadSrc)
+	restoreScript = redis.NewScript(restoreSrc)
+	lockAcquire   = redis.NewScript(lockAcquireSrc)
+	lockRenew     = redis.NewScript(lockRenewSrc)
+	lockRelease   = redis.NewScript(lockReleaseSrc)
 
-	scripts = []*redis.Script{reserveScript, releaseScript, confirmScript, expiredScript, loadScript}
+	scripts = []*redis.Script{reserveScript, releaseScript, confirmScript, expiredScript, loadScript,
+		restoreScript, lockAcquire, lockRenew, lockRelease}
 )
 
 // Keys are the Redis keys of one campaign.
@@ -41,7 +54,7 @@ type Keys struct {
 	Buyers  string // hash user -> units held (pending + confirmed)
 	Res     string // hash order id -> reservation
 	Pending string // sorted set of pending order ids by deadline (ms)
-	Meta    string // hash: limit, starts_ms, ends_ms
+	Meta    string // hash: limit, starts_ms, ends_ms, and frozen while a rebuild runs
 }
 
 // KeysOf returns the keys of campaign; they share one hash tag.
@@ -148,6 +161,8 @@ func (r *Redis) Reserve(ctx context.Context, campaign, orderID, user string, qty
 			return Reservation{}, fmt.Errorf("reserve campaign %s: %w", campaign, err)
 		}
 		return first, nil
+	case "frozen":
+		return res, events.Errorf(events.Unavailable, "campaign %q is paused while its stock is restored; try again in a few seconds", campaign)
 	case string(events.CampaignNotFound):
 		return res, events.Errorf(events.CampaignNotFound, "campaign %q not found", campaign)
 	case string(events.SoldOut):

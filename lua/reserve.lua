@@ -3,8 +3,12 @@
 -- ARGV: 1 order id, 2 user id, 3 quantity, 4 reservation ttl in ms
 -- Returns {status, remaining, deadline_ms}; status is "ok", "duplicate" (this order id was
 -- reserved before: nothing changes, and a fourth element holds the first reservation's record),
--- or an error code for the caller to map.
-local meta = redis.call('HMGET', KEYS[5], 'limit', 'starts_ms', 'ends_ms')
+-- "frozen", or an error code for the caller to map.
+local meta = redis.call('HMGET', KEYS[5], 'limit', 'starts_ms', 'ends_ms', 'frozen')
+-- A frozen campaign is being rebuilt from the store after Redis lost data: sell nothing.
+if meta[4] then
+  return {'frozen', 0, 0}
+end
 if not meta[1] then
   return {'campaign_not_found', 0, 0}
 end

@@ -30,4 +30,9 @@ var migrations = []string{
 		bought      BIGINT NOT NULL CHECK (bought >= 0),
 		PRIMARY KEY (campaign_id, user_id)
 	);`,
+	// fences holds the latest fencing token each lease lock has written with.
+	`CREATE TABLE fences (
+		name  TEXT PRIMARY KEY,
+		token BIGINT NOT NULL
+	);`,
 }

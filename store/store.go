@@ -321,15 +321,55 @@ func (s *Store) confirmOne(ctx context.Context, tx *sqlx.Tx, e events.Event, lim
 // returns the order's row either way: the caller releases the reservation only when the row says
 // Failed, so a confirmed order is never released.
 func (s *Store) FailOrder(ctx context.Context, e events.Event, reason string) (Order, error) {
+	return s.FailOrderFenced(ctx, e, reason, Fence{})
+}
+
+// Fence is a fencing token from a lease lock (lua.Lock): tokens grow with every acquisition, so
+// a write carrying a token lower than one already seen comes from a holder whose lease ran out.
+type Fence struct {
+	Name  string // the lock's name; "" means unfenced
+	Token int64
+}
+
+// ErrStaleFence is returned by FailOrderFenced when a holder with a later token has written:
+// the caller lost its lease (a pause, a partition) and must stop acting on it.
+var ErrStaleFence = errors.New("stale fencing token: the lease passed to another holder")
+
+// FailOrderFenced is FailOrder for a lock holder: in the same transaction it records f as the
+// latest token of its lock, and refuses with ErrStaleFence if a later token was recorded first.
+func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason string, f Fence) (Order, error) {
 	now := time.Now().UnixMilli()
-	_, err := s.db.ExecContext(ctx, s.db.Rebind(`INSERT INTO orders
-		(order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
-		VALUES (?, ?, ?, ?, 'failed', ?, ?, ?) ON CONFLICT (order_id) DO NOTHING`),
-		e.OrderID, e.CampaignID, e.UserID, e.Quantity, reason, e.OccurredAt.UnixMilli(), now)
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if f.Name != "" {
+			n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO fences (name, token) VALUES (?, ?)
+				ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE fences.token <= excluded.token`), f.Name, f.Token))
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return ErrStaleFence
+			}
+		}
+		_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO orders
+			(order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
+			VALUES (?, ?, ?, ?, 'failed', ?, ?, ?) ON CONFLICT (order_id) DO NOTHING`),
+			e.OrderID, e.CampaignID, e.UserID, e.Quantity, reason, e.OccurredAt.UnixMilli(), now)
+		return err
+	})
 	if err != nil {
 		return Order{}, fmt.Errorf("fail order %s: %w", e.OrderID, err)
 	}
 	return s.Order(ctx, e.OrderID)
+}
+
+// Confirmed returns the confirmed orders of a campaign, for rebuilding Redis.
+func (s *Store) Confirmed(ctx context.Context, campaign string) ([]Order, error) {
+	var os []Order
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status = 'confirmed'`), campaign)
+	if err != nil {
+		return nil, fmt.Errorf("confirmed orders of %s: %w", campaign, err)
+	}
+	return os, nil
 }
 
 // RefundOrder moves a confirmed order to refunded and takes its units off the campaign's and the

@@ -1,0 +1,343 @@
+package compensator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/lua/luatest"
+	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// env is a campaign on real Redis and PostgreSQL, with kfake topics of its own.
+type env struct {
+	ctx      context.Context
+	st       *store.Store
+	r        *lua.Redis
+	brokers  []string
+	topics   events.Topics
+	campaign string
+	stock    int64
+}
+
+func newEnv(t *testing.T, stock, limit int64) *env {
+	t.Helper()
+	e := &env{ctx: context.Background(), r: lua.New(luatest.MustRedis(t)), stock: stock}
+	e.st = storetest.MustOpen(t, storetest.PostgresURL(t))
+	e.brokers = kafkatest.Fake(t)
+	e.topics = kafkatest.Topics(t, e.brokers)
+	e.campaign = storetest.Name("comp")
+	now := time.Now()
+	if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: e.campaign, Name: "c", Stock: stock, PerUserLimit: limit,
+		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: e.campaign, Remaining: stock, Limit: limit, StartsAt: now.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	// A healthy deployment: its epoch belongs to this Redis server, so the guard leaves it be.
+	runID, _, err := e.r.Identity(e.ctx, e.topics.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.SetEpoch(e.ctx, e.topics.Prefix, runID+":test"); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) compensator(t *testing.T, cfg compensator.Config) *compensator.Compensator {
+	t.Helper()
+	cfg.Brokers, cfg.Topics = e.brokers, e.topics
+	c, err := compensator.New(cfg, e.st, e.r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// reserve makes n reservations of random quantities that expire after ttl, and returns their
+// OrderRequested events.
+func (e *env) reserve(t *testing.T, n int, ttl time.Duration) []events.Event {
+	t.Helper()
+	evs := make([]events.Event, n)
+	for i := range evs {
+		id := events.NewOrderID(e.campaign)
+		user := fmt.Sprintf("u%d", i)
+		qty := 1 + rand.IntN(3)
+		res, err := e.r.Reserve(e.ctx, e.campaign, id, user, qty, ttl)
+		if err != nil {
+			t.Fatalf("reserve %d: %v", i, err)
+		}
+		evs[i] = events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now().UTC(),
+			OrderID: id, CampaignID: e.campaign, UserID: user, Quantity: qty, Deadline: res.Deadline}
+	}
+	return evs
+}
+
+// check asserts that every order of evs is in one final state in both the store and Redis, and
+// that the stock is conserved: remaining + confirmed units = stock.
+func (e *env) check(t *testing.T, evs []events.Event) map[events.Status]int {
+	t.Helper()
+	states := map[events.Status]int{}
+	var confirmed int64
+	held := map[string]int64{}
+	for _, ev := range evs {
+		o, err := e.st.Order(e.ctx, ev.OrderID)
+		if err != nil {
+			t.Errorf("order %s: %v", ev.OrderID, err)
+			continue
+		}
+		res, err := e.r.Reservation(e.ctx, ev.OrderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[events.Status]string{events.Confirmed: "confirmed", events.Failed: "released", events.Refunded: "refunded"}[o.Status]
+		if res.State != want {
+			t.Errorf("order %s is %s in the store but %s in redis", ev.OrderID, o.Status, res.State)
+		}
+		states[o.Status]++
+		if o.Status == events.Confirmed {
+			confirmed += o.Quantity
+			held[o.UserID] += o.Quantity
+		}
+	}
+	remaining, _, err := e.r.Remaining(e.ctx, e.campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.st.Campaign(e.ctx, e.campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if remaining+confirmed != e.stock || c.Sold != confirmed {
+		t.Errorf("stock not conserved: remaining %d + confirmed %d != stock %d (store sold %d)", remaining, confirmed, e.stock, c.Sold)
+	}
+	buyers, err := e.r.Client().HGetAll(e.ctx, lua.KeysOf(e.campaign).Buyers).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for user, n := range held {
+		if buyers[user] != fmt.Sprint(n) {
+			t.Errorf("buyer %s holds %d confirmed units, redis counts %q", user, n, buyers[user])
+		}
+	}
+	if len(buyers) != len(held) {
+		t.Errorf("redis counts %d buyers, %d hold confirmed units", len(buyers), len(held))
+	}
+	return states
+}
+
+type nopProducer struct{}
+
+func (nopProducer) ProduceSync(_ context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	out := make(kgo.ProduceResults, len(rs))
+	for i, r := range rs {
+		out[i].Record = r
+	}
+	return out
+}
+
+// TestResolversRace lets the DLQ handler, the operator, the sweeper and the consumer hit the
+// same reservations at once: each ends in one state, and stock comes back exactly once.
+func TestResolversRace(t *testing.T) {
+	e := newEnv(t, 400, 10)
+	evs := e.reserve(t, 100, 50*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // all past their deadline: the sweeper wants them too
+	comp := e.compensator(t, compensator.Config{})
+	res := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: nopProducer{}, Results: e.topics.Results}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	run := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	for i, ev := range evs {
+		run(func() error { _, err := res.Fail(e.ctx, ev, events.ReasonStoreSoldOut, "dlq"); return err })
+		if i%3 == 0 {
+			run(func() error { _, err := res.Compensate(e.ctx, ev.OrderID); return err })
+		}
+		if i%2 == 0 {
+			run(func() error { // the consumer
+				out, err := e.st.ConfirmOrders(e.ctx, []events.Event{ev})
+				if err == nil && out[0].Status == events.Confirmed {
+					_, err = e.r.Confirm(e.ctx, ev.OrderID)
+				}
+				return err
+			})
+		}
+	}
+	for range 3 {
+		run(func() error { _, err := comp.SweepOnce(e.ctx, store.Fence{}); return err })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	states := e.check(t, evs)
+	t.Logf("final states: %v", states)
+	if states[events.Failed] == 0 {
+		t.Error("no order failed: the race did not happen")
+	}
+}
+
+// TestSweepers runs two compensators over the same expired reservations: each reservation is
+// released once, and a paused former lease holder cannot write.
+func TestSweepers(t *testing.T) {
+	t.Run("two compensators", func(t *testing.T) {
+		e := newEnv(t, 1000, 10)
+		ctx, cancel := context.WithCancel(e.ctx)
+		var wg sync.WaitGroup
+		for range 2 {
+			c := e.compensator(t, compensator.Config{SweepInterval: 30 * time.Millisecond})
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Run(ctx) }()
+		}
+		evs := e.reserve(t, 200, 100*time.Millisecond)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			n, err := e.r.Client().ZCard(e.ctx, lua.KeysOf(e.campaign).Pending).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d reservations still pending", n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+		wg.Wait()
+		if states := e.check(t, evs); states[events.Failed] != len(evs) {
+			t.Errorf("states %v, want all %d failed", states, len(evs))
+		}
+	})
+
+	t.Run("paused former holder", func(t *testing.T) {
+		e := newEnv(t, 100, 10)
+		evs := e.reserve(t, 2, 10*time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		name := e.topics.Prefix + ".sweeper"
+		paused, err := e.r.TryLock(e.ctx, name, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // a pause longer than the lease
+		successor, err := e.r.TryLock(e.ctx, name, time.Minute)
+		if err != nil {
+			t.Fatalf("lease did not pass on: %v", err)
+		}
+		res := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: nopProducer{}, Results: e.topics.Results}
+		if _, err := res.FailFenced(e.ctx, evs[0], events.ReasonExpired, "sweeper", store.Fence{Name: name, Token: successor.Fence}); err != nil {
+			t.Fatalf("successor's write: %v", err)
+		}
+		// The paused holder wakes up and acts on what it saw before its pause.
+		_, err = res.FailFenced(e.ctx, evs[1], events.ReasonExpired, "sweeper", store.Fence{Name: name, Token: paused.Fence})
+		if !errors.Is(err, store.ErrStaleFence) {
+			t.Fatalf("paused holder's write: %v, want ErrStaleFence", err)
+		}
+		if _, err := e.st.Order(e.ctx, evs[1].OrderID); events.ErrorCode(err) != events.OrderNotFound {
+			t.Errorf("the stale write left a row: %v", err)
+		}
+		if r, _ := e.r.Reservation(e.ctx, evs[1].OrderID); r.State != "pending" {
+			t.Errorf("the stale write released the reservation: %s", r.State)
+		}
+	})
+}
+
+// TestRebuild loses a campaign's Redis state and checks the guard freezes it and rebuilds it
+// exactly from the store.
+func TestRebuild(t *testing.T) {
+	e := newEnv(t, 50, 3)
+	evs := e.reserve(t, 12, time.Hour)
+	// Four confirmed, two of them refunded later; four failed; four pending when Redis is lost.
+	res := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: nopProducer{}, Results: e.topics.Results}
+	if _, err := e.st.ConfirmOrders(e.ctx, evs[:4]); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs[:4] {
+		e.r.Confirm(e.ctx, ev.OrderID)
+	}
+	for _, ev := range evs[2:8] { // refunds 2..3, fails 4..7
+		if _, err := res.Compensate(e.ctx, ev.OrderID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	comp := e.compensator(t, compensator.Config{GuardInterval: 50 * time.Millisecond, RebuildGrace: 300 * time.Millisecond, SweepInterval: time.Hour})
+	done := make(chan struct{})
+	go func() { defer close(done); comp.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting until %s", what)
+			}
+		}
+	}
+	// Redis loses everything of the deployment.
+	k := lua.KeysOf(e.campaign)
+	if err := e.r.Client().Del(e.ctx, k.Stock, k.Buyers, k.Res, k.Pending, k.Meta, "seckill:{epoch:"+e.topics.Prefix+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	buy := func() error {
+		_, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Hour)
+		return err
+	}
+	waitFor("purchases are refused as unavailable while frozen", func() bool { return events.ErrorCode(buy()) == events.Unavailable })
+	waitFor("the campaign is back on sale", func() bool { return buy() == nil })
+
+	// Confirmed: orders 0, 1 (2 and 3 were refunded). The pending ones 8..11 were lost with
+	// Redis and never reached the store, so their units are back.
+	var confirmed int64
+	for _, ev := range evs[:2] {
+		confirmed += int64(ev.Quantity)
+		if r, err := e.r.Reservation(e.ctx, ev.OrderID); err != nil || r.State != "confirmed" {
+			t.Errorf("confirmed order %s after rebuild: %+v %v", ev.OrderID, r, err)
+		}
+	}
+	remaining, _, _ := e.r.Remaining(e.ctx, e.campaign)
+	if remaining != 50-confirmed-1 { // the "late" purchase took one
+		t.Errorf("remaining after rebuild and one purchase: %d, want %d", remaining, 50-confirmed-1)
+	}
+	buyers, _ := e.r.Client().HGetAll(e.ctx, k.Buyers).Result()
+	for _, ev := range evs[:2] {
+		if buyers[ev.UserID] != fmt.Sprint(ev.Quantity) {
+			t.Errorf("buyer %s after rebuild: %q, want %d", ev.UserID, buyers[ev.UserID], ev.Quantity)
+		}
+	}
+	if len(buyers) != 3 { // two confirmed buyers and "late"
+		t.Errorf("buyers after rebuild: %v", buyers)
+	}
+	// A refund after the rebuild still gives stock back, once.
+	if _, err := res.Compensate(e.ctx, evs[0].OrderID); err != nil {
+		t.Fatal(err)
+	}
+	if after, _, _ := e.r.Remaining(e.ctx, e.campaign); after != remaining+int64(evs[0].Quantity) {
+		t.Errorf("refund after rebuild: remaining %d, want %d", after, remaining+int64(evs[0].Quantity))
+	}
+}
