@@ -362,6 +362,15 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 	return s.Order(ctx, e.OrderID)
 }
 
+// Orders returns every order row of a campaign, for the audit.
+func (s *Store) Orders(ctx context.Context, campaign string) ([]Order, error) {
+	var os []Order
+	if err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ?`), campaign); err != nil {
+		return nil, fmt.Errorf("orders of %s: %w", campaign, err)
+	}
+	return os, nil
+}
+
 // Confirmed returns the confirmed orders of a campaign, for rebuilding Redis.
 func (s *Store) Confirmed(ctx context.Context, campaign string) ([]Order, error) {
 	var os []Order

@@ -1,0 +1,227 @@
+package compensator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// Check is one invariant's verdict with the figures behind it.
+type Check struct {
+	Name   string
+	OK     bool
+	Detail string
+}
+
+// CampaignAudit is the audit of one campaign.
+type CampaignAudit struct {
+	Campaign string
+	Checks   []Check
+}
+
+// AuditReport is what Audit found.
+type AuditReport struct {
+	Campaigns []CampaignAudit
+	Lag       Check // Kafka: how far the consumer and the compensator are behind
+}
+
+// OK reports whether every invariant holds.
+func (r AuditReport) OK() bool {
+	for _, c := range r.Campaigns {
+		for _, ch := range c.Checks {
+			if !ch.OK {
+				return false
+			}
+		}
+	}
+	return r.Lag.OK
+}
+
+// Print writes the report, one line per invariant.
+func (r AuditReport) Print(w io.Writer) {
+	mark := map[bool]string{true: "ok  ", false: "FAIL"}
+	for _, c := range r.Campaigns {
+		fmt.Fprintf(w, "campaign %s\n", c.Campaign)
+		for _, ch := range c.Checks {
+			fmt.Fprintf(w, "  %s %-18s %s\n", mark[ch.OK], ch.Name, ch.Detail)
+		}
+	}
+	fmt.Fprintf(w, "%s %-20s %s\n", mark[r.Lag.OK], r.Lag.Name, r.Lag.Detail)
+}
+
+// AuditStore is the part of the store the audit reads.
+type AuditStore interface {
+	Campaigns(ctx context.Context) ([]store.Campaign, error)
+	Campaign(ctx context.Context, id string) (store.Campaign, error)
+	Orders(ctx context.Context, campaign string) ([]store.Order, error)
+	Holdings(ctx context.Context, campaign string) (map[string]int64, error)
+}
+
+// Auditor checks the invariants I1–I5 of the design across Redis, the store and Kafka.
+type Auditor struct {
+	Store  AuditStore
+	Redis  *lua.Redis
+	Admin  *kadm.Client  // nil: Kafka lag is not checked
+	Topics events.Topics // whose consumer groups' lag is reported
+	// Grace is how long past its deadline a reservation may stay pending before it counts as
+	// lost (I5): the compensator's sweep interval. Default: 5s.
+	Grace time.Duration
+}
+
+// Audit checks one campaign, or every campaign when campaign is "".
+func (a *Auditor) Audit(ctx context.Context, campaign string) (AuditReport, error) {
+	var cs []store.Campaign
+	if campaign != "" {
+		c, err := a.Store.Campaign(ctx, campaign)
+		if err != nil {
+			return AuditReport{}, err
+		}
+		cs = []store.Campaign{c}
+	} else {
+		var err error
+		if cs, err = a.Store.Campaigns(ctx); err != nil {
+			return AuditReport{}, err
+		}
+	}
+	var rep AuditReport
+	for _, c := range cs {
+		ca, err := a.auditCampaign(ctx, c)
+		if err != nil {
+			return rep, err
+		}
+		rep.Campaigns = append(rep.Campaigns, ca)
+	}
+	rep.Lag = a.lag(ctx)
+	return rep, nil
+}
+
+func (a *Auditor) lag(ctx context.Context) Check {
+	ch := Check{Name: "kafka lag", OK: true, Detail: "not checked"}
+	if a.Admin == nil {
+		return ch
+	}
+	consumer, err1 := events.Lag(ctx, a.Admin, a.Topics.Requested, a.Topics.ConsumerGroup())
+	dlq, err2 := events.Lag(ctx, a.Admin, a.Topics.DLQ, a.Topics.CompensatorGroup())
+	if err1 != nil || err2 != nil {
+		return Check{Name: ch.Name, OK: false, Detail: fmt.Sprintf("cannot read: %v %v", err1, err2)}
+	}
+	ch.Detail = fmt.Sprintf("consumer %d events behind, compensator %d dead letters behind", consumer, dlq)
+	return ch
+}
+
+func (a *Auditor) auditCampaign(ctx context.Context, c store.Campaign) (CampaignAudit, error) {
+	grace := a.Grace
+	if grace <= 0 {
+		grace = 5 * time.Second
+	}
+	now, err := a.Redis.Now(ctx)
+	if err != nil {
+		return CampaignAudit{}, err
+	}
+	snap, err := a.Redis.Snapshot(ctx, c.ID)
+	if err != nil {
+		return CampaignAudit{}, err
+	}
+	orders, err := a.Store.Orders(ctx, c.ID)
+	if err != nil {
+		return CampaignAudit{}, err
+	}
+	holdings, err := a.Store.Holdings(ctx, c.ID)
+	if err != nil {
+		return CampaignAudit{}, err
+	}
+	rows := make(map[string]store.Order, len(orders))
+	var storeConfirmed int64
+	storeByUser := map[string]int64{}
+	count := map[events.Status]int{}
+	for _, o := range orders {
+		rows[o.OrderID] = o
+		count[o.Status]++
+		if o.Status == events.Confirmed {
+			storeConfirmed += o.Quantity
+			storeByUser[o.UserID] += o.Quantity
+		}
+	}
+
+	var pending, confirmed int64
+	redisByUser := map[string]int64{}
+	var mismatches, stale []string
+	for _, res := range snap.Reservations {
+		row := rows[res.OrderID] // Status "" when the store has no row
+		switch res.State {
+		case "pending":
+			pending += int64(res.Quantity)
+			redisByUser[res.User] += int64(res.Quantity)
+			if res.Deadline.UnixMilli()+grace.Milliseconds() < now {
+				stale = append(stale, res.OrderID)
+			}
+		case "confirmed":
+			confirmed += int64(res.Quantity)
+			redisByUser[res.User] += int64(res.Quantity)
+		}
+		// Allowed pairs: the store's final row and the Redis state that follows from it, or a
+		// pending record whose resolution is on its way (counted by I5 if it stays).
+		allowed := map[events.Status][]string{
+			"":               {"pending"},
+			events.Confirmed: {"confirmed", "pending"},
+			events.Failed:    {"released", "pending"},
+			events.Refunded:  {"refunded", "confirmed"},
+		}[row.Status]
+		if !slices.Contains(allowed, res.State) {
+			mismatches = append(mismatches, fmt.Sprintf("%s is %q in the store but %s in redis", res.OrderID, row.Status, res.State))
+		}
+	}
+	var over []string
+	for u, n := range redisByUser {
+		if n > c.PerUserLimit || snap.Buyers[u] != n {
+			over = append(over, fmt.Sprintf("%s holds %d by its reservations, redis counts %d", u, n, snap.Buyers[u]))
+		}
+	}
+	for u, n := range snap.Buyers {
+		if _, ok := redisByUser[u]; !ok && n != 0 {
+			over = append(over, fmt.Sprintf("%s counted %d without a reservation", u, n))
+		}
+	}
+	for u, n := range storeByUser {
+		if n > c.PerUserLimit || holdings[u] != n {
+			over = append(over, fmt.Sprintf("%s has %d confirmed in the store, purchases says %d", u, n, holdings[u]))
+		}
+	}
+
+	var checks []Check
+	add := func(name string, ok bool, format string, args ...any) {
+		checks = append(checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	}
+	if !snap.Exists {
+		add("redis", snap.Frozen, "campaign missing from redis (frozen: %v): lost data awaits the rebuild", snap.Frozen)
+		return CampaignAudit{Campaign: c.ID, Checks: checks}, nil
+	}
+	if snap.Frozen {
+		add("redis", true, "frozen: a rebuild is running, figures below may move")
+	}
+	add("I1 conservation", c.Stock == snap.Remaining+pending+confirmed,
+		"stock %d, remaining %d + pending %d + confirmed %d = %d", c.Stock, snap.Remaining, pending, confirmed, snap.Remaining+pending+confirmed)
+	add("I2 resolution", len(mismatches) == 0 && c.Sold == storeConfirmed,
+		"store: %d confirmed (%d units, sold %d), %d failed, %d refunded; %d disagree with redis%s",
+		count[events.Confirmed], storeConfirmed, c.Sold, count[events.Failed], count[events.Refunded], len(mismatches), first(mismatches))
+	add("I3 per-user limit", len(over) == 0, "%d buyers in redis, %d in the store, limit %d; %d violations%s",
+		len(redisByUser), len(storeByUser), c.PerUserLimit, len(over), first(over))
+	add("I4 no oversell", snap.Remaining >= 0 && c.Sold <= c.Stock, "remaining %d >= 0, sold %d <= stock %d", snap.Remaining, c.Sold, c.Stock)
+	add("I5 no lost order", len(stale) == 0, "%d reservations pending past deadline + %v%s", len(stale), grace, first(stale))
+	return CampaignAudit{Campaign: c.ID, Checks: checks}, nil
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return " (first: " + s[0] + ")"
+}

@@ -1,0 +1,72 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Snapshot is a campaign's whole Redis state, read in one MULTI/EXEC so that it is consistent.
+type Snapshot struct {
+	Exists       bool // the meta hash is there
+	Frozen       bool
+	Remaining    int64
+	Limit        int64
+	Reservations []Reservation
+	Buyers       map[string]int64
+}
+
+// Snapshot reads campaign's state for the audit. It holds Redis for as long as the reservation
+// hash takes to copy: an operator's tool, not something for the purchase path.
+func (r *Redis) Snapshot(ctx context.Context, campaign string) (Snapshot, error) {
+	k := KeysOf(campaign)
+	var (
+		meta   *redis.MapStringStringCmd
+		stock  *redis.StringCmd
+		res    *redis.MapStringStringCmd
+		buyers *redis.MapStringStringCmd
+	)
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		meta = p.HGetAll(ctx, k.Meta)
+		stock = p.Get(ctx, k.Stock)
+		res = p.HGetAll(ctx, k.Res)
+		buyers = p.HGetAll(ctx, k.Buyers)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Snapshot{}, fmt.Errorf("snapshot of %s: %w", campaign, err)
+	}
+	s := Snapshot{Buyers: map[string]int64{}}
+	m := meta.Val()
+	_, s.Frozen = m["frozen"]
+	_, s.Exists = m["limit"]
+	s.Limit, _ = strconv.ParseInt(m["limit"], 10, 64)
+	s.Remaining, _ = strconv.ParseInt(stock.Val(), 10, 64)
+	for id, rec := range res.Val() {
+		rv, err := parseReservation(campaign, id, rec)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		s.Reservations = append(s.Reservations, rv)
+	}
+	for u, v := range buyers.Val() {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("snapshot of %s: buyer %q holds %q", campaign, u, v)
+		}
+		s.Buyers[u] = n
+	}
+	return s, nil
+}
+
+// Now returns Redis's clock, the one deadlines are written with.
+func (r *Redis) Now(ctx context.Context) (int64, error) {
+	t, err := r.rdb.Time(ctx).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis time: %w", err)
+	}
+	return t.UnixMilli(), nil
+}
