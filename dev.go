@@ -32,12 +32,17 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: a new one, printed at start)")
 	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
 	sweep := f.Duration("sweep-interval", time.Second, "how often the sweeper looks for expired reservations")
+	guards := f.guards(true)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if *adminToken == "" {
 		*adminToken = randomToken()
+	}
+	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: events.NewTopics(events.DefaultPrefix), ReservationTTL: *ttl, Logger: log}
+	if err := guards.apply(&cfg, log); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -92,7 +97,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer comp.Close()
-	srv := api.New(api.Config{Addr: *addr, AdminToken: *adminToken, Topics: topics, ReservationTTL: *ttl, Logger: log}, st, r, producer)
+	srv := api.New(cfg, st, r, producer)
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -119,9 +124,11 @@ func printQuickStart(w io.Writer, base, token, dataDir string) {
 admin token: %[2]s
 
   curl -s -X POST %[1]s/v1/campaigns -H 'Authorization: Bearer %[2]s' \
-       -d '{"id":"demo","name":"Demo sale","stock":100,"per_user_limit":2}'
-  curl -s -X POST %[1]s/v1/campaigns/demo/purchases -H 'X-User-ID: alice' -d '{"quantity":1}'
+       -H 'Content-Type: application/json' -d '{"id":"demo","name":"Demo sale","stock":100,"per_user_limit":2}'
+  curl -s -X POST %[1]s/v1/campaigns/demo/purchases -H 'X-User-ID: alice' \
+       -H 'Content-Type: application/json' -H 'Idempotency-Key: first-try' -d '{"quantity":1}'
   curl -s %[1]s/v1/orders/<order_id> -H 'X-User-ID: alice'
+  curl -sN %[1]s/v1/orders/<order_id>/events -H 'X-User-ID: alice'
   curl -s %[1]s/v1/campaigns/demo
 
 `, base, token, dataDir)

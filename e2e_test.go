@@ -16,6 +16,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
@@ -30,6 +31,7 @@ import (
 type pipeline struct {
 	base    string // the api's URL
 	admin   string // the admin token
+	secret  string // the buyers' JWT secret
 	args    []string
 	brokers []string
 	topics  events.Topics
@@ -46,6 +48,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 	p := &pipeline{
 		base:    "http://" + freeAddr(t),
 		admin:   "admin-" + events.NewID(),
+		secret:  "jwt-" + events.NewID() + events.NewID(),
 		brokers: brokers,
 		topics:  topics,
 		args: []string{
@@ -65,7 +68,8 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 	var wg sync.WaitGroup
 	codes := make(chan string, 3)
 	for _, role := range [][]string{
-		{"api", "--addr", strings.TrimPrefix(p.base, "http://"), "--admin-token", p.admin, "--partitions", "3", "--replication", "1", "--reservation-ttl", "1m"},
+		{"api", "--addr", strings.TrimPrefix(p.base, "http://"), "--admin-token", p.admin, "--partitions", "3", "--replication", "1", "--reservation-ttl", "1m",
+			"--jwt-secret", p.secret, "--jwt-issuer", e2eIssuer},
 		{"consumer", "--metrics-addr", "127.0.0.1:0", "--batch-size", "100"},
 		{"compensator", "--metrics-addr", "127.0.0.1:0", "--sweep-interval", "200ms"},
 	} {
@@ -107,6 +111,19 @@ func (p *pipeline) mustRun(t *testing.T, args ...string) string {
 	return out.String()
 }
 
+// e2eIssuer is the iss of the buyers' tokens.
+const e2eIssuer = "seckill-e2e"
+
+// token mints a buyer's bearer token, as `seckill token` does.
+func (p *pipeline) token(t *testing.T, user string) string {
+	t.Helper()
+	tok, err := api.MintToken([]byte(p.secret), e2eIssuer, user, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
 // rawBody is a request body sent as it is, for malformed JSON.
 type rawBody string
 
@@ -129,6 +146,10 @@ func (p *pipeline) do(t *testing.T, method, path string, header map[string]strin
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
+		if k == "X-User-ID" {
+			// The stories name buyers; the api, as in production, knows them by their tokens.
+			k, v = "Authorization", "Bearer "+p.token(t, v)
+		}
 		req.Header.Set(k, v)
 	}
 	// Every exchange of the end-to-end tests is checked against api/openapi.yaml.

@@ -57,11 +57,16 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
 	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
+	guards := f.guards(false)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "api", "addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl)
+	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl}, guards.logArgs()...)...)
+	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, Logger: log}
+	if err := guards.apply(&cfg, log); err != nil {
+		return err
+	}
 	d, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -78,7 +83,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := api.LoadCampaigns(ctx, d.store, d.redis, log); err != nil {
 		return err
 	}
-	srv := api.New(api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, Logger: log}, d.store, d.redis, producer)
+	srv := api.New(cfg, d.store, d.redis, producer)
 	return srv.Run(ctx)
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,28 +38,62 @@ type harness struct {
 	store   *store.Store
 	redis   *lua.Redis
 	mr      *miniredis.Miniredis
+	cfg     api.Config
+	// commands counts the Redis commands the server sent, pipelined or not.
+	commands *commandCounter
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness starts a server; options change its configuration before it starts.
+func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 	t.Helper()
-	h := &harness{spec: apitest.LoadSpec(t), admin: "admin-" + events.NewID()}
+	h := &harness{spec: apitest.LoadSpec(t), admin: "admin-" + events.NewID(), commands: &commandCounter{}}
 	h.store = storetest.MustOpen(t, storetest.SQLiteURL(t))
 	h.mr = miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr(), MaxRetries: -1, DialerRetries: 1}) // fail fast once Redis is stopped
+	rdb.AddHook(h.commands)
 	t.Cleanup(func() { rdb.Close() })
 	h.redis = lua.New(rdb)
 	h.brokers = kafkatest.Fake(t)
 	h.topics = kafkatest.Topics(t, h.brokers)
-	producer, err := events.NewClient(h.brokers)
+	h.cfg = api.Config{
+		AdminToken: h.admin, Topics: h.topics, ProduceTimeout: 10 * time.Second,
+		InsecureUserHeader: true, JWTSecret: []byte(testSecret), JWTIssuer: testIssuer,
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	producerBrokers := h.brokers
+	for _, o := range options {
+		o(&h.cfg)
+	}
+	if h.cfg.Addr == deadKafka { // the option's mark: produce to a broker that is not there
+		producerBrokers, h.cfg.Addr = []string{"127.0.0.1:1"}, ""
+	}
+	producer, err := events.NewClient(producerBrokers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(producer.Close)
-	h.srv = api.New(api.Config{
-		AdminToken: h.admin, Topics: h.topics, ProduceTimeout: 10 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
-	}, h.store, h.redis, producer)
+	h.srv = api.New(h.cfg, h.store, h.redis, producer)
 	return h
+}
+
+// deadKafka, as Config.Addr in a harness option, makes every produce fail.
+const deadKafka = "dead-kafka"
+
+// commandCounter is a go-redis hook that counts commands.
+type commandCounter struct{ n atomic.Int64 }
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
 }
 
 // request builds a request; headers come in name, value pairs.

@@ -20,8 +20,16 @@ func ErrorStatusCode(code events.Code) int {
 		return http.StatusNotFound
 	case codeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case events.CampaignExists, events.SoldOut, events.LimitExceeded, events.NotStarted, events.Ended:
+	case events.CampaignExists, events.SoldOut, events.LimitExceeded, events.NotStarted, events.Ended, events.IdempotencyInProgress:
 		return http.StatusConflict
+	case events.BodyTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case events.UnsupportedMediaType:
+		return http.StatusUnsupportedMediaType
+	case events.IdempotencyKeyReused:
+		return http.StatusUnprocessableEntity
+	case events.RateLimited:
+		return http.StatusTooManyRequests
 	case events.Unavailable:
 		return http.StatusServiceUnavailable
 	}
@@ -54,7 +62,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed:
 		body.Error.Code, body.Error.Message = codeMethodNotAllowed, "method not allowed on this route"
 	case errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge:
-		body.Error.Code, body.Error.Message = events.Invalid, "request body too large"
+		body.Error.Code, body.Error.Message = events.BodyTooLarge, "request body too large"
 	case events.ErrorCode(err) == events.Internal:
 		// Not one of ours: a dependency failed (handler panics arrive as *events.Error).
 		body.Error.Code, body.Error.Message = events.Unavailable, "a dependency is unavailable; the request changed nothing, try again"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -20,28 +21,60 @@ import (
 	"github.com/seckill/seckill/store"
 )
 
-// maxBody caps request bodies: every valid one is far smaller.
-const maxBody = 64 << 10
+// maxBody caps request bodies: the largest valid one is under 2 KiB.
+const maxBody = 8 << 10
 
-// decode reads the JSON body into v strictly: unknown fields, trailing data, a wrong type or an
-// oversized body are all invalid_request.
+// decode reads the JSON body into v strictly. In this order: a body over maxBody is 413
+// body_too_large; an empty one 400 invalid_request; one that is not application/json (with
+// charset utf-8 or none) 415 unsupported_media_type; unknown fields, trailing data and wrong
+// types 400 invalid_request.
 func decode(c echo.Context, v any) error {
-	body, err := io.ReadAll(io.LimitReader(c.Request().Body, maxBody+1))
+	r := c.Request()
+	if r.ContentLength > maxBody {
+		return events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return events.Errorf(events.Invalid, "read body: %v", err)
 	}
-	if len(body) > maxBody {
-		return events.Errorf(events.Invalid, "body larger than %d bytes", maxBody)
+	switch {
+	case len(body) > maxBody:
+		return events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
+	case len(body) == 0:
+		return events.Errorf(events.Invalid, "this request needs a JSON body")
 	}
+	if err := jsonMediaType(r.Header.Get("Content-Type")); err != nil {
+		return err
+	}
+	return decodeJSON(body, v)
+}
+
+// decodeJSON decodes one JSON value into v: unknown fields, trailing data and wrong types are
+// invalid_request.
+func decodeJSON(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if strings.Contains(err.Error(), `unknown field "user_id"`) {
+			return events.Errorf(events.Invalid, "the buyer is named by the bearer token, never by the body")
+		}
 		return events.Errorf(events.Invalid, "malformed JSON body: %v", err)
 	}
 	if dec.More() {
 		return events.Errorf(events.Invalid, "malformed JSON body: data after the object")
 	}
 	return nil
+}
+
+// jsonMediaType accepts application/json with no charset or utf-8 (RFC 8259 §8.1).
+func jsonMediaType(ct string) error {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err == nil && mt == "application/json" {
+		if cs, ok := params["charset"]; !ok || strings.EqualFold(cs, "utf-8") {
+			return nil
+		}
+	}
+	return events.Errorf(events.UnsupportedMediaType, "send the body as Content-Type: application/json")
 }
 
 type campaignRequest struct {
@@ -178,7 +211,7 @@ func (s *Server) getCampaign(c echo.Context) error {
 }
 
 type purchaseRequest struct {
-	Quantity *int `json:"quantity"`
+	Quantity *int64 `json:"quantity"`
 }
 
 type purchaseResponse struct {
@@ -186,17 +219,26 @@ type purchaseResponse struct {
 	Status  events.Status `json:"status"`
 }
 
-// user returns the authenticated buyer.
-func user(c echo.Context) (string, error) {
-	u := c.Request().Header.Get("X-User-ID")
-	if u == "" || len(u) > 128 || strings.ContainsAny(u, "\x00\r\n") {
-		return "", events.Errorf(events.Unauthorized, "name the buyer in the X-User-ID header (1 to 128 characters)")
+// decodePurchase reads a purchase's body and returns its quantity.
+func decodePurchase(c echo.Context) (int, error) {
+	var req purchaseRequest
+	if err := decode(c, &req); err != nil {
+		return 0, err
 	}
-	return u, nil
+	return req.quantity()
 }
 
+func (r purchaseRequest) quantity() (int, error) {
+	if r.Quantity == nil || *r.Quantity < 1 || *r.Quantity > maxStock {
+		return 0, events.Errorf(events.Invalid, "quantity must be a whole number from 1 to the campaign's per-user limit")
+	}
+	return int(*r.Quantity), nil
+}
+
+// purchase reserves units and queues the order. A purchase with an Idempotency-Key reserves
+// under an order id derived from the key and remembers its answer (see idempotency.go).
 func (s *Server) purchase(c echo.Context) error {
-	buyer, err := user(c)
+	buyer, err := s.buyer(c)
 	if err != nil {
 		return err
 	}
@@ -204,39 +246,157 @@ func (s *Server) purchase(c echo.Context) error {
 	if !events.ValidCampaignID(campaign) {
 		return events.Errorf(events.CampaignNotFound, "campaign %q not found", campaign)
 	}
-	var req purchaseRequest
-	if err := decode(c, &req); err != nil {
+	key, err := idempotencyKey(c)
+	if err != nil {
 		return err
 	}
-	if req.Quantity == nil || *req.Quantity < 1 {
-		return events.Errorf(events.Invalid, "quantity must be a whole number of at least 1")
+	qty, err := decodePurchase(c)
+	if err != nil {
+		return err
 	}
 	ctx := c.Request().Context()
+	soldOut := s.soldOut.refuses(campaign, qty, time.Now())
 	orderID := events.NewOrderID(campaign)
-	res, err := s.redis.Reserve(ctx, campaign, orderID, buyer, *req.Quantity, s.cfg.ReservationTTL)
+	var idem *idemRecord
+	if key != "" {
+		idem = s.idemRecord(campaign, buyer, key, purchaseFingerprint(campaign, qty))
+		orderID = idem.orderID
+		if goOn, err := s.startKeyed(c, idem, soldOut, qty); !goOn {
+			return err
+		}
+	} else if soldOut {
+		reservations.WithLabelValues(string(events.SoldOut)).Inc()
+		return soldOutError(campaign, qty)
+	}
+
+	res, err := s.redis.Reserve(ctx, campaign, orderID, buyer, qty, s.cfg.ReservationTTL)
 	if err != nil {
-		reservations.WithLabelValues(string(events.ErrorCode(err))).Inc()
-		if events.ErrorCode(err) == events.Internal {
+		code := events.ErrorCode(err)
+		reservations.WithLabelValues(string(code)).Inc()
+		if code == events.SoldOut {
+			s.soldOut.mark(campaign, qty, time.Now())
+		}
+		// Nothing was reserved, or Redis cannot tell: either way a retry with the same key may
+		// run again, and reserves under the same order id.
+		s.forget(ctx, idem)
+		if code == events.Internal {
 			return events.Errorf(events.Unavailable, "reserve: %v", err)
 		}
 		return err
 	}
+	if res.Quantity != qty || res.User != buyer {
+		// The key's record expired and the key came back with another body: the order it names
+		// holds the first one.
+		s.forget(ctx, idem)
+		return events.Errorf(events.IdempotencyKeyReused, "this Idempotency-Key named an order of %d units; use a new key for another purchase", res.Quantity)
+	}
+	switch res.State {
+	case "pending":
+	case "released": // a retry of a first attempt whose order was cancelled
+		return s.cancelled(c, idem, orderID)
+	default: // confirmed or refunded: the first attempt's event reached the consumer
+		return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
+	}
 	now := time.Now()
 	ev := events.Event{
 		Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now.UTC(),
-		OrderID: orderID, CampaignID: campaign, UserID: buyer, Quantity: *req.Quantity, Deadline: res.Deadline.UTC(),
+		OrderID: orderID, CampaignID: campaign, UserID: buyer, Quantity: qty, Deadline: res.Deadline.UTC(),
 	}
 	if err := s.produce(ctx, ev); err != nil {
 		reservations.WithLabelValues(string(events.Unavailable)).Inc()
+		s.cfg.Logger.Error("produce failed; cancelling the order", "order_id", orderID, "err", err)
 		// Whether or not the event reached Kafka, failing the order in the store first makes the
 		// outcome certain: a late event finds the order failed and changes nothing.
-		if _, ferr := s.resolver.Fail(context.WithoutCancel(ctx), ev, events.ReasonProduce, "api"); ferr != nil {
-			s.cfg.Logger.Error("release after failed produce; the sweeper will retry at the deadline", "order_id", orderID, "err", ferr)
+		// Bounded: with Kafka down, publishing OrderFailed would wait for it forever.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
+		_, ferr := s.resolver.Fail(fctx, ev, events.ReasonProduce, "api")
+		cancel()
+		if ferr != nil {
+			s.cfg.Logger.Error("cancel after failed produce; the sweeper finishes at the deadline", "order_id", orderID, "err", ferr)
 		}
-		return events.Errorf(events.Unavailable, "the order could not be queued; nothing was charged, try again")
+		s.soldOut.clear(campaign) // units may be back on sale
+		return s.cancelled(c, idem, orderID)
 	}
 	reservations.WithLabelValues("reserved").Inc()
-	return c.JSON(http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
+	return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
+}
+
+// purchaseFingerprint is what makes two purchases with one key the same request: a body that
+// decodes to the same quantity is the same body.
+func purchaseFingerprint(campaign string, qty int) []byte {
+	return fmt.Appendf(nil, "purchase %s quantity=%d", campaign, qty)
+}
+
+func soldOutError(campaign string, qty int) error {
+	return events.Errorf(events.SoldOut, "campaign %q has fewer than %d units left", campaign, qty)
+}
+
+// startKeyed consults the record of a purchase's Idempotency-Key. It answers a replay, a
+// conflict or a refusal itself, and reports whether the purchase goes on. When the campaign is
+// known to be sold out it only reads the record, so that a retry of a successful purchase is
+// still replayed.
+func (s *Server) startKeyed(c echo.Context, idem *idemRecord, soldOut bool, qty int) (bool, error) {
+	ctx := c.Request().Context()
+	st, err := idem.begin(ctx, soldOut)
+	if err == nil && st.outcome == "stale" { // the first request stopped half way: finish its work
+		st, err = idem.begin(ctx, false)
+	}
+	if err != nil {
+		return false, events.Errorf(events.Unavailable, "%v", err)
+	}
+	switch st.outcome {
+	case "new", "retry":
+		return true, nil
+	case "done":
+		return false, replay(c, st)
+	case "mismatch":
+		return false, events.Errorf(events.IdempotencyKeyReused, "this Idempotency-Key was used with another request; use a new key for another purchase")
+	case "busy":
+		retryAfter(c, st.wait)
+		return false, events.Errorf(events.IdempotencyInProgress, "the first request with this Idempotency-Key is still running; retry shortly")
+	}
+	// absent: nothing to replay, and the campaign is sold out.
+	reservations.WithLabelValues(string(events.SoldOut)).Inc()
+	return false, soldOutError(c.Param("id"), qty)
+}
+
+// forget drops the record of a keyed purchase that has no answer to remember.
+func (s *Server) forget(ctx context.Context, idem *idemRecord) {
+	if idem == nil {
+		return
+	}
+	if err := idem.abort(context.WithoutCancel(ctx)); err != nil {
+		// The lease runs out, and the next retry takes the record over.
+		s.cfg.Logger.Warn("forget an idempotency key", "order_id", idem.orderID, "err", err)
+	}
+}
+
+// cancelled answers 503 for an order that was reserved but could not be queued and has been
+// cancelled. With a key the answer is remembered: the key names that order for good.
+func (s *Server) cancelled(c echo.Context, idem *idemRecord, orderID string) error {
+	var body errorBody
+	body.Error.Code = events.Unavailable
+	body.Error.Message = "the order could not be queued and was cancelled; nothing was charged, try again"
+	if idem != nil {
+		body.Error.Message = fmt.Sprintf("order %s could not be queued and was cancelled; nothing was charged, try again with a new Idempotency-Key", orderID)
+	}
+	return s.answer(c, idem, http.StatusServiceUnavailable, body)
+}
+
+// answer writes v as the JSON answer and, for a keyed purchase, remembers its exact bytes.
+func (s *Server) answer(c echo.Context, idem *idemRecord, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode answer: %w", err)
+	}
+	b = append(b, '\n')
+	if idem != nil {
+		if err := idem.finish(context.WithoutCancel(c.Request().Context()), status, echo.MIMEApplicationJSON, b); err != nil {
+			// The lease runs out, and a retry finds the same order through its derived id.
+			s.cfg.Logger.Warn("remember an idempotent answer", "order_id", idem.orderID, "err", err)
+		}
+	}
+	return c.Blob(status, echo.MIMEApplicationJSON, b)
 }
 
 func (s *Server) produce(ctx context.Context, ev events.Event) error {
@@ -290,24 +450,39 @@ func (s *Server) order(ctx context.Context, id string) (OrderView, error) {
 	if rerr != nil {
 		return OrderView{}, events.Errorf(events.Unavailable, "read reservation: %v", rerr)
 	}
-	created, _ := events.IDTime(id)
+	created, ok := events.IDTime(id)
+	if !ok { // an id derived from an Idempotency-Key has no time in it
+		created = res.Deadline.Add(-s.cfg.ReservationTTL)
+	}
 	// Redis moves a reservation on only after the store has the order's row, so a reservation
 	// without a row is pending, whatever Redis says.
 	return OrderView{OrderID: id, CampaignID: res.Campaign, UserID: res.User, Quantity: int64(res.Quantity), Status: events.Pending, CreatedAt: created.UTC()}, nil
 }
 
+// buyersOrder returns the order with id if it is buyer's: another buyer's order does not exist,
+// as far as this one can tell.
+func (s *Server) buyersOrder(ctx context.Context, buyer, id string) (OrderView, error) {
+	if _, ok := events.CampaignOf(id); !ok {
+		return OrderView{}, events.Errorf(events.OrderNotFound, "order %q not found", id)
+	}
+	o, err := s.order(ctx, id)
+	if err != nil {
+		return OrderView{}, err
+	}
+	if o.UserID != buyer {
+		return OrderView{}, events.Errorf(events.OrderNotFound, "order %q not found", id)
+	}
+	return o, nil
+}
+
 func (s *Server) getOrder(c echo.Context) error {
-	buyer, err := user(c)
+	buyer, err := s.buyer(c)
 	if err != nil {
 		return err
 	}
-	id := c.Param("id")
-	o, err := s.order(c.Request().Context(), id)
+	o, err := s.buyersOrder(c.Request().Context(), buyer, c.Param("id"))
 	if err != nil {
 		return err
-	}
-	if o.UserID != buyer { // another buyer's order does not exist, as far as this one can tell
-		return events.Errorf(events.OrderNotFound, "order %q not found", id)
 	}
 	return c.JSON(http.StatusOK, o)
 }
@@ -320,6 +495,9 @@ func (s *Server) compensate(c echo.Context) error {
 	o, err := s.resolver.Compensate(c.Request().Context(), id)
 	if err != nil {
 		return err
+	}
+	if o.Status == events.Failed || o.Status == events.Refunded {
+		s.soldOut.clear(o.CampaignID) // this process gave units back
 	}
 	return c.JSON(http.StatusOK, ViewOrder(o))
 }

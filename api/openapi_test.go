@@ -30,6 +30,11 @@ var allCodes = []events.Code{
 	events.Ended,
 	events.Unavailable,
 	events.Internal,
+	events.BodyTooLarge,
+	events.UnsupportedMediaType,
+	events.RateLimited,
+	events.IdempotencyKeyReused,
+	events.IdempotencyInProgress,
 }
 
 // The router's own codes (unexported in api), for paths and methods no operation serves.

@@ -2,13 +2,12 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -28,6 +27,38 @@ type Config struct {
 	Addr string
 	// AdminToken is the bearer token of the admin endpoints; empty denies them all.
 	AdminToken string
+	// JWTSecret verifies buyers' bearer tokens: HS256 JWTs whose sub names the buyer and which
+	// carry exp. At least MinSecretLen bytes. Default: none, and no token is accepted.
+	JWTSecret []byte
+	// JWTIssuer, when set, must be every token's iss. Default: "" (iss is not checked).
+	JWTIssuer string
+	// InsecureUserHeader lets the X-User-ID header name the buyer, so anyone can act as anyone:
+	// for development only. Default: false.
+	InsecureUserHeader bool
+	// UserLimit is each buyer's request rate on the buyer routes. Default: no limit (the api
+	// command sets 20/s, burst 40).
+	UserLimit Limit
+	// IPLimit is each client address's request rate on the /v1 routes. Default: no limit (the
+	// api command sets 2000/s, burst 4000).
+	IPLimit Limit
+	// TrustProxyHeaders takes the client address from X-Forwarded-For / X-Real-IP when the
+	// request comes from a loopback or private address (a load balancer). Default: false, the
+	// peer's address.
+	TrustProxyHeaders bool
+	// IdempotencyTTL is how long an Idempotency-Key is remembered. Default: 24h.
+	IdempotencyTTL time.Duration
+	// IdempotencyLease is how long a request holds its key before a retry may take over, which
+	// bounds how long retries wait after a crash. It must outlast a purchase. Default: 30s.
+	IdempotencyLease time.Duration
+	// SoldOutTTL is how long this process answers a sold-out campaign's buyers without asking
+	// Redis; units released elsewhere are on sale again at most this late here. Negative
+	// disables it. Default: 500ms.
+	SoldOutTTL time.Duration
+	// StreamPoll is how often an order's event stream looks for a new status. Default: 250ms.
+	StreamPoll time.Duration
+	// StreamHeartbeat is how often an idle event stream sends a comment line, so proxies keep
+	// it open. Default: 15s.
+	StreamHeartbeat time.Duration
 	// Topics are the topic names. Default: events.NewTopics(events.DefaultPrefix).
 	Topics events.Topics
 	// ReservationTTL is how long a reservation may stay pending before the sweeper releases it.
@@ -41,9 +72,37 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Validate reports a configuration the server cannot work with.
+func (c Config) Validate() error {
+	switch {
+	case len(c.JWTSecret) > 0 && len(c.JWTSecret) < MinSecretLen:
+		return fmt.Errorf("the JWT secret must be at least %d bytes", MinSecretLen)
+	case len(c.JWTSecret) == 0 && !c.InsecureUserHeader:
+		return errors.New("buyers cannot authenticate: set a JWT secret (or, in development only, the insecure user header)")
+	case c.UserLimit.Rate < 0 || c.IPLimit.Rate < 0:
+		return errors.New("rate limits cannot be negative")
+	}
+	return nil
+}
+
 func (c *Config) setDefaults() {
 	if c.Addr == "" {
 		c.Addr = ":8080"
+	}
+	if c.IdempotencyTTL <= 0 {
+		c.IdempotencyTTL = 24 * time.Hour
+	}
+	if c.IdempotencyLease <= 0 {
+		c.IdempotencyLease = 30 * time.Second
+	}
+	if c.SoldOutTTL == 0 {
+		c.SoldOutTTL = 500 * time.Millisecond
+	}
+	if c.StreamPoll <= 0 {
+		c.StreamPoll = 250 * time.Millisecond
+	}
+	if c.StreamHeartbeat <= 0 {
+		c.StreamHeartbeat = 15 * time.Second
 	}
 	if c.Topics == (events.Topics{}) {
 		c.Topics = events.NewTopics(events.DefaultPrefix)
@@ -61,6 +120,9 @@ func (c *Config) setDefaults() {
 		c.Logger = slog.Default()
 	}
 }
+
+// maxLimiterKeys bounds the buckets of each rate limiter: about 100 bytes each.
+const maxLimiterKeys = 100_000
 
 // Store is the part of the store the api reads and writes: campaigns, and orders for reads.
 type Store interface {
@@ -80,6 +142,13 @@ type Server struct {
 	redis    *lua.Redis
 	producer *kgo.Client
 	resolver *compensator.Resolver
+
+	tokens    *verifier
+	userLimit *limiter
+	ipLimit   *limiter
+	soldOut   *soldOut
+	stopping  chan struct{} // closed when shutdown starts: event streams end
+	stopOnce  sync.Once
 }
 
 // New returns a Server. It produces with producer, which it does not close; failed produces and
@@ -92,11 +161,24 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 		redis:    r,
 		producer: producer,
 		resolver: &compensator.Resolver{Store: st, Redis: r, Producer: producer, Results: cfg.Topics.Results},
+
+		tokens:    newVerifier(cfg.JWTSecret, cfg.JWTIssuer),
+		userLimit: newLimiter(cfg.UserLimit, maxLimiterKeys, "buyer"),
+		ipLimit:   newLimiter(cfg.IPLimit, maxLimiterKeys, "address"),
+		soldOut:   newSoldOut(cfg.SoldOutTTL),
+		stopping:  make(chan struct{}),
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	// X-Forwarded-For is anyone's to write: trusted only when asked, and only from a proxy's
+	// private address.
+	e.IPExtractor = echo.ExtractIPDirect()
+	if cfg.TrustProxyHeaders {
+		e.IPExtractor = echo.ExtractIPFromXFFHeader()
+	}
 	e.HTTPErrorHandler = s.handleError
 	e.Use(countRequests)
+	e.Use(s.byAddress)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			s.cfg.Logger.Error("handler panicked", "path", c.Request().URL.Path, "err", err, "stack", string(stack))
@@ -111,6 +193,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 	e.GET("/v1/campaigns/:id", s.getCampaign)
 	e.POST("/v1/campaigns/:id/purchases", s.purchase)
 	e.GET("/v1/orders/:id", s.getOrder)
+	e.GET("/v1/orders/:id/events", s.orderEvents)
 	e.POST("/v1/admin/orders/:id/compensate", s.compensate, s.admin)
 	s.echo = e
 	return s
@@ -146,7 +229,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    16 << 10,
 	}
+	srv.RegisterOnShutdown(s.stop)
 	s.cfg.Logger.Info("api listening", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -166,17 +251,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// admin lets a request through only with the admin bearer token; with no token configured it
-// lets none through.
-func (s *Server) admin(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		got, ok := strings.CutPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-		if !ok || s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
-			return events.Errorf(events.Unauthorized, "this endpoint needs the admin bearer token")
-		}
-		return next(c)
-	}
-}
+// stop ends the event streams, which would otherwise hold the drain up.
+func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
 
 func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})

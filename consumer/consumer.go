@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/failpoint"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
@@ -162,6 +163,7 @@ func (h *handler) handle(work, stop context.Context, recs []*kgo.Record) error {
 	if err != nil {
 		return err
 	}
+	failpoint.Inject(failpoint.ConsumerAfterStoreCommit)
 	now := time.Now()
 	for i, res := range results {
 		e := evs[i]

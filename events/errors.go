@@ -33,6 +33,17 @@ const (
 	Unavailable Code = "unavailable"
 	// Internal means a bug.
 	Internal Code = "internal"
+	// BodyTooLarge means the request body is over the api's size cap.
+	BodyTooLarge Code = "body_too_large"
+	// UnsupportedMediaType means a request body that is not application/json.
+	UnsupportedMediaType Code = "unsupported_media_type"
+	// RateLimited means the caller sent more requests than its rate allows; Retry-After says
+	// when to try again.
+	RateLimited Code = "rate_limited"
+	// IdempotencyKeyReused means the Idempotency-Key was used before with another request.
+	IdempotencyKeyReused Code = "idempotency_key_reused"
+	// IdempotencyInProgress means the first request with the Idempotency-Key is still running.
+	IdempotencyInProgress Code = "idempotency_in_progress"
 )
 
 // Error is seckill's one error type for failures a caller must tell apart.

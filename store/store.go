@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/failpoint"
 )
 
 func init() { sqlx.BindDriver("sqlite", sqlx.QUESTION) }
@@ -248,6 +249,7 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 			}
 			results[i] = r
 		}
+		failpoint.Inject(failpoint.StoreBeforeConfirmCommit)
 		return nil
 	})
 	if err != nil {

@@ -8,8 +8,10 @@
 // The rules: the response must match the operation's documented response for its status
 // (an undocumented status is an error); a request the spec calls invalid must be refused
 // with a 4xx; a request to a path or a method the spec does not describe must get the
-// router's 404 or 405 with an Error body. Security requirements are not checked: whether
-// a token is right is the server's business, and the 401s are documented responses.
+// router's 404 or 405 with an Error body. Security requirements are checked for the presence
+// of the credentials only (a bearer Authorization header, or the API key's header): a request
+// without them breaks the spec and must be refused with a 4xx. Whether a token is right is the
+// server's business, and the 401s are documented responses.
 package apitest
 
 import (
@@ -21,6 +23,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -61,8 +64,32 @@ func routerOf(spec *openapi3.T) (routers.Router, error) {
 	return r, nil
 }
 
+func init() {
+	// The order event stream is text; Check validates its body as a string.
+	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
+}
+
+// credentialsPresent passes a security scheme when the request carries its credentials.
+func credentialsPresent(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	h := in.RequestValidationInput.Request.Header
+	scheme := in.SecurityScheme
+	switch {
+	case scheme.Type == "http" && strings.EqualFold(scheme.Scheme, "bearer"):
+		if auth := h.Get("Authorization"); len(auth) > len("bearer ") && strings.EqualFold(auth[:len("bearer ")], "bearer ") {
+			return nil
+		}
+		return errors.New("no bearer Authorization header")
+	case scheme.Type == "apiKey" && scheme.In == "header":
+		if h.Get(scheme.Name) != "" {
+			return nil
+		}
+		return fmt.Errorf("no %s header", scheme.Name)
+	}
+	return fmt.Errorf("apitest cannot check security scheme %s %s", scheme.Type, scheme.Scheme)
+}
+
 var options = &openapi3filter.Options{
-	AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,
+	AuthenticationFunc:    credentialsPresent,
 	IncludeResponseStatus: true,
 	MultiError:            true,
 }

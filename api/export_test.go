@@ -1,0 +1,24 @@
+package api
+
+import (
+	"context"
+	"testing"
+)
+
+// KeyedOrderID is keyedOrderID, for the tests.
+var KeyedOrderID = keyedOrderID
+
+// IdempotencyRedisKey is idemKey, for the tests.
+var IdempotencyRedisKey = idemKey
+
+// BeginKey starts the record of buyer's purchase of qty units in campaign under key, as the first
+// request does before it reserves, and returns the order id the key names.
+func BeginKey(tb testing.TB, s *Server, campaign, buyer, key string, qty int) string {
+	tb.Helper()
+	r := s.idemRecord(campaign, buyer, key, purchaseFingerprint(campaign, qty))
+	st, err := r.begin(context.Background(), false)
+	if err != nil || st.outcome != "new" {
+		tb.Fatalf("begin key %q: %+v %v", key, st, err)
+	}
+	return r.orderID
+}

@@ -1,0 +1,59 @@
+-- idempotency: the record of one Idempotency-Key of one buyer (see api/idempotency.go). It lives
+-- under its campaign's hash tag, so it runs in the slot of the campaign's other keys.
+-- KEYS: 1 the record, a hash: fp (the request's fingerprint), lease_ms (while the first request
+--       runs), then status, ctype and body (its answer, once it has one)
+-- ARGV: 1 op, 2 fingerprint, then
+--   begin, peek: 3 lease in ms, 4 time to live of the record in ms
+--   finish: 3 status, 4 content type, 5 body
+--   abort: nothing more
+-- Returns {outcome, ...}:
+--   begin: "new" (the record is created and leased to the caller), "retry" (the first request
+--          stopped without an answer; its lease ran out and is now the caller's), "done" with
+--          status, content type and body, "busy" with the ms left on the lease, or "mismatch"
+--          (the key was used with another request)
+--   peek:  as begin, but "absent" and "stale" where begin would say "new" and "retry"; it writes
+--          nothing
+--   finish, abort: "ok"
+local op = ARGV[1]
+local rec = redis.call('HMGET', KEYS[1], 'fp', 'lease_ms', 'status', 'ctype', 'body')
+if op == 'finish' then
+  if rec[1] == ARGV[2] then
+    redis.call('HSET', KEYS[1], 'status', ARGV[3], 'ctype', ARGV[4], 'body', ARGV[5])
+    redis.call('HDEL', KEYS[1], 'lease_ms')
+  end
+  return {'ok'}
+end
+if op == 'abort' then
+  if rec[1] == ARGV[2] and not rec[3] then
+    redis.call('DEL', KEYS[1])
+  end
+  return {'ok'}
+end
+if op ~= 'begin' and op ~= 'peek' then
+  return redis.error_reply('idempotency: unknown op ' .. tostring(op))
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not rec[1] then
+  if op == 'peek' then
+    return {'absent'}
+  end
+  redis.call('HSET', KEYS[1], 'fp', ARGV[2], 'lease_ms', now + tonumber(ARGV[3]))
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  return {'new'}
+end
+if rec[1] ~= ARGV[2] then
+  return {'mismatch'}
+end
+if rec[3] then
+  return {'done', rec[3], rec[4], rec[5]}
+end
+local left = tonumber(rec[2] or '0') - now
+if left > 0 then
+  return {'busy', left}
+end
+if op == 'peek' then
+  return {'stale'}
+end
+redis.call('HSET', KEYS[1], 'lease_ms', now + tonumber(ARGV[3]))
+return {'retry'}

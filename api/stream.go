@@ -1,0 +1,119 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/seckill/seckill/events"
+)
+
+// maxStream bounds one event stream; a client that still waits reconnects, and EventSource does
+// so by itself.
+const maxStream = 10 * time.Minute
+
+// writeWait is the time one write to an event stream may take. The server's WriteTimeout would
+// cut every stream at 15 s, so each write moves the deadline.
+const writeWait = 10 * time.Second
+
+// final reports whether an order's status will not change on its own (a confirmed order becomes
+// refunded only by an operator's hand).
+func final(s events.Status) bool { return s != events.Pending }
+
+// orderEvents streams an order's status changes as server-sent events: the current status at
+// once, then each change, until the status is final. Each event is
+//
+//	id: <status>
+//	event: status
+//	data: <the order, as GET /v1/orders/{id} answers it>
+//
+// A client that reconnects with Last-Event-ID set to the status it has is not sent it again. An
+// idle stream carries a comment line every StreamHeartbeat. The stream ends after a final
+// status, when the client goes away, when the server shuts down, or after maxStream.
+func (s *Server) orderEvents(c echo.Context) error {
+	buyer, err := s.buyer(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	id := c.Param("id")
+	o, err := s.buyersOrder(ctx, buyer, id)
+	if err != nil {
+		return err
+	}
+	w := c.Response()
+	h := w.Header()
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set(echo.HeaderCacheControl, "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx would buffer the stream otherwise
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w.Writer)
+	send := func(chunk string) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(writeWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		if _, err := fmt.Fprint(w, chunk); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	sendOrder := func(o OrderView) error {
+		data, err := json.Marshal(o)
+		if err != nil {
+			return err
+		}
+		return send(fmt.Sprintf("id: %s\nevent: status\ndata: %s\n\n", o.Status, data))
+	}
+
+	if err := send("retry: 2000\n\n"); err != nil {
+		return nil
+	}
+	if string(o.Status) != c.Request().Header.Get("Last-Event-ID") {
+		if err := sendOrder(o); err != nil {
+			return nil
+		}
+	}
+	if final(o.Status) {
+		return nil
+	}
+	poll := time.NewTicker(s.cfg.StreamPoll)
+	defer poll.Stop()
+	beat := time.NewTicker(s.cfg.StreamHeartbeat)
+	defer beat.Stop()
+	end := time.NewTimer(maxStream)
+	defer end.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stopping:
+			return nil
+		case <-end.C:
+			return nil
+		case <-beat.C:
+			if err := send(": heartbeat\n\n"); err != nil {
+				return nil
+			}
+		case <-poll.C:
+			now, err := s.order(ctx, id)
+			if err != nil {
+				// A dependency hiccup: the stream goes on, and the next poll tries again.
+				if ctx.Err() == nil {
+					s.cfg.Logger.Warn("order stream: read the order", "order_id", id, "err", err)
+				}
+				continue
+			}
+			if now.Status == o.Status {
+				continue
+			}
+			o = now
+			if err := sendOrder(o); err != nil || final(o.Status) {
+				return nil
+			}
+		}
+	}
+}

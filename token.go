@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/seckill/seckill/api"
+)
+
+// identityFlags name the buyers' JWT secret and issuer, the same for api, dev and token.
+type identityFlags struct {
+	secret, issuer *string
+}
+
+func (f *flags) identity() identityFlags {
+	return identityFlags{
+		secret: f.String("jwt-secret", "", fmt.Sprintf("HS256 secret of the buyers' bearer tokens, at least %d bytes", api.MinSecretLen)),
+		issuer: f.String("jwt-issuer", "", "iss of the buyers' bearer tokens (none: not checked)"),
+	}
+}
+
+// guardFlags are the api's identity and abuse settings, shared by api and dev.
+type guardFlags struct {
+	identityFlags
+	insecureUser   *bool
+	userRate       *float64
+	ipRate         *float64
+	trustProxy     *bool
+	idempotencyTTL *time.Duration
+}
+
+func (f *flags) guards(dev bool) guardFlags {
+	insecureHelp := "accept the X-User-ID header as the buyer's identity: anyone can act as anyone (development only)"
+	if dev {
+		insecureHelp = "accept the X-User-ID header as the buyer's identity (dev: on)"
+	}
+	return guardFlags{
+		identityFlags:  f.identity(),
+		insecureUser:   f.Bool("insecure-user-header", dev, insecureHelp),
+		userRate:       f.Float64("user-rate", 20, "requests a second per buyer, burst twice that (0: no limit)"),
+		ipRate:         f.Float64("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)"),
+		trustProxy:     f.Bool("trust-proxy-headers", false, "take the client address from X-Forwarded-For when the peer is a private address (behind a load balancer)"),
+		idempotencyTTL: f.Duration("idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key is remembered"),
+	}
+}
+
+// apply puts the settings into cfg, checks them, and warns about the insecure header.
+func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
+	cfg.JWTSecret = []byte(*g.secret)
+	cfg.JWTIssuer = *g.issuer
+	cfg.InsecureUserHeader = *g.insecureUser
+	cfg.UserLimit = api.Limit{Rate: *g.userRate, Burst: int(2 * *g.userRate)}
+	cfg.IPLimit = api.Limit{Rate: *g.ipRate, Burst: int(2 * *g.ipRate)}
+	cfg.TrustProxyHeaders = *g.trustProxy
+	cfg.IdempotencyTTL = *g.idempotencyTTL
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.InsecureUserHeader {
+		log.Warn("X-User-ID is accepted as the buyer's identity: any caller can act as any buyer; never do this in production")
+	}
+	return nil
+}
+
+// logArgs are the settings for the start line, without the secret.
+func (g guardFlags) logArgs() []any {
+	return []any{"jwt_secret_set", *g.secret != "", "jwt_issuer", *g.issuer, "insecure_user_header", *g.insecureUser,
+		"user_rate", *g.userRate, "ip_rate", *g.ipRate, "trust_proxy_headers", *g.trustProxy, "idempotency_ttl", *g.idempotencyTTL}
+}
+
+func runToken(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("token", "Print a buyer's bearer token: an HS256 JWT whose sub is the user, signed with the\nsame --jwt-secret the api verifies with.", stdout)
+	id := f.identity()
+	user := f.String("user", "", "the buyer's user id (required)")
+	ttl := f.Duration("ttl", time.Hour, "how long the token is valid")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *user == "" || *id.secret == "" {
+		fmt.Fprintln(stdout, "token: --user and --jwt-secret (or SECKILL_JWT_SECRET) are required")
+		return errUsage
+	}
+	tok, err := api.MintToken([]byte(*id.secret), *id.issuer, *user, *ttl, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, tok)
+	return nil
+}
