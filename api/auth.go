@@ -71,6 +71,7 @@ func newVerifier(secret []byte, issuer string) *verifier {
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(tokenLeeway),
+		jwt.WithStrictDecoding(), // one token, one spelling: no malleable base64 padding bits
 	}
 	if issuer != "" {
 		opts = append(opts, jwt.WithIssuer(issuer))

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // KeyedOrderID is keyedOrderID, for the tests.
@@ -22,3 +23,15 @@ func BeginKey(tb testing.TB, s *Server, campaign, buyer, key string, qty int) st
 	}
 	return r.orderID
 }
+
+// Limiter exposes a limiter to the tests.
+type Limiter struct{ l *limiter }
+
+// NewLimiter returns a limiter of at most maxKeys buckets.
+func NewLimiter(l Limit, maxKeys int) Limiter { return Limiter{newLimiter(l, maxKeys, "test")} }
+
+// Allow is limiter.allow.
+func (l Limiter) Allow(key string, now time.Time) (bool, time.Duration) { return l.l.allow(key, now) }
+
+// Size is limiter.size.
+func (l Limiter) Size() int { return l.l.size() }

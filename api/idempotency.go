@@ -38,6 +38,15 @@ var idempotencySrc string
 
 var idempotencyScript = redis.NewScript(idempotencySrc)
 
+// LoadScripts loads the api's own Redis script, so the first keyed purchase does not pay for
+// a NOSCRIPT reply. Serve calls it; without it the script is loaded on first use.
+func LoadScripts(ctx context.Context, rdb redis.Scripter) error {
+	if err := idempotencyScript.Load(ctx, rdb).Err(); err != nil {
+		return fmt.Errorf("load the idempotency script: %w", err)
+	}
+	return nil
+}
+
 // maxKeyLen bounds an Idempotency-Key, as Stripe does.
 const maxKeyLen = 255
 

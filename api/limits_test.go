@@ -1,0 +1,145 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/events"
+)
+
+func TestRateLimits(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) {
+		c.UserLimit = api.Limit{Rate: 0.01, Burst: 3} // slow enough that no token comes back during the test
+		c.IPLimit = api.Limit{Rate: 0.01, Burst: 7}
+	})
+	h.createCampaign(t, `{"id": "rl", "name": "Rates", "stock": 100, "per_user_limit": 100}`)
+	order := h.buy(t, "rl", "alice", 1)
+
+	t.Run("per buyer", func(t *testing.T) {
+		for range 2 { // the burst of 3, less the purchase above
+			h.do(t, request("GET", "/v1/orders/"+order, "", user("alice")...), 200)
+		}
+		rec := h.serve(t, request("GET", "/v1/orders/"+order, "", user("alice")...))
+		if rec.Code != http.StatusTooManyRequests {
+			t.Fatalf("past the buyer's burst: %d %s", rec.Code, rec.Body)
+		}
+		if s, err := strconv.Atoi(rec.Header().Get("Retry-After")); err != nil || s < 1 {
+			t.Errorf("Retry-After %q", rec.Header().Get("Retry-After"))
+		}
+		h.fail(t, request("POST", "/v1/campaigns/rl/purchases", `{"quantity": 1}`, user("alice")...), 429, events.RateLimited)
+		h.buy(t, "rl", "bob", 1) // another buyer has a bucket of his own
+	})
+
+	t.Run("per address", func(t *testing.T) {
+		// 7 requests from 192.0.2.1 so far (httptest's address); the next is one too many,
+		// whoever the buyer, and anonymous reads count too.
+		h.fail(t, request("GET", "/v1/campaigns/rl", ""), 429, events.RateLimited)
+		h.fail(t, request("POST", "/v1/campaigns/rl/purchases", `{"quantity": 1}`, user("carol")...), 429, events.RateLimited)
+		r := request("GET", "/v1/campaigns/rl", "")
+		r.RemoteAddr = "198.51.100.7:1234"
+		h.do(t, r, 200)
+		// Spoofed X-Forwarded-For is ignored unless proxies are trusted.
+		r = request("GET", "/v1/campaigns/rl", "", "X-Forwarded-For", "203.0.113.9")
+		h.fail(t, r, 429, events.RateLimited)
+		// Probes are never limited.
+		h.do(t, request("GET", "/healthz", ""), 200)
+	})
+}
+
+func TestLimiterMemoryIsBounded(t *testing.T) {
+	l := api.NewLimiter(api.Limit{Rate: 1, Burst: 1}, 1000)
+	now := time.Now()
+	for i := range 100_000 {
+		l.Allow(fmt.Sprintf("ip-%d", i), now)
+	}
+	if n := l.Size(); n > 1000 {
+		t.Errorf("%d buckets held, cap 1000", n)
+	}
+	// A key over its rate stays over it while the table is not full.
+	l = api.NewLimiter(api.Limit{Rate: 1, Burst: 1}, 1000)
+	if ok, _ := l.Allow("k", now); !ok {
+		t.Fatal("first request refused")
+	}
+	if ok, wait := l.Allow("k", now); ok || wait <= 0 || wait > time.Second {
+		t.Errorf("second request at once: ok %v, wait %v", ok, wait)
+	}
+	if ok, _ := l.Allow("k", now.Add(time.Second)); !ok {
+		t.Error("refused after the bucket refilled")
+	}
+	// Buckets that filled up again are forgotten at the next sweep.
+	l.Allow("other", now.Add(time.Hour))
+	if n := l.Size(); n != 1 {
+		t.Errorf("%d buckets after an hour, want 1", n)
+	}
+	// Zero limits nothing.
+	l = api.NewLimiter(api.Limit{}, 1000)
+	for range 100 {
+		if ok, _ := l.Allow("k", now); !ok {
+			t.Fatal("a zero Limit refused a request")
+		}
+	}
+}
+
+// TestSoldOutFlag checks that buyers of a sold-out campaign are refused without a Redis
+// command, and that the campaign sells again once stock comes back.
+func TestSoldOutFlag(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.SoldOutTTL = 200 * time.Millisecond })
+	h.createCampaign(t, `{"id": "so", "name": "Few", "stock": 2, "per_user_limit": 2}`)
+	first := h.buy(t, "so", "alice", 2)
+	h.fail(t, request("POST", "/v1/campaigns/so/purchases", `{"quantity": 1}`, user("bob")...), 409, events.SoldOut)
+
+	before := h.commands.n.Load()
+	for i := range 50 {
+		h.fail(t, request("POST", "/v1/campaigns/so/purchases", `{"quantity": 1}`, user(fmt.Sprintf("b%d", i))...), 409, events.SoldOut)
+	}
+	if n := h.commands.n.Load() - before; n != 0 {
+		t.Errorf("50 buyers of a sold-out campaign cost %d Redis commands, want 0", n)
+	}
+
+	// A keyed retry of a purchase that succeeded is still replayed, at the cost of one read.
+	if err := api.LoadScripts(context.Background(), h.redis.Client()); err != nil {
+		t.Fatal(err)
+	}
+	before = h.commands.n.Load()
+	h.fail(t, keyed("so", "carol", "k-1", `{"quantity": 1}`), 409, events.SoldOut)
+	if n := h.commands.n.Load() - before; n != 1 {
+		t.Errorf("a keyed buyer of a sold-out campaign cost %d Redis commands, want 1", n)
+	}
+
+	// Units released by another process are on sale here after the flag's TTL.
+	if _, err := h.redis.Release(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	h.buy(t, "so", "dave", 1)
+
+	// Units released by this process are on sale at once.
+	h.fail(t, request("POST", "/v1/campaigns/so/purchases", `{"quantity": 2}`, user("erin")...), 409, events.SoldOut)
+	h.do(t, request("POST", "/v1/admin/orders/"+h.buy(t, "so", "frank", 1)+"/compensate", "", h.bearer()...), 200)
+	h.buy(t, "so", "erin", 1)
+}
+
+// TestTimeWindows checks that a campaign sells only inside its window, by Redis's clock.
+func TestTimeWindows(t *testing.T) {
+	h := newHarness(t)
+	now := time.Now().UTC()
+	h.createCampaign(t, fmt.Sprintf(`{"id": "tw", "name": "Window", "stock": 5, "per_user_limit": 5, "starts_at": %q, "ends_at": %q}`,
+		now.Add(time.Hour).Format(time.RFC3339), now.Add(2*time.Hour).Format(time.RFC3339)))
+	buy := func(u string) *http.Request {
+		return request("POST", "/v1/campaigns/tw/purchases", `{"quantity": 1}`, user(u)...)
+	}
+	h.fail(t, buy("alice"), 409, events.NotStarted)
+	h.mr.SetTime(now.Add(90 * time.Minute)) // Redis's clock, not this host's
+	h.buy(t, "tw", "alice", 1)
+	h.mr.SetTime(now.Add(2 * time.Hour))
+	h.fail(t, buy("bob"), 409, events.Ended)
+	h.mr.SetTime(now.Add(-time.Hour))
+	h.fail(t, buy("bob"), 409, events.NotStarted)
+	h.mr.SetTime(time.Time{})
+	h.fail(t, buy("bob"), 409, events.NotStarted)
+}

@@ -1,0 +1,220 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/api/apitest"
+	"github.com/seckill/seckill/events"
+)
+
+// sse reads server-sent events.
+type sse struct {
+	resp *http.Response
+	r    *bufio.Reader
+}
+
+type sseEvent struct {
+	id, event, data string
+	comment         bool
+}
+
+func openStream(t *testing.T, ctx context.Context, base, orderID, buyer string, headers ...string) *sse {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/orders/"+orderID+"/events", nil)
+	req.Header.Set("X-User-ID", buyer)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	return &sse{resp: resp, r: bufio.NewReader(resp.Body)}
+}
+
+// next returns the next event or comment; io.EOF when the stream ended.
+func (s *sse) next() (sseEvent, error) {
+	var ev sseEvent
+	seen := false
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			if seen {
+				return ev, nil
+			}
+			return ev, err
+		}
+		line = strings.TrimSuffix(line, "\n")
+		if line == "" {
+			if seen {
+				return ev, nil
+			}
+			continue
+		}
+		seen = true
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimPrefix(v, " ")
+		switch k {
+		case "":
+			ev.comment, ev.data = true, v
+		case "id":
+			ev.id = v
+		case "event":
+			ev.event = v
+		case "data":
+			ev.data = v
+		}
+	}
+}
+
+// nextStatus skips comments and the retry advice and returns the next status event's order.
+func (s *sse) nextStatus(t *testing.T) (api.OrderView, error) {
+	t.Helper()
+	for {
+		ev, err := s.next()
+		if err != nil {
+			return api.OrderView{}, err
+		}
+		if ev.event != "status" {
+			continue
+		}
+		var o api.OrderView
+		if err := json.Unmarshal([]byte(ev.data), &o); err != nil {
+			t.Fatalf("event data %q: %v", ev.data, err)
+		}
+		if ev.id != string(o.Status) {
+			t.Errorf("event id %q for status %q", ev.id, o.Status)
+		}
+		return o, nil
+	}
+}
+
+func TestOrderEvents(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.StreamPoll, c.StreamHeartbeat = 20*time.Millisecond, 50*time.Millisecond })
+	h.createCampaign(t, `{"id": "ev", "name": "Events", "stock": 10, "per_user_limit": 10}`)
+	ts := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(ts.Close)
+	ctx := context.Background()
+
+	t.Run("pending, then confirmed, then the end", func(t *testing.T) {
+		id := h.buy(t, "ev", "alice", 2)
+		s := openStream(t, ctx, ts.URL, id, "alice")
+		o, err := s.nextStatus(t)
+		if err != nil || o.Status != events.Pending || o.OrderID != id || o.Quantity != 2 {
+			t.Fatalf("first event: %+v %v", o, err)
+		}
+		h.confirm(t, id)
+		if o, err = s.nextStatus(t); err != nil || o.Status != events.Confirmed {
+			t.Fatalf("second event: %+v %v", o, err)
+		}
+		if _, err := s.nextStatus(t); !errors.Is(err, io.EOF) {
+			t.Errorf("the stream goes on after a final status: %v", err)
+		}
+	})
+
+	t.Run("heartbeats while nothing happens", func(t *testing.T) {
+		id := h.buy(t, "ev", "bob", 1)
+		s := openStream(t, ctx, ts.URL, id, "bob", "Last-Event-ID", "pending")
+		ev, err := s.next()
+		if err != nil || ev.data != "" || ev.comment { // the retry advice comes first
+			t.Fatalf("first chunk: %+v %v", ev, err)
+		}
+		// Last-Event-ID says the client has pending: the next thing is a heartbeat.
+		if ev, err = s.next(); err != nil || !ev.comment || ev.data != "heartbeat" {
+			t.Fatalf("want a heartbeat, got %+v %v", ev, err)
+		}
+		h.do(t, request("POST", "/v1/admin/orders/"+id+"/compensate", "", h.bearer()...), 200)
+		if o, err := s.nextStatus(t); err != nil || o.Status != events.Failed || o.Reason != events.ReasonOperator {
+			t.Fatalf("after compensation: %+v %v", o, err)
+		}
+	})
+
+	t.Run("a final order is one event", func(t *testing.T) {
+		id := h.buy(t, "ev", "carol", 1)
+		h.confirm(t, id)
+		client := &http.Client{Transport: apitest.Transport(t, h.spec, nil)} // checks the exchange
+		req, _ := http.NewRequest("GET", ts.URL+"/v1/orders/"+id+"/events", nil)
+		req.Header.Set("X-User-ID", "carol")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if n := strings.Count(string(body), "event: status"); n != 1 || !strings.Contains(string(body), `"status":"confirmed"`) {
+			t.Errorf("stream of a confirmed order: %q", body)
+		}
+	})
+
+	t.Run("errors come before the stream, as JSON", func(t *testing.T) {
+		id := h.buy(t, "ev", "dave", 1)
+		h.fail(t, request("GET", "/v1/orders/"+id+"/events", ""), 401, events.Unauthorized)
+		h.fail(t, request("GET", "/v1/orders/"+id+"/events", "", user("erin")...), 404, events.OrderNotFound)
+		h.fail(t, request("GET", "/v1/orders/ev.nosuchorder/events", "", user("dave")...), 404, events.OrderNotFound)
+	})
+
+	t.Run("a client that goes away ends its stream", func(t *testing.T) {
+		id := h.buy(t, "ev", "frank", 1)
+		ts := httptest.NewServer(h.srv.Handler())
+		cctx, cancel := context.WithCancel(ctx)
+		s := openStream(t, cctx, ts.URL, id, "frank")
+		if _, err := s.nextStatus(t); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		done := make(chan struct{})
+		go func() { ts.Close(); close(done) }() // Close waits for the handlers
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stream's handler still runs after its client left")
+		}
+	})
+}
+
+// TestOrderEventsEndAtShutdown checks that an open stream does not hold up the drain.
+func TestOrderEventsEndAtShutdown(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.ShutdownTimeout = 20 * time.Second })
+	h.createCampaign(t, `{"id": "sd", "name": "Shutdown", "stock": 1, "per_user_limit": 1}`)
+	id := h.buy(t, "sd", "alice", 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.srv.Serve(ctx, ln) }()
+	s := openStream(t, context.Background(), "http://"+ln.Addr().String(), id, "alice")
+	if _, err := s.nextStatus(t); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("shutdown waits for the open stream")
+	}
+	if _, err := s.nextStatus(t); !errors.Is(err, io.EOF) {
+		t.Errorf("the stream is still open after shutdown: %v", err)
+	}
+	t.Logf("drained in %v with a stream open", time.Since(start))
+}
