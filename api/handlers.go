@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strings"
@@ -139,6 +140,34 @@ func (s *Server) createCampaign(c echo.Context) error {
 		return events.Errorf(events.Unavailable, "campaign %s stored but not yet on sale: %v", camp.ID, err)
 	}
 	return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock))
+}
+
+// LoadCampaigns puts on sale in Redis every stored campaign Redis lacks (after Redis lost its
+// data, or a creation that stopped half way), with remaining = stock - sold and the buyers'
+// holdings from the store.
+func LoadCampaigns(ctx context.Context, st *store.Store, r *lua.Redis, log *slog.Logger) error {
+	cs, err := st.Campaigns(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		_, ok, err := r.Remaining(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		if ok {
+			continue
+		}
+		holdings, err := st.Holdings(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		if _, err := r.LoadCampaign(ctx, redisCampaign(c, holdings)); err != nil {
+			return err
+		}
+		log.Info("campaign loaded into redis from the store", "campaign", c.ID, "remaining", c.Stock-c.Sold, "buyers", len(holdings))
+	}
+	return nil
 }
 
 func redisCampaign(c store.Campaign, holdings map[string]int64) lua.Campaign {
