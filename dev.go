@@ -26,7 +26,7 @@ import (
 )
 
 func runDev(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("dev", "Run api, consumer and compensator in one process on embedded Kafka (kfake, kept in\n--data-dir), Redis (miniredis, in memory: every start rebuilds it from the store) and\nSQLite (in --data-dir). Nothing else to install.", stdout)
+	f := newFlags("dev", "Run api, consumer and compensator in one process on embedded Kafka (kfake, kept in\n--data-dir), Redis (miniredis, in memory: every start freezes the campaigns and\nrebuilds them from the store) and SQLite (in --data-dir). Nothing else to install.", stdout)
 	addr := f.String("addr", "127.0.0.1:8080", "listen address of the API")
 	dataDir := f.String("data-dir", "./.seckill", "where the Kafka log and the SQLite database live")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: a new one, printed at start)")
@@ -79,9 +79,6 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := createTopics(ctx, brokers, topics, 3, 1); err != nil {
 		return err
 	}
-	if err := api.LoadCampaigns(ctx, st, r, log); err != nil {
-		return err
-	}
 	producer, err := events.NewClient(brokers)
 	if err != nil {
 		return err
@@ -92,7 +89,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer cons.Close()
-	comp, err := compensator.New(compensator.Config{Brokers: brokers, Topics: topics, SweepInterval: *sweep, Logger: log}, st, r)
+	comp, err := compensator.New(compensator.Config{Brokers: brokers, Topics: topics, SweepInterval: *sweep, RebuildGrace: time.Second, Logger: log}, st, r)
 	if err != nil {
 		return err
 	}

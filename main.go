@@ -27,6 +27,7 @@ Operations:
   replay       re-consume OrderRequested from a time or offset into the store
   compensate   release or refund one order (the admin endpoint's twin)
   audit        check the invariants across Redis, the store and Kafka; exit 1 on a violation
+  audit        check the invariants across Redis, the store and Kafka; exit 1 on a violation
   token        print a buyer's bearer token (a JWT signed with --jwt-secret)
 
 Every flag has an environment fallback, SECKILL_<FLAG> (--redis-url: SECKILL_REDIS_URL).
@@ -40,6 +41,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout io.Wri
 	"migrate":     runMigrate,
 	"replay":      runReplay,
 	"compensate":  runCompensate,
+	"audit":       runAudit,
 	"audit":       runAudit,
 	"token":       runToken,
 }

@@ -163,6 +163,14 @@ func testDeadLetter(t *testing.T, p *pipeline) {
 	}
 	// The store's stock of 1 is untouched by frank's refused order, so grace gets it.
 	p.waitStatus(t, "grace", id, events.Confirmed)
+	// The store's stock disagrees with Redis's on purpose; the audit must say so, and agree
+	// again once it is put back.
+	if out, err := p.run("audit", "--campaign", c); err == nil || !strings.Contains(out, "FAIL I1 conservation") {
+		t.Errorf("audit of a campaign whose store stock was cut: err %v\n%s", err, out)
+	}
+	if _, err := p.store.DB().ExecContext(ctx, p.store.DB().Rebind(`UPDATE campaigns SET stock = 5 WHERE id = ?`), c); err != nil {
+		t.Fatal(err)
+	}
 	p.conservation(t, c, 5)
 }
 

@@ -80,9 +80,6 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer producer.Close()
-	if err := api.LoadCampaigns(ctx, d.store, d.redis, log); err != nil {
-		return err
-	}
 	srv := api.New(cfg, d.store, d.redis, producer)
 	return srv.Run(ctx)
 }
@@ -115,6 +112,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	c := f.conn()
 	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	sweep := f.Duration("sweep-interval", 5*time.Second, "how often to look for reservations past their deadline")
+	grace := f.Duration("rebuild-grace", 6*time.Second, "after Redis lost data, how long to wait for purchases in flight before rebuilding (at least the api's produce timeout)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -125,7 +123,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	defer d.close()
-	comp, err := compensator.New(compensator.Config{Brokers: c.brokerList(), Topics: c.topics(), SweepInterval: *sweep, Logger: log}, d.store, d.redis)
+	comp, err := compensator.New(compensator.Config{Brokers: c.brokerList(), Topics: c.topics(), SweepInterval: *sweep, RebuildGrace: *grace, Logger: log}, d.store, d.redis)
 	if err != nil {
 		return err
 	}

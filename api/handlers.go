@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
 	"strings"
@@ -15,8 +14,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/failpoint"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
@@ -135,43 +136,15 @@ func (s *Server) createCampaign(c echo.Context) error {
 	if err := s.store.CreateCampaign(ctx, camp); err != nil {
 		return err
 	}
-	if _, err := s.redis.LoadCampaign(ctx, redisCampaign(camp, nil)); err != nil {
+	if _, err := s.redis.LoadCampaign(ctx, redisCampaign(camp)); err != nil {
 		// The campaign is in the store; every api start loads what Redis lacks.
 		return events.Errorf(events.Unavailable, "campaign %s stored but not yet on sale: %v", camp.ID, err)
 	}
 	return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock))
 }
 
-// LoadCampaigns puts on sale in Redis every stored campaign Redis lacks (after Redis lost its
-// data, or a creation that stopped half way), with remaining = stock - sold and the buyers'
-// holdings from the store.
-func LoadCampaigns(ctx context.Context, st *store.Store, r *lua.Redis, log *slog.Logger) error {
-	cs, err := st.Campaigns(ctx)
-	if err != nil {
-		return err
-	}
-	for _, c := range cs {
-		_, ok, err := r.Remaining(ctx, c.ID)
-		if err != nil {
-			return err
-		}
-		if ok {
-			continue
-		}
-		holdings, err := st.Holdings(ctx, c.ID)
-		if err != nil {
-			return err
-		}
-		if _, err := r.LoadCampaign(ctx, redisCampaign(c, holdings)); err != nil {
-			return err
-		}
-		log.Info("campaign loaded into redis from the store", "campaign", c.ID, "remaining", c.Stock-c.Sold, "buyers", len(holdings))
-	}
-	return nil
-}
-
-func redisCampaign(c store.Campaign, holdings map[string]int64) lua.Campaign {
-	rc := lua.Campaign{ID: c.ID, Remaining: c.Stock - c.Sold, Limit: c.PerUserLimit, StartsAt: time.UnixMilli(c.StartsAtMs), Holdings: holdings}
+func redisCampaign(c store.Campaign) lua.Campaign {
+	rc := lua.Campaign{ID: c.ID, Remaining: c.Stock - c.Sold, Limit: c.PerUserLimit, StartsAt: time.UnixMilli(c.StartsAtMs)}
 	if c.EndsAtMs > 0 {
 		rc.EndsAt = time.UnixMilli(c.EndsAtMs)
 	}
@@ -269,6 +242,11 @@ func (s *Server) purchase(c echo.Context) error {
 		return soldOutError(campaign, qty)
 	}
 
+	if !s.kafka.allow(time.Now()) {
+		s.forget(ctx, idem)
+		reservations.WithLabelValues(string(events.Unavailable)).Inc()
+		return events.Errorf(events.Unavailable, "orders cannot be queued right now; nothing was reserved, try again shortly")
+	}
 	res, err := s.redis.Reserve(ctx, campaign, orderID, buyer, qty, s.cfg.ReservationTTL)
 	if err != nil {
 		code := events.ErrorCode(err)
@@ -279,8 +257,11 @@ func (s *Server) purchase(c echo.Context) error {
 		// Nothing was reserved, or Redis cannot tell: either way a retry with the same key may
 		// run again, and reserves under the same order id.
 		s.forget(ctx, idem)
-		if code == events.Internal {
+		switch code {
+		case events.Internal:
 			return events.Errorf(events.Unavailable, "reserve: %v", err)
+		case events.CampaignNotFound:
+			return s.notInRedis(ctx, campaign, err)
 		}
 		return err
 	}
@@ -302,7 +283,10 @@ func (s *Server) purchase(c echo.Context) error {
 		Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now.UTC(),
 		OrderID: orderID, CampaignID: campaign, UserID: buyer, Quantity: qty, Deadline: res.Deadline.UTC(),
 	}
-	if err := s.produce(ctx, ev); err != nil {
+	failpoint.Inject(failpoint.APIBeforeProduce)
+	err = s.produce(ctx, ev)
+	s.kafka.record(err, time.Now())
+	if err != nil {
 		reservations.WithLabelValues(string(events.Unavailable)).Inc()
 		s.cfg.Logger.Error("produce failed; cancelling the order", "order_id", orderID, "err", err)
 		// Whether or not the event reached Kafka, failing the order in the store first makes the
@@ -317,8 +301,27 @@ func (s *Server) purchase(c echo.Context) error {
 		s.soldOut.clear(campaign) // units may be back on sale
 		return s.cancelled(c, idem, orderID)
 	}
+	failpoint.Inject(failpoint.APIAfterProduce)
 	reservations.WithLabelValues("reserved").Inc()
 	return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
+}
+
+// notInRedis answers a purchase of a campaign Redis does not know. If the store knows it, Redis
+// lost its data moments ago and the compensator is about to freeze and rebuild it: the buyer
+// should come back, not be told the sale does not exist.
+func (s *Server) notInRedis(ctx context.Context, campaign string, notFound error) error {
+	if _, ok := s.known.Load(campaign); ok {
+		return events.Errorf(events.Unavailable, "campaign %q is being restored; try again in a few seconds", campaign)
+	}
+	_, err := s.store.Campaign(ctx, campaign)
+	switch events.ErrorCode(err) {
+	case "":
+		s.known.Store(campaign, struct{}{})
+		return events.Errorf(events.Unavailable, "campaign %q is being restored; try again in a few seconds", campaign)
+	case events.CampaignNotFound:
+		return notFound
+	}
+	return events.Errorf(events.Unavailable, "campaign %q: %v", campaign, err)
 }
 
 // purchaseFingerprint is what makes two purchases with one key the same request: a body that
@@ -407,7 +410,15 @@ func (s *Server) produce(ctx context.Context, ev events.Event) error {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
 	defer cancel()
-	err = s.producer.ProduceSync(ctx, rec).FirstErr()
+	// Not ProduceSync: a record already sent can outlive its context inside the client, and
+	// a buyer must never wait on a broker that does not answer.
+	done := make(chan error, 1)
+	s.producer.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("no acknowledgement within %v", s.cfg.ProduceTimeout)
+	}
 	produceSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return fmt.Errorf("produce %s: %w", ev.OrderID, err)

@@ -64,7 +64,8 @@ type Config struct {
 	// ReservationTTL is how long a reservation may stay pending before the sweeper releases it.
 	// Default: 2m.
 	ReservationTTL time.Duration
-	// ProduceTimeout bounds the wait for Kafka's acknowledgement of a purchase. Default: 5s.
+	// ProduceTimeout bounds the wait for Kafka's acknowledgement of a purchase; a purchase
+	// that runs out of it is cancelled (503) and Kafka counts as down for a second. Default: 3s.
 	ProduceTimeout time.Duration
 	// ShutdownTimeout bounds the drain of in-flight requests at shutdown. Default: 15s.
 	ShutdownTimeout time.Duration
@@ -111,7 +112,7 @@ func (c *Config) setDefaults() {
 		c.ReservationTTL = 2 * time.Minute
 	}
 	if c.ProduceTimeout <= 0 {
-		c.ProduceTimeout = 5 * time.Second
+		c.ProduceTimeout = 3 * time.Second
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
@@ -147,6 +148,8 @@ type Server struct {
 	userLimit *limiter
 	ipLimit   *limiter
 	soldOut   *soldOut
+	kafka     *breaker      // fails purchases fast while Kafka is down
+	known     sync.Map      // campaign ids the store knows: see notInRedis
 	stopping  chan struct{} // closed when shutdown starts: event streams end
 	stopOnce  sync.Once
 }
@@ -166,6 +169,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 		userLimit: newLimiter(cfg.UserLimit, maxLimiterKeys, "buyer"),
 		ipLimit:   newLimiter(cfg.IPLimit, maxLimiterKeys, "address"),
 		soldOut:   newSoldOut(cfg.SoldOutTTL),
+		kafka:     &breaker{cooldown: time.Second},
 		stopping:  make(chan struct{}),
 	}
 	e := echo.New()

@@ -1,0 +1,53 @@
+package api
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// breaker fails purchases fast while Kafka is down. Without it every buyer would reserve, wait
+// the whole produce timeout, and have the reservation cancelled: seconds of waiting and a
+// store write for nothing. After a failed produce it refuses purchases before they reserve
+// for a cooldown, then lets one purchase through as a probe; the probe's success closes it.
+type breaker struct {
+	cooldown time.Duration
+	open     atomic.Bool // fast path: a closed breaker costs one atomic load
+
+	mu        sync.Mutex
+	openUntil time.Time
+	probing   bool
+}
+
+// allow reports whether a purchase may try Kafka now.
+func (b *breaker) allow(now time.Time) bool {
+	if !b.open.Load() {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.open.Load() {
+		return true
+	}
+	if now.Before(b.openUntil) || b.probing {
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// record takes the outcome of a produce.
+func (b *breaker) record(err error, now time.Time) {
+	if err == nil && !b.open.Load() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+	if err != nil {
+		b.openUntil = now.Add(b.cooldown)
+		b.open.Store(true)
+		return
+	}
+	b.open.Store(false)
+}
