@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/seckill/seckill/events"
-	"github.com/seckill/seckill/failpoint"
 )
 
 func init() { sqlx.BindDriver("sqlite", sqlx.QUESTION) }
@@ -221,102 +219,6 @@ type Result struct {
 	// Reason says why the store refused the order: events.ReasonStoreSoldOut,
 	// events.ReasonStoreLimit, or events.CampaignNotFound.
 	Reason string
-}
-
-// ConfirmOrders stores a batch of OrderRequested events as confirmed orders in one transaction,
-// idempotently: an order that is in the store already is left alone. An order the conditional
-// updates refuse is not stored at all and its Result has a Reason. Results are in input order.
-func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result, error) {
-	results := make([]Result, len(evs))
-	// Taking row locks in one order across concurrent batches keeps PostgreSQL free of deadlocks:
-	// each campaign's row first (see lockCampaign), then its orders and purchases, campaign by
-	// campaign in id order.
-	idx := make([]int, len(evs))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool {
-		ea, eb := evs[idx[a]], evs[idx[b]]
-		return ea.CampaignID < eb.CampaignID || ea.CampaignID == eb.CampaignID && ea.UserID < eb.UserID
-	})
-	now := time.Now().UnixMilli()
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		limits := map[string]int64{}
-		for _, i := range idx {
-			r, err := s.confirmOne(ctx, tx, evs[i], limits, now)
-			if err != nil {
-				return err
-			}
-			results[i] = r
-		}
-		failpoint.Inject(failpoint.StoreBeforeConfirmCommit)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("confirm %d orders: %w", len(evs), err)
-	}
-	return results, nil
-}
-
-func (s *Store) confirmOne(ctx context.Context, tx *sqlx.Tx, e events.Event, limits map[string]int64, now int64) (Result, error) {
-	limit, ok := limits[e.CampaignID]
-	if !ok {
-		var err error
-		limit, err = s.lockCampaign(ctx, tx, e.CampaignID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return Result{Reason: string(events.CampaignNotFound)}, nil
-		}
-		if err != nil {
-			return Result{}, err
-		}
-		limits[e.CampaignID] = limit
-	}
-	if _, err := tx.ExecContext(ctx, `SAVEPOINT confirm_order`); err != nil {
-		return Result{}, err
-	}
-	inserted, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO orders
-		(order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
-		VALUES (?, ?, ?, ?, 'confirmed', '', ?, ?) ON CONFLICT (order_id) DO NOTHING`),
-		e.OrderID, e.CampaignID, e.UserID, e.Quantity, e.OccurredAt.UnixMilli(), now))
-	if err != nil {
-		return Result{}, err
-	}
-	refuse := func(reason string) (Result, error) {
-		_, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT confirm_order`)
-		return Result{Reason: reason}, err
-	}
-	if inserted == 0 {
-		var st events.Status
-		if err := tx.GetContext(ctx, &st, tx.Rebind(`SELECT status FROM orders WHERE order_id = ?`), e.OrderID); err != nil {
-			return Result{}, err
-		}
-		_, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT confirm_order`)
-		return Result{Status: st, Duplicate: true}, err
-	}
-	if int64(e.Quantity) > limit {
-		return refuse(events.ReasonStoreLimit)
-	}
-	n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(
-		`UPDATE campaigns SET sold = sold + ? WHERE id = ? AND sold + ? <= stock`),
-		e.Quantity, e.CampaignID, e.Quantity))
-	if err != nil {
-		return Result{}, err
-	}
-	if n == 0 {
-		return refuse(events.ReasonStoreSoldOut)
-	}
-	n, err = rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO purchases (campaign_id, user_id, bought) VALUES (?, ?, ?)
-		ON CONFLICT (campaign_id, user_id) DO UPDATE SET bought = purchases.bought + excluded.bought
-		WHERE purchases.bought + excluded.bought <= ?`),
-		e.CampaignID, e.UserID, e.Quantity, limit))
-	if err != nil {
-		return Result{}, err
-	}
-	if n == 0 {
-		return refuse(events.ReasonStoreLimit)
-	}
-	_, err = tx.ExecContext(ctx, `RELEASE SAVEPOINT confirm_order`)
-	return Result{Status: events.Confirmed}, err
 }
 
 // FailOrder records the order of e as failed for reason unless the store holds it already, and

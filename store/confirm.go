@@ -1,0 +1,275 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/failpoint"
+)
+
+// ConfirmOrders stores a batch of OrderRequested events as confirmed orders in one transaction,
+// idempotently: an order that is in the store already is left alone. An order the store refuses
+// (past the stock, past the buyer's limit, unknown campaign) is not stored at all and its Result
+// has a Reason. Results are in input order; within the batch, earlier events go first.
+//
+// The batch costs a fixed handful of statements, whatever its size: lock its campaigns, read its
+// known orders and its buyers' totals, decide in Go, insert the new rows in one statement, and
+// write one conditional update per campaign and one upsert of the buyers' totals. Every write
+// that changes sold or bought holds its campaign's row lock (taken here in id order, and by
+// RefundOrder), so the decisions cannot race; the conditional update stays as the second line
+// of defence.
+func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result, error) {
+	results := make([]Result, len(evs))
+	if len(evs) == 0 {
+		return results, nil
+	}
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		b, err := s.loadBatch(ctx, tx, evs)
+		if err != nil {
+			return err
+		}
+		accepted, repeats := b.decide(evs, results)
+		if err := s.insertConfirmed(ctx, tx, evs, accepted, results); err != nil {
+			return err
+		}
+		if err := s.addTotals(ctx, tx, evs, results); err != nil {
+			return err
+		}
+		// An event repeated within the batch gets its first event's result.
+		for i, j := range repeats {
+			results[i] = results[j]
+			results[i].Duplicate = results[j].Status != ""
+		}
+		failpoint.Inject(failpoint.StoreBeforeConfirmCommit)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("confirm %d orders: %w", len(evs), err)
+	}
+	return results, nil
+}
+
+// batch is what the store holds about a batch's campaigns, orders and buyers.
+type batch struct {
+	campaigns map[string]*Campaign
+	existing  map[string]events.Status // order id -> status of orders stored before
+	held      map[[2]string]int64      // (campaign, user) -> units bought
+}
+
+func (s *Store) loadBatch(ctx context.Context, tx *sqlx.Tx, evs []events.Event) (*batch, error) {
+	campaignIDs, orderIDs, users := distinct(evs, func(e events.Event) string { return e.CampaignID }),
+		distinct(evs, func(e events.Event) string { return e.OrderID }),
+		distinct(evs, func(e events.Event) string { return e.UserID })
+	sort.Strings(campaignIDs) // row locks in one order across batches: no deadlocks
+	b := &batch{campaigns: map[string]*Campaign{}, existing: map[string]events.Status{}, held: map[[2]string]int64{}}
+
+	lock := ""
+	if !s.sqlite { // SQLite has one writer at a time already
+		lock = " FOR UPDATE"
+	}
+	var cs []Campaign
+	if err := s.selectIn(ctx, tx, &cs, `SELECT * FROM campaigns WHERE id IN (?) ORDER BY id`+lock, campaignIDs); err != nil {
+		return nil, err
+	}
+	for i := range cs {
+		b.campaigns[cs[i].ID] = &cs[i]
+	}
+	var known []struct {
+		ID     string        `db:"order_id"`
+		Status events.Status `db:"status"`
+	}
+	if err := s.selectIn(ctx, tx, &known, `SELECT order_id, status FROM orders WHERE order_id IN (?)`, orderIDs); err != nil {
+		return nil, err
+	}
+	for _, o := range known {
+		b.existing[o.ID] = o.Status
+	}
+	var held []struct {
+		Campaign string `db:"campaign_id"`
+		User     string `db:"user_id"`
+		Bought   int64  `db:"bought"`
+	}
+	if err := s.selectIn(ctx, tx, &held, `SELECT campaign_id, user_id, bought FROM purchases WHERE campaign_id IN (?) AND user_id IN (?)`, campaignIDs, users); err != nil {
+		return nil, err
+	}
+	for _, h := range held {
+		b.held[[2]string{h.Campaign, h.User}] = h.Bought
+	}
+	return b, nil
+}
+
+// decide fills results for the events the store refuses or knows already, and returns the
+// indexes of those to insert, updating the batch's view of sold and held as it accepts, and the
+// events repeated within the batch (index -> index of the first).
+func (b *batch) decide(evs []events.Event, results []Result) (accepted []int, repeats map[int]int) {
+	repeats = map[int]int{}
+	first := map[string]int{} // order id -> index of its first event in the batch
+	for i, e := range evs {
+		if j, ok := first[e.OrderID]; ok {
+			repeats[i] = j
+			continue
+		}
+		first[e.OrderID] = i
+		c := b.campaigns[e.CampaignID]
+		key := [2]string{e.CampaignID, e.UserID}
+		q := int64(e.Quantity)
+		switch st, ok := b.existing[e.OrderID]; {
+		case ok:
+			results[i] = Result{Status: st, Duplicate: true}
+		case c == nil:
+			results[i] = Result{Reason: string(events.CampaignNotFound)}
+		case b.held[key]+q > c.PerUserLimit:
+			results[i] = Result{Reason: events.ReasonStoreLimit}
+		case c.Sold+q > c.Stock:
+			results[i] = Result{Reason: events.ReasonStoreSoldOut}
+		default:
+			c.Sold += q
+			b.held[key] += q
+			results[i] = Result{Status: events.Confirmed}
+			accepted = append(accepted, i)
+		}
+	}
+	return accepted, repeats
+}
+
+// insertConfirmed inserts the accepted orders. A row that conflicts was inserted by the
+// compensator between loadBatch and now (it fails orders without the campaign lock): that order
+// becomes a duplicate with the compensator's status and takes nothing from the totals.
+func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, evs []events.Event, accepted []int, results []Result) error {
+	now := time.Now().UnixMilli()
+	rows := make([][]any, len(accepted))
+	for n, i := range accepted {
+		e := evs[i]
+		rows[n] = []any{e.OrderID, e.CampaignID, e.UserID, e.Quantity, e.OccurredAt.UnixMilli(), now}
+	}
+	got := map[string]bool{}
+	err := s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, updated_at_ms, status, reason) VALUES `,
+		`, 'confirmed', ''`, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, func(rs *sqlx.Rows) error {
+			for rs.Next() {
+				var id string
+				if err := rs.Scan(&id); err != nil {
+					return err
+				}
+				got[id] = true
+			}
+			return rs.Err()
+		})
+	if err != nil || len(got) == len(accepted) {
+		return err
+	}
+	for _, i := range accepted {
+		if !got[evs[i].OrderID] {
+			var st events.Status
+			if err := tx.GetContext(ctx, &st, tx.Rebind(`SELECT status FROM orders WHERE order_id = ?`), evs[i].OrderID); err != nil {
+				return err
+			}
+			results[i] = Result{Status: st, Duplicate: true}
+		}
+	}
+	return nil
+}
+
+// addTotals adds the inserted orders to their campaigns' sold and their buyers' bought.
+func (s *Store) addTotals(ctx context.Context, tx *sqlx.Tx, evs []events.Event, results []Result) error {
+	sold := map[string]int64{}
+	bought := map[[2]string]int64{}
+	for i, e := range evs {
+		if r := results[i]; r.Status == events.Confirmed && !r.Duplicate {
+			sold[e.CampaignID] += int64(e.Quantity)
+			bought[[2]string{e.CampaignID, e.UserID}] += int64(e.Quantity)
+		}
+	}
+	ids := make([]string, 0, len(sold))
+	for id := range sold {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`UPDATE campaigns SET sold = sold + ? WHERE id = ? AND sold + ? <= stock`), sold[id], id, sold[id]))
+		if err != nil {
+			return err
+		}
+		if n == 0 { // impossible while the campaign row is locked: stop rather than oversell
+			return fmt.Errorf("campaign %s: sold + %d exceeds the stock under the batch's lock", id, sold[id])
+		}
+	}
+	rows := make([][]any, 0, len(bought))
+	for key, n := range bought {
+		rows = append(rows, []any{key[0], key[1], n})
+	}
+	return s.insertValues(ctx, tx, `INSERT INTO purchases (campaign_id, user_id, bought) VALUES `, ``,
+		` ON CONFLICT (campaign_id, user_id) DO UPDATE SET bought = purchases.bought + excluded.bought`, rows, nil)
+}
+
+// maxParams bounds the parameters of one statement, below SQLite's 32,766 and PostgreSQL's
+// 65,535.
+const maxParams = 30_000
+
+// insertValues runs head, then one "(?, …, ?"+constants+")" per row, then tail, in as few
+// statements as the parameter limit allows. each reads the rows a RETURNING tail yields.
+func (s *Store) insertValues(ctx context.Context, tx *sqlx.Tx, head, constants, tail string, rows [][]any, each func(*sqlx.Rows) error) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	per := max(1, maxParams/len(rows[0]))
+	placeholders := "(" + strings.Repeat("?, ", len(rows[0])-1) + "?" + constants + ")"
+	for len(rows) > 0 {
+		chunk := rows[:min(len(rows), per)]
+		rows = rows[len(chunk):]
+		var q strings.Builder
+		q.WriteString(head)
+		args := make([]any, 0, len(chunk)*len(chunk[0]))
+		for n, r := range chunk {
+			if n > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString(placeholders)
+			args = append(args, r...)
+		}
+		q.WriteString(tail)
+		if each == nil {
+			if _, err := tx.ExecContext(ctx, tx.Rebind(q.String()), args...); err != nil {
+				return err
+			}
+			continue
+		}
+		rs, err := tx.QueryxContext(ctx, tx.Rebind(q.String()), args...)
+		if err != nil {
+			return err
+		}
+		err = each(rs)
+		rs.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// selectIn runs a query whose (?) placeholders take slices.
+func (s *Store) selectIn(ctx context.Context, tx *sqlx.Tx, dest any, query string, args ...any) error {
+	q, a, err := sqlx.In(query, args...)
+	if err != nil {
+		return err
+	}
+	return tx.SelectContext(ctx, dest, tx.Rebind(q), a...)
+}
+
+// distinct returns the distinct values of f over evs.
+func distinct(evs []events.Event, f func(events.Event) string) []string {
+	seen := make(map[string]bool, len(evs))
+	var out []string
+	for _, e := range evs {
+		if v := f(e); !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
