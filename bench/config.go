@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Sizes are the sizes of a run's scenarios.
+type Sizes struct {
+	// Concurrency is the number of keep-alive connections of every HTTP scenario and the
+	// clients of redis-benchmark.
+	Concurrency int `json:"concurrency"`
+	// Rate, above zero, makes every HTTP scenario open-loop at that many requests a second.
+	Rate float64 `json:"rate,omitempty"`
+	// FlashStock, FlashRequests and FlashUsers shape the flash crowd (limit 1 per buyer); sync-db
+	// runs the same crowd, SyncDBRequests of it.
+	FlashStock     int64 `json:"flash_stock"`
+	FlashRequests  int64 `json:"flash_requests"`
+	FlashUsers     int64 `json:"flash_users"`
+	SyncDBRequests int64 `json:"syncdb_requests"`
+	// Requests is the size of all-accept, sold-out, bare-reserve and constant.
+	Requests int64 `json:"requests"`
+	// Warmup requests precede each HTTP scenario, on a campaign of their own, unmeasured.
+	Warmup int64 `json:"warmup"`
+	// RedisRequests is the size of the redis-benchmark run.
+	RedisRequests int `json:"redis_requests"`
+	// DrainEvents are pre-produced for the drain; RowEvents for row-at-a-time.
+	DrainEvents int64 `json:"drain_events"`
+	RowEvents   int64 `json:"row_events"`
+	// BatchSize is the drain consumer's --batch-size (0: the consumer's default).
+	BatchSize int `json:"batch_size,omitempty"`
+	// DrainTimeout bounds a drain; a drain cut short reports its rate so far.
+	DrainTimeout time.Duration `json:"drain_timeout"`
+	// IdleConns is how many idle keep-alive connections the api's memory is measured with.
+	IdleConns int `json:"idle_conns"`
+	// Partitions of every topic the bench creates.
+	Partitions int `json:"partitions"`
+}
+
+// FullSizes are the issue's sizes.
+func FullSizes() Sizes {
+	return Sizes{
+		Concurrency: 256, FlashStock: 10_000, FlashRequests: 200_000, FlashUsers: 100_000, SyncDBRequests: 200_000,
+		Requests: 200_000, Warmup: 5_000, RedisRequests: 1_000_000, DrainEvents: 1_000_000, RowEvents: 20_000,
+		DrainTimeout: 15 * time.Minute, IdleConns: 10_000, Partitions: 12,
+	}
+}
+
+// QuickSizes run the whole set in a minute or two.
+func QuickSizes() Sizes {
+	return Sizes{
+		Concurrency: 256, FlashStock: 2_000, FlashRequests: 40_000, FlashUsers: 20_000, SyncDBRequests: 10_000,
+		Requests: 40_000, Warmup: 2_000, RedisRequests: 200_000, DrainEvents: 30_000, RowEvents: 2_000,
+		DrainTimeout: 2 * time.Minute, IdleConns: 10_000, Partitions: 12,
+	}
+}
+
+// Scenario names, in the order a run takes them: each seckill scenario close to the baselines
+// it is compared with, so a noisy neighbour skews both alike.
+const (
+	ScConstant     = "constant"
+	ScSoldOut      = "sold-out"
+	ScBareReserve  = "bare-reserve"
+	ScRedisCeiling = "redis-ceiling"
+	ScAllAccept    = "all-accept"
+	ScSyncDB       = "sync-db"
+	ScFlashCrowd   = "flash-crowd"
+	ScIdleConns    = "idle-conns"
+	ScDrain        = "drain"
+	ScRowAtATime   = "row-at-a-time"
+)
+
+// AllScenarios lists every scenario and baseline in run order.
+var AllScenarios = []string{ScConstant, ScSoldOut, ScBareReserve, ScRedisCeiling, ScAllAccept, ScSyncDB, ScFlashCrowd, ScIdleConns, ScDrain, ScRowAtATime}
+
+// Config configures a run.
+type Config struct {
+	RedisURL    string
+	PostgresURL string
+	Brokers     []string
+	// Binary is the seckill binary whose roles are measured. Required.
+	Binary string
+	// Scenarios to run, in AllScenarios order; empty: all. idle-conns runs on the flash
+	// crowd's api, so it needs flash-crowd.
+	Scenarios []string
+	Sizes     Sizes
+	// Auth is how buyers are named: "jwt" (a secret of the bench's, passed to the api with
+	// --jwt-secret), "header" (X-User-ID, the api started with --insecure-user-header), or ""
+	// for jwt when the api knows --jwt-secret.
+	Auth string
+	// Identity overrides the minted tokens' secret and issuer.
+	Identity Identity
+	// APIFlags are extra flags for `seckill api`.
+	APIFlags []string
+	// Profile captures pprof CPU and allocation profiles of the api and the consumer.
+	Profile bool
+	// ProfileSeconds bounds a profile's window. Default: 20.
+	ProfileSeconds int
+	// WorkDir holds the processes' logs and the raw profiles. Required.
+	WorkDir string
+	// Keep leaves the run's schema, topics and Redis keys in place.
+	Keep bool
+	// RedisBenchmark is the redis-benchmark binary. Default: "redis-benchmark".
+	RedisBenchmark string
+	// Command is recorded in the result.
+	Command string
+}
+
+// Validate reports whether the configuration can run.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Binary == "" {
+		errs = append(errs, errors.New("no seckill binary"))
+	}
+	if c.WorkDir == "" {
+		errs = append(errs, errors.New("no work dir"))
+	}
+	if c.RedisURL == "" || c.PostgresURL == "" || len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("the Redis, PostgreSQL and Kafka addresses are all required"))
+	}
+	for _, s := range c.Scenarios {
+		if !slices.Contains(AllScenarios, s) {
+			errs = append(errs, fmt.Errorf("unknown scenario %q (want some of %s)", s, strings.Join(AllScenarios, ", ")))
+		}
+	}
+	if c.Auth != "" && c.Auth != "jwt" && c.Auth != "header" {
+		errs = append(errs, fmt.Errorf("auth %q: want jwt or header", c.Auth))
+	}
+	s := c.Sizes
+	if s.Concurrency < 1 || s.FlashStock < 1 || s.FlashRequests < 1 || s.FlashUsers < 1 || s.Requests < 1 ||
+		s.SyncDBRequests < 1 || s.RedisRequests < 1 || s.DrainEvents < 1 || s.RowEvents < 1 || s.IdleConns < 1 || s.Partitions < 1 {
+		errs = append(errs, errors.New("every size must be at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) wants(name string) bool {
+	return len(c.Scenarios) == 0 || slices.Contains(c.Scenarios, name)
+}

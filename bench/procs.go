@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Build compiles the seckill binary of the module at dir into outDir and returns its path: the
+// bench measures an ordinary build, not the binary that happens to run it.
+func Build(ctx context.Context, dir, outDir string) (string, error) {
+	bin := filepath.Join(outDir, "seckill")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// ModuleDir returns the directory of the seckill module that holds the working directory, or
+// "" when there is none (the bench then runs its own executable).
+func ModuleDir() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(b, []byte("module github.com/seckill/seckill\n")) {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// Proc is a process the bench started: a role, or a baseline server.
+type Proc struct {
+	Name string
+	Log  string // its stdout and stderr
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts bin with args, its output going to logDir/<name>.log.
+func Start(bin, name, logDir string, args ...string) (*Proc, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid returns the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Exited reports whether the process has ended, and how.
+func (p *Proc) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Stop sends SIGTERM, waits up to grace for the drain, then kills. A process that had to be
+// killed, or exited with an error, is reported with the end of its log.
+func (p *Proc) Stop(grace time.Duration) error {
+	if exited, err := p.Exited(); exited {
+		if err != nil {
+			return fmt.Errorf("%s had exited: %w\n%s", p.Name, err, p.Tail(20))
+		}
+		return nil
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("%s exited after SIGTERM: %w\n%s", p.Name, p.err, p.Tail(20))
+		}
+		return nil
+	case <-time.After(grace):
+		p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed\n%s", p.Name, grace, p.Tail(20))
+	}
+}
+
+// Tail returns the last n lines of the process's log.
+func (p *Proc) Tail(n int) string {
+	b, err := os.ReadFile(p.Log)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// RSS returns the process's resident set size and its peak (VmRSS and VmHWM), in bytes.
+func RSS(pid int) (rss, peak int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		fields := strings.Fields(v) // "123456 kB"
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, 0, fmt.Errorf("/proc/%d/status: %s: %q", pid, k, v)
+		}
+		n, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if k == "VmRSS" {
+			rss = n << 10
+		} else {
+			peak = n << 10
+		}
+	}
+	if rss == 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	}
+	return rss, peak, sc.Err()
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
+
+// CPUTime returns the user plus system CPU time the process has used.
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: the fields start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: malformed", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14 of the whole line
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// FreeAddr returns a loopback address with a port nobody listens on right now.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// WaitHTTP waits until GET url answers 200, the process exits, or timeout passes.
+func WaitHTTP(ctx context.Context, url string, p *Proc, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if p != nil {
+			if exited, err := p.Exited(); exited {
+				return fmt.Errorf("%s exited before it was ready (%v):\n%s", p.Name, err, p.Tail(30))
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s: %s", url, timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// FlagsOf returns the flag names a seckill command lists in its --help (without dashes), so
+// the bench can adapt to the roles' flags as they evolve.
+func FlagsOf(bin, command string) map[string]bool {
+	out, _ := exec.Command(bin, command, "--help").CombinedOutput()
+	flags := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		t := strings.TrimSpace(line)
+		if !strings.HasPrefix(t, "-") {
+			continue
+		}
+		name := strings.TrimLeft(strings.Fields(t)[0], "-")
+		if name != "" {
+			flags[name] = true
+		}
+	}
+	return flags
+}
+
+// HasCommand reports whether the binary knows a command.
+func HasCommand(bin, command string) bool {
+	return exec.Command(bin, command, "--help").Run() == nil
+}

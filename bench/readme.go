@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// The README's Performance section holds the latest table between these markers.
+const (
+	ReadmeBegin = "<!-- bench:begin (written by seckill bench --readme; edits inside are overwritten) -->"
+	ReadmeEnd   = "<!-- bench:end -->"
+)
+
+// Markdown returns the run's tables for the README: the targets, then the scenarios.
+func (r *Result) Markdown(jsonPath, htmlPath string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Latest run: %s on %d × %s (%d GiB), everything colocated; buyers named by %s.\n",
+		r.Started.Format("2006-01-02"), r.Host.CPUs, r.Host.CPU, r.Host.MemoryGiB, r.Identity)
+	fmt.Fprintf(&b, "Produced by `%s`; full result in [`%s`](%s), report in [`%s`](%s).\n\n", r.Command, jsonPath, jsonPath, htmlPath, htmlPath)
+	b.WriteString("| target | got | want | |\n|---|--:|--:|---|\n")
+	for _, t := range r.Targets {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.GotString(), t.WantString(), t.Verdict())
+	}
+	b.WriteString("\n| scenario | | throughput | p50 | p99 | p99.9 | answers |\n|---|---|--:|--:|--:|--:|---|\n")
+	for _, s := range r.Scenarios {
+		kind := "seckill"
+		if s.Baseline {
+			kind = "baseline"
+		}
+		if s.Error != "" {
+			fmt.Fprintf(&b, "| %s | %s | failed: %s | | | | |\n", s.Name, kind, firstLine(s.Error))
+			continue
+		}
+		l := s.Latency
+		lat := func(v float64) string {
+			if v == 0 {
+				return "–"
+			}
+			return fmtMs(v)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %s | %s | %s | %s |\n", s.Name, kind, rate(s.Throughput), s.Unit,
+			lat(l.P50), lat(l.P99), lat(l.P999), strings.ReplaceAll(s.Answers(), "|", "/"))
+	}
+	for _, s := range r.Scenarios {
+		if f := s.Flash; f != nil {
+			fmt.Fprintf(&b, "\nflash-crowd: sold out after %.2fs; every confirmed order in PostgreSQL after %s. %s.\n",
+				f.SoldOutAfter, seconds(f.PersistedAfter), f.Line())
+		}
+	}
+	return b.String()
+}
+
+// UpdateReadme replaces what lies between the bench markers of the file at path with block.
+func UpdateReadme(path, block string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	i := bytes.Index(b, []byte(ReadmeBegin))
+	j := bytes.Index(b, []byte(ReadmeEnd))
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no %q … %q block to write the table into", path, ReadmeBegin, ReadmeEnd)
+	}
+	var out bytes.Buffer
+	out.Write(b[:i+len(ReadmeBegin)])
+	out.WriteString("\n" + strings.TrimSpace(block) + "\n")
+	out.Write(b[j:])
+	return writeFileAtomic(path, out.Bytes())
+}

@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeResult is a run with every kind of scenario, as Run would leave it.
+func fakeResult() *Result {
+	load := func(rps, p99 float64, outcomes map[string]int64) *LoadResult {
+		return &LoadResult{Throughput: rps, Outcomes: outcomes, Latency: Latency{Count: 100, P50: 1, P99: p99, P999: p99 * 2, Max: 50},
+			Timeline: []Point{{T: 0.25, Rate: rps, OK: rps / 2, P50: 1, P99: p99, P999: 2 * p99}, {T: 0.5, Rate: rps * 1.1, OK: rps / 2, P50: 1.2, P99: p99, P999: 3 * p99}}}
+	}
+	r := &Result{
+		Started: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), Command: "seckill bench --quick", Identity: "jwt",
+		Host: Host{CPUs: 2, CPU: "Test CPU", MemoryGiB: 24, Go: "go1.26"}, Sizes: QuickSizes(),
+		Notes: []string{"a note <with markup>"},
+	}
+	add := func(name string, baseline bool, unit string, thr float64, l *LoadResult) *ScenarioResult {
+		s := ScenarioResult{Name: name, Baseline: baseline, Unit: unit, Throughput: thr, Load: l, What: "what " + name}
+		if l != nil {
+			s.Latency = l.Latency
+		}
+		r.Scenarios = append(r.Scenarios, s)
+		return &r.Scenarios[len(r.Scenarios)-1]
+	}
+	add(ScConstant, true, "req/s", 40000, load(40000, 5, map[string]int64{"202": 100}))
+	add(ScSoldOut, false, "req/s", 36000, load(36000, 6, map[string]int64{"409 sold_out": 100}))
+	add(ScBareReserve, true, "req/s", 20000, load(20000, 9, map[string]int64{"202": 100}))
+	add(ScRedisCeiling, true, "EVALSHA/s", 50000, nil).Redis = &RedisCeiling{Requests: 1000, Clients: 256, Throughput: 50000}
+	add(ScAllAccept, false, "req/s", 10000, load(10000, 30, map[string]int64{"202": 100}))
+	add(ScSyncDB, true, "req/s", 2000, load(2000, 300, map[string]int64{"202": 10, "409 sold_out": 90}))
+	fc := add(ScFlashCrowd, false, "req/s", 30000, load(30000, 12, map[string]int64{"202": 10, "409 sold_out": 90}))
+	fc.Flash = &FlashResult{Stock: 10, Limit: 1, Accepted: 10, Sold: 10, Confirmed: 10, OK: true, SoldOutAfter: 0.1, PersistedAfter: 0.9,
+		Persisted: []DrainPoint{{T: 0.1, Done: 2}, {T: 0.5, Done: 10}}}
+	add(ScIdleConns, false, "MB", 120, nil).Idle = &IdleResult{Connections: 10000, RSSBefore: 40, RSSAfter: 120}
+	add(ScDrain, false, "orders/s", 20000, nil).Drain = &DrainResult{Events: 1000, Persisted: 1000, BatchSize: 500, Batches: 2, CampaignUpdates: 1000,
+		Timeline: []DrainPoint{{T: 1, Rate: 500, Done: 500, Lag: 500}, {T: 2, Rate: 500, Done: 1000, Lag: 0}}}
+	add(ScRowAtATime, true, "orders/s", 1000, nil).Drain = &DrainResult{Events: 100, Persisted: 100, BatchSize: 1}
+	r.Scenarios = append(r.Scenarios, ScenarioResult{Name: "broken", Error: "it broke\nbadly"})
+	r.Profiles = []Profile{{Scenario: ScAllAccept, Process: "api", Kind: "cpu", Unit: "nanoseconds", Seconds: 5, Total: 2e9,
+		Flat: []TopRow{{Func: "syscall.Syscall6", Flat: 1e9, FlatPct: 50, Cum: 1e9, CumPct: 50}},
+		Cum:  []TopRow{{Func: "net/http.(*conn).serve", Flat: 0, Cum: 2e9, CumPct: 100}}}}
+	r.ComputeTargets()
+	return r
+}
+
+func TestTargets(t *testing.T) {
+	r := fakeResult()
+	want := map[string]string{
+		"all-accept / bare-reserve": "FAIL", "all-accept / redis-ceiling": "FAIL", "flash-crowd / sync-db": "FAIL",
+		"sold-out / constant": "PASS", "drain / row-at-a-time": "PASS", "flash-crowd p99": "PASS", "flash-crowd sold": "PASS",
+		"drain": "FAIL", "drain campaign updates per batch": "FAIL", "api RSS with idle connections": "PASS",
+	}
+	if len(r.Targets) != len(want) {
+		t.Fatalf("%d targets, want %d", len(r.Targets), len(want))
+	}
+	for _, tg := range r.Targets {
+		if tg.Verdict() != want[tg.Name] {
+			t.Errorf("%s: %s (got %s, want %s), expected %s", tg.Name, tg.Verdict(), tg.GotString(), tg.WantString(), want[tg.Name])
+		}
+	}
+	if got := r.Targets[0].Got; got != 0.5 {
+		t.Errorf("all-accept / bare-reserve = %v, want 0.5", got)
+	}
+	empty := &Result{}
+	empty.ComputeTargets()
+	for _, tg := range empty.Targets {
+		if tg.Verdict() != "n/a" || tg.GotString() != "–" {
+			t.Errorf("%s without figures: %s %s", tg.Name, tg.Verdict(), tg.GotString())
+		}
+	}
+}
+
+func TestReports(t *testing.T) {
+	r := fakeResult()
+	dir := t.TempDir()
+	jsonPath, err := r.Save(dir, "stamp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadResultFile(jsonPath)
+	if err != nil || len(back.Scenarios) != len(r.Scenarios) || back.Scenarios[6].Flash == nil {
+		t.Fatalf("round trip: %v", err)
+	}
+	htmlPath, err := r.WriteHTML(dir, "stamp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(htmlPath)
+	for _, want := range []string{"<svg", "polyline", "all-accept / bare-reserve", "FAIL", "PASS", "CORRECT", "net/http.(*conn).serve",
+		"consumer group lag", "orders confirmed in PostgreSQL", "failed: it broke", "a note &lt;with markup&gt;"} {
+		if !bytes.Contains(page, []byte(want)) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+	for _, never := range []string{"<script", "http://", "https://"} {
+		if bytes.Contains(page, []byte(never)) {
+			t.Errorf("the report is not self-contained: it has %q", never)
+		}
+	}
+	var table bytes.Buffer
+	r.WriteTable(&table)
+	for _, want := range []string{"flash-crowd", "30,000", "409 sold_out 90", "PASS", "CORRECT", "failed: it broke", "10,000 conns"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("the table lacks %q:\n%s", want, table.String())
+		}
+	}
+}
+
+func TestUpdateReadme(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "README.md")
+	os.WriteFile(path, []byte("# x\n\n## Performance\n\n"+ReadmeBegin+"\nold table\n"+ReadmeEnd+"\n\nafter\n"), 0o644)
+	md := fakeResult().Markdown("bench/results/stamp.json", "bench/results/stamp.html")
+	if err := UpdateReadme(path, md); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	s := string(b)
+	if strings.Contains(s, "old table") || !strings.Contains(s, "| all-accept / bare-reserve | 0.50× | ≥ 1.00× | FAIL |") ||
+		!strings.HasSuffix(s, ReadmeEnd+"\n\nafter\n") || !strings.Contains(s, "`seckill bench --quick`") {
+		t.Fatalf("README:\n%s", s)
+	}
+	os.WriteFile(path, []byte("no markers"), 0o644)
+	if err := UpdateReadme(path, md); err == nil {
+		t.Fatal("a README without markers was rewritten")
+	}
+}
+
+func TestScrapeCounter(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "# HELP x\nseckill_consumer_batch_size_sum 1500\nseckill_consumer_batch_size_count 3\n")
+	}))
+	defer srv.Close()
+	n, err := scrapeCounter(context.Background(), srv.URL, "seckill_consumer_batch_size_count")
+	if err != nil || n != 3 {
+		t.Fatalf("%d %v", n, err)
+	}
+	if _, err := scrapeCounter(context.Background(), srv.URL, "missing"); err == nil {
+		t.Fatal("a missing counter was found")
+	}
+}
+
+func TestProgressWithoutATerminal(t *testing.T) {
+	var b bytes.Buffer
+	p := NewProgress(&b)
+	p.Logf("hello %d", 1)
+	stop := p.Watch("step", 10, func() int64 { return 5 }, func() string { return "detail" })
+	stop()
+	out := b.String()
+	if !strings.Contains(out, "hello 1\n") || !strings.Contains(out, "50% 5/10") || !strings.Contains(out, "detail") {
+		t.Fatalf("progress: %q", out)
+	}
+	var nilProgress *Progress
+	nilProgress.Logf("ignored")
+	nilProgress.Watch("x", 1, nil, nil)()
+}
+
+func TestFormatting(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{count(0), "0"}, {count(999), "999"}, {count(1000), "1,000"}, {count(-1234567), "-1,234,567"},
+		{fmtMs(0.123), "0.12ms"}, {fmtMs(12.34), "12.3ms"}, {fmtMs(1234), "1234ms"},
+		{short(1500), "1.5k"}, {short(2e6), "2M"}, {short(0.01), "0.01"}, {short(20), "20"},
+		{fmt.Sprint(niceStep(3.2)), "5"}, {fmt.Sprint(niceStep(0.7)), "1"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{RedisURL: "redis://x", PostgresURL: "postgres://x", Brokers: []string{"x"}, Binary: "b", WorkDir: "w", Sizes: QuickSizes()}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := ok
+	bad.Scenarios, bad.Auth, bad.Sizes.Concurrency, bad.Binary = []string{"nope"}, "basic", 0, ""
+	err := bad.Validate()
+	for _, want := range []string{"nope", "basic", "at least 1", "binary"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	full := FullSizes()
+	if full.FlashStock != 10_000 || full.FlashRequests != 200_000 || full.FlashUsers != 100_000 || full.Concurrency != 256 || full.DrainEvents != 1_000_000 {
+		t.Errorf("the full sizes are not the issue's: %+v", full)
+	}
+}

@@ -1,0 +1,360 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Result is one run of `seckill bench`: what bench/results/<date>.json holds.
+type Result struct {
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	// Command is the command line that produced the result.
+	Command string `json:"command"`
+	Host    Host   `json:"host"`
+	Sizes   Sizes  `json:"sizes"`
+	// Identity is how buyers were named: "jwt" or "x-user-id".
+	Identity  string           `json:"identity"`
+	Scenarios []ScenarioResult `json:"scenarios"`
+	Targets   []Target         `json:"targets"`
+	Profiles  []Profile        `json:"profiles,omitempty"`
+	Notes     []string         `json:"notes,omitempty"`
+}
+
+// Host describes the machine the run was on.
+type Host struct {
+	CPUs      int    `json:"cpus"`
+	CPU       string `json:"cpu"`
+	MemoryGiB int    `json:"memory_gib"`
+	Kernel    string `json:"kernel"`
+	Go        string `json:"go"`
+	Commit    string `json:"commit,omitempty"`
+}
+
+// ScenarioResult is one scenario or baseline.
+type ScenarioResult struct {
+	Name     string `json:"name"`
+	Baseline bool   `json:"baseline"`
+	What     string `json:"what"`
+	// Throughput is the headline rate, in Unit: requests/s for HTTP scenarios, orders/s for the
+	// drains, EVALSHA/s for the Redis ceiling.
+	Throughput float64 `json:"throughput"`
+	Unit       string  `json:"unit"`
+	Latency    Latency `json:"latency"`
+	// CPU is the CPU time each process used during the measured part, in seconds.
+	CPU map[string]float64 `json:"cpu_s,omitempty"`
+	// LoadAvg is the machine's one-minute load average when the scenario started: other work
+	// on a shared machine shows here.
+	LoadAvg float64 `json:"loadavg"`
+
+	Load  *LoadResult   `json:"load,omitempty"`
+	Redis *RedisCeiling `json:"redis,omitempty"`
+	Drain *DrainResult  `json:"drain,omitempty"`
+	Flash *FlashResult  `json:"flash,omitempty"`
+	Idle  *IdleResult   `json:"idle,omitempty"`
+	Error string        `json:"error,omitempty"`
+}
+
+// FlashResult is what the flash crowd sold, checked in the database.
+type FlashResult struct {
+	Stock    int64 `json:"stock"`
+	Limit    int64 `json:"limit"`
+	Accepted int64 `json:"accepted"` // 202 answers
+	// SoldOutAfter is when the first buyer heard sold_out, in seconds since the first request.
+	SoldOutAfter float64 `json:"sold_out_after_s"`
+	// PersistedAfter is when every accepted order was confirmed in PostgreSQL, in seconds since
+	// the first request (0: not within the wait).
+	PersistedAfter float64 `json:"persisted_after_s"`
+	Sold           int64   `json:"sold"`            // campaigns.sold
+	Confirmed      int64   `json:"confirmed"`       // confirmed order rows
+	OverLimit      int64   `json:"over_limit"`      // buyers holding more than the limit
+	RedisRemaining int64   `json:"redis_remaining"` // the stock key after the run
+	Audit          string  `json:"audit,omitempty"` // `seckill audit` verdict, when the binary has it
+	OK             bool    `json:"ok"`
+	// Persisted is the campaign's sold units in the store over time.
+	Persisted []DrainPoint `json:"persisted,omitempty"`
+}
+
+// IdleResult is the api's memory with many idle keep-alive connections.
+type IdleResult struct {
+	Connections int     `json:"connections"`
+	RSSBefore   float64 `json:"rss_before_mb"`
+	RSSAfter    float64 `json:"rss_after_mb"`
+	PeakRSS     float64 `json:"peak_rss_mb"`
+	PerConnKB   float64 `json:"per_conn_kb"`
+}
+
+// DrainResult is a consumer draining a backlog of OrderRequested events into PostgreSQL.
+type DrainResult struct {
+	Events    int64 `json:"events"`
+	BatchSize int   `json:"batch_size"`
+	Persisted int64 `json:"persisted"`
+	// ProduceRate is how fast the backlog was written to Kafka beforehand (events/s).
+	ProduceRate float64 `json:"produce_rate"`
+	// FirstAfter is when the first order reached the store, in seconds since the consumer
+	// started; Elapsed runs from then to the last.
+	FirstAfter float64 `json:"first_after_s"`
+	Elapsed    float64 `json:"elapsed_s"`
+	Complete   bool    `json:"complete"`
+	// Batches and CampaignUpdates (row updates of the campaigns table) say how many
+	// conditional updates a batch cost.
+	Batches         int64        `json:"batches"`
+	CampaignUpdates int64        `json:"campaign_updates"`
+	Timeline        []DrainPoint `json:"timeline"`
+}
+
+// DrainPoint is one sample of a drain.
+type DrainPoint struct {
+	T    float64 `json:"t"`
+	Rate float64 `json:"rate"` // orders/s since the previous sample
+	Done int64   `json:"done"`
+	Lag  int64   `json:"lag"` // the group's lag, in records (-1: unknown)
+}
+
+// Target is one of the issue's targets and where the run left it.
+type Target struct {
+	Name string  `json:"name"`
+	Got  float64 `json:"got"`
+	Op   string  `json:"op"` // ">=", "<=", "=="
+	Want float64 `json:"want"`
+	Unit string  `json:"unit"` // "x" for ratios
+	// Pass is nil when the run lacks a figure the target needs.
+	Pass *bool  `json:"pass"`
+	Note string `json:"note,omitempty"`
+}
+
+// Scenario returns the named scenario's result, or nil.
+func (r *Result) Scenario(name string) *ScenarioResult {
+	for i := range r.Scenarios {
+		if r.Scenarios[i].Name == name && r.Scenarios[i].Error == "" {
+			return &r.Scenarios[i]
+		}
+	}
+	return nil
+}
+
+// ComputeTargets fills in Targets from the scenarios.
+func (r *Result) ComputeTargets() {
+	thr := func(name string) float64 {
+		if s := r.Scenario(name); s != nil {
+			return s.Throughput
+		}
+		return 0
+	}
+	ratio := func(a, b string, want float64, note string) Target {
+		t := Target{Name: a + " / " + b, Op: ">=", Want: want, Unit: "x", Note: note}
+		if x, y := thr(a), thr(b); x > 0 && y > 0 {
+			t.Got = x / y
+			t.Pass = ptr(t.Got >= want)
+		}
+		return t
+	}
+	r.Targets = []Target{
+		ratio("all-accept", "bare-reserve", 1.0, "the Kafka produce paid for by batching and coalesced reservations"),
+		ratio("all-accept", "redis-ceiling", 0.5, "against redis-benchmark EVALSHA of the reserve script"),
+		ratio("flash-crowd", "sync-db", 20, "the naive one-transaction design, same workload"),
+		ratio("sold-out", "constant", 0.8, "a refusal should cost little more than the HTTP stack"),
+		ratio("drain", "row-at-a-time", 10, "batched persistence against one order per transaction"),
+	}
+	p99 := Target{Name: "flash-crowd p99", Op: "<=", Want: 15, Unit: "ms", Note: "at concurrency " + fmt.Sprint(r.Sizes.Concurrency)}
+	sold := Target{Name: "flash-crowd sold", Op: "==", Unit: "units", Note: "exactly the stock, nobody over the limit"}
+	if s := r.Scenario("flash-crowd"); s != nil {
+		p99.Got, p99.Pass = s.Latency.P99, ptr(s.Latency.P99 <= 15)
+		if s.Flash != nil {
+			sold.Got, sold.Want = float64(s.Flash.Sold), float64(s.Flash.Stock)
+			sold.Pass = ptr(s.Flash.OK)
+			if !s.Flash.OK {
+				sold.Note = fmt.Sprintf("accepted %d, confirmed %d, over the limit %d", s.Flash.Accepted, s.Flash.Confirmed, s.Flash.OverLimit)
+			}
+		}
+	}
+	drain := Target{Name: "drain", Op: ">=", Want: 30000, Unit: "orders/s"}
+	perBatch := Target{Name: "drain campaign updates per batch", Op: "<=", Want: 1, Unit: "updates", Note: "one conditional update per campaign per batch (the drain has one campaign)"}
+	if s := r.Scenario("drain"); s != nil {
+		drain.Got, drain.Pass = s.Throughput, ptr(s.Throughput >= 30000)
+		if d := s.Drain; d != nil && d.Batches > 0 {
+			perBatch.Got = float64(d.CampaignUpdates) / float64(d.Batches)
+			perBatch.Pass = ptr(perBatch.Got <= 1)
+		}
+	}
+	rss := Target{Name: "api RSS with idle connections", Op: "<=", Want: 150, Unit: "MB"}
+	if s := r.Scenario("idle-conns"); s != nil && s.Idle != nil {
+		rss.Got, rss.Pass = s.Idle.RSSAfter, ptr(s.Idle.RSSAfter <= 150)
+		rss.Note = fmt.Sprintf("%s connections", count(int64(s.Idle.Connections)))
+	}
+	r.Targets = append(r.Targets, p99, sold, drain, perBatch, rss)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Verdict is a target's mark: PASS, FAIL, or "n/a" when the run lacks the figures.
+func (t Target) Verdict() string {
+	switch {
+	case t.Pass == nil:
+		return "n/a"
+	case *t.Pass:
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// GotString formats the target's figure in its unit.
+func (t Target) GotString() string {
+	if t.Pass == nil {
+		return "–"
+	}
+	return t.format(t.Got)
+}
+
+// WantString formats the target's threshold with its operator.
+func (t Target) WantString() string {
+	op := map[string]string{">=": "≥", "<=": "≤", "==": "="}[t.Op]
+	return op + " " + t.format(t.Want)
+}
+
+func (t Target) format(v float64) string {
+	switch t.Unit {
+	case "x":
+		return fmt.Sprintf("%.2f×", v)
+	case "ms":
+		return fmt.Sprintf("%.1f ms", v)
+	case "MB":
+		return fmt.Sprintf("%.0f MB", v)
+	case "updates":
+		return fmt.Sprintf("%.1f", v)
+	}
+	return count(int64(math.Round(v))) + " " + t.Unit
+}
+
+// rate formats a throughput: 12,345/s.
+func rate(v float64) string { return count(int64(math.Round(v))) }
+
+// WriteTable prints the summary: the scenarios, then the targets.
+func (r *Result) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\t\tthroughput\t\tp50\tp99\tp99.9\tmax\tanswers\t")
+	for _, s := range r.Scenarios {
+		kind := "seckill"
+		if s.Baseline {
+			kind = "baseline"
+		}
+		if s.Error != "" {
+			fmt.Fprintf(tw, "%s\t%s\tfailed: %s\t\t\t\t\t\t\t\n", s.Name, kind, firstLine(s.Error))
+			continue
+		}
+		l := s.Latency
+		lat := func(v float64) string {
+			if l.Count == 0 && v == 0 {
+				return "–"
+			}
+			return fmtMs(v)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, kind, rate(s.Throughput), s.Unit,
+			lat(l.P50), lat(l.P99), lat(l.P999), lat(l.Max), s.Answers())
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tgot\twant\t\tnote")
+	for _, t := range r.Targets {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.GotString(), t.WantString(), t.Verdict(), t.Note)
+	}
+	tw.Flush()
+	for _, s := range r.Scenarios {
+		if f := s.Flash; f != nil {
+			fmt.Fprintf(w, "\nflash-crowd: sold out after %.2fs; every confirmed order in PostgreSQL after %s; %s\n",
+				f.SoldOutAfter, seconds(f.PersistedAfter), f.Line())
+		}
+		if d := s.Drain; d != nil && s.Name == "drain" {
+			fmt.Fprintf(w, "drain: %s of %s events persisted in %.1fs (first order %.1fs after the consumer started); %d batches, %d campaign row updates\n",
+				count(d.Persisted), count(d.Events), d.Elapsed, d.FirstAfter, d.Batches, d.CampaignUpdates)
+		}
+	}
+}
+
+func seconds(v float64) string {
+	if v <= 0 {
+		return "(not within the wait)"
+	}
+	return fmt.Sprintf("%.2fs", v)
+}
+
+// Line is the correctness line of a flash crowd.
+func (f *FlashResult) Line() string {
+	verdict := "CORRECT"
+	if !f.OK {
+		verdict = "WRONG"
+	}
+	s := fmt.Sprintf("%s: stock %s, accepted %s, sold %s, confirmed orders %s, buyers over the limit of %d: %d, Redis remaining %d",
+		verdict, count(f.Stock), count(f.Accepted), count(f.Sold), count(f.Confirmed), f.Limit, f.OverLimit, f.RedisRemaining)
+	if f.Audit != "" {
+		s += ", audit " + f.Audit
+	}
+	return s
+}
+
+// Answers summarizes the outcomes: "202 10,000 · 409 sold_out 190,000".
+func (s ScenarioResult) Answers() string {
+	switch {
+	case s.Load != nil:
+		var parts []string
+		for _, k := range s.Load.OutcomeKeys() {
+			parts = append(parts, k+" "+count(s.Load.Outcomes[k]))
+		}
+		return strings.Join(parts, " · ")
+	case s.Drain != nil:
+		return fmt.Sprintf("%s/%s orders, batch %d", count(s.Drain.Persisted), count(s.Drain.Events), s.Drain.BatchSize)
+	case s.Redis != nil:
+		return fmt.Sprintf("%s EVALSHA, %d clients", count(int64(s.Redis.Requests)), s.Redis.Clients)
+	case s.Idle != nil:
+		return fmt.Sprintf("%s conns: RSS %.0f → %.0f MB", count(int64(s.Idle.Connections)), s.Idle.RSSBefore, s.Idle.RSSAfter)
+	}
+	return ""
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// Save writes the result as JSON to dir/<stamp>.json and returns the path.
+func (r *Result) Save(dir, stamp string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, stamp+".json")
+	return path, writeFileAtomic(path, append(b, '\n'))
+}
+
+// LoadResultFile reads a result written by Save.
+func LoadResultFile(path string) (*Result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Result
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+// writeFileAtomic writes through a temporary file, so a reader never sees half a report.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

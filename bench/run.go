@@ -1,0 +1,491 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/seckill/seckill/events"
+)
+
+// runner carries a run's state between its scenarios.
+type runner struct {
+	cfg      Config
+	env      *Env
+	prog     *Progress
+	res      *Result
+	id       Identity
+	apiFlags []string // identity and limit flags for every api
+}
+
+// Run runs the configured scenarios on the real services and returns the result; a scenario
+// that fails is recorded as failed and the run goes on. progress gets the progress bars and
+// the processes' failures.
+func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
+	if cfg.ProfileSeconds <= 0 {
+		cfg.ProfileSeconds = 20
+	}
+	if cfg.RedisBenchmark == "" {
+		cfg.RedisBenchmark = "redis-benchmark"
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	raiseFileLimit()
+	r := &runner{cfg: cfg, prog: NewProgress(progress)}
+	r.res = &Result{Started: time.Now().UTC(), Command: cfg.Command, Host: hostInfo(), Sizes: cfg.Sizes}
+	if err := r.identity(); err != nil {
+		return nil, err
+	}
+	r.res.Identity = r.id.Mode()
+	env, err := NewEnv(ctx, cfg.RedisURL, cfg.PostgresURL, cfg.Brokers)
+	if err != nil {
+		return nil, err
+	}
+	r.env = env
+	defer func() {
+		if err := env.Close(ctx, cfg.Keep); err != nil {
+			r.prog.Logf("bench: %v", err)
+		}
+	}()
+	r.prog.Logf("bench: run %s, schema %s, logs and profiles in %s", env.RunID, env.Schema, cfg.WorkDir)
+
+	type step struct {
+		name string
+		fn   func(context.Context) (ScenarioResult, error)
+	}
+	var flashAPI *pipeline // idle-conns measures the flash crowd's api
+	steps := []step{
+		{ScConstant, func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, Constant) }},
+		{ScSoldOut, r.soldOut},
+		{ScBareReserve, func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, BareReserve) }},
+		{ScRedisCeiling, r.redisCeiling},
+		{ScAllAccept, r.allAccept},
+		{ScSyncDB, func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, SyncDB) }},
+		{ScFlashCrowd, func(ctx context.Context) (ScenarioResult, error) {
+			res, p, err := r.flashCrowd(ctx, cfg.wants(ScIdleConns))
+			flashAPI = p
+			return res, err
+		}},
+		{ScIdleConns, func(ctx context.Context) (ScenarioResult, error) {
+			if flashAPI == nil {
+				return ScenarioResult{}, errors.New("idle-conns measures the flash crowd's api: run flash-crowd too")
+			}
+			defer func() {
+				if err := flashAPI.stop(); err != nil {
+					r.prog.Logf("bench: %v", err)
+				}
+			}()
+			return r.idleConns(ctx, flashAPI)
+		}},
+		{ScDrain, func(ctx context.Context) (ScenarioResult, error) {
+			return r.drain(ctx, ScDrain, cfg.Sizes.DrainEvents, cfg.Sizes.BatchSize)
+		}},
+		{ScRowAtATime, func(ctx context.Context) (ScenarioResult, error) {
+			return r.drain(ctx, ScRowAtATime, cfg.Sizes.RowEvents, 1)
+		}},
+	}
+	for _, s := range steps {
+		if !cfg.wants(s.name) {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		load := loadAvg()
+		res, err := s.fn(ctx)
+		res.Name, res.LoadAvg = s.name, load
+		if err != nil {
+			res.Error = err.Error()
+			r.prog.Logf("bench: %s failed: %v", s.name, err)
+		}
+		r.res.Scenarios = append(r.res.Scenarios, res)
+	}
+	if flashAPI != nil && !cfg.wants(ScIdleConns) {
+		flashAPI.stop()
+	}
+	r.res.Finished = time.Now().UTC()
+	r.res.ComputeTargets()
+	return r.res, ctx.Err()
+}
+
+// identity decides how buyers are named, from the api's flags: a JWT secret of the run's own
+// by default, as production does; X-User-ID when asked for, or when the api knows no tokens.
+func (r *runner) identity() error {
+	flags := FlagsOf(r.cfg.Binary, "api")
+	r.id = r.cfg.Identity
+	auth := r.cfg.Auth
+	if auth == "" {
+		auth = "header"
+		if flags["jwt-secret"] || len(r.id.Secret) > 0 {
+			auth = "jwt"
+		}
+	}
+	switch auth {
+	case "jwt":
+		if len(r.id.Secret) == 0 {
+			b := make([]byte, 32)
+			rand.Read(b)
+			r.id.Secret = []byte(hex.EncodeToString(b))
+		}
+		if !flags["jwt-secret"] {
+			return errors.New("--auth jwt: the api has no --jwt-secret flag")
+		}
+		r.apiFlags = append(r.apiFlags, "--jwt-secret", string(r.id.Secret))
+		if r.id.Issuer != "" {
+			r.apiFlags = append(r.apiFlags, "--jwt-issuer", r.id.Issuer)
+		}
+	case "header":
+		r.id.Secret = nil
+		if flags["insecure-user-header"] {
+			r.apiFlags = append(r.apiFlags, "--insecure-user-header")
+		}
+	}
+	// Every request comes from one address here; behind a real crowd each buyer has their own.
+	if flags["ip-rate"] {
+		r.apiFlags = append(r.apiFlags, "--ip-rate", "0")
+		r.res.Notes = append(r.res.Notes, "api started with --ip-rate 0: the load generator is one client address, a real crowd is many; the per-buyer limit stays at its default.")
+	}
+	r.apiFlags = append(r.apiFlags, r.cfg.APIFlags...)
+	return nil
+}
+
+// connArgs are the connection flags of a role on the run's services.
+func (r *runner) connArgs(prefix string) []string {
+	return []string{
+		"--redis-url", r.env.RedisURL, "--postgres-url", r.env.PGURL,
+		"--kafka-brokers", strings.Join(r.env.Brokers, ","), "--topic-prefix", prefix, "--log-format", "json",
+	}
+}
+
+// pipeline is the three roles of one scenario, as separate processes.
+type pipeline struct {
+	r                    *runner
+	prefix               string
+	api, cons, comp      *Proc
+	apiAddr, apiPprof    string
+	consPprof, consAdmin string
+	admin                string
+	cpuStart             map[*Proc]time.Duration
+}
+
+// role starts one role behind `seckill bench role --pprof`, which serves pprof beside it.
+func (r *runner) role(name string, pprofAddr string, args ...string) (*Proc, error) {
+	all := append([]string{"bench", "role", "--pprof", pprofAddr}, args...)
+	return Start(r.cfg.Binary, name, r.cfg.WorkDir, all...)
+}
+
+// startPipeline starts api, consumer and compensator on fresh topics and waits until each is
+// ready.
+func (r *runner) startPipeline(ctx context.Context, name string) (*pipeline, error) {
+	p := &pipeline{r: r, prefix: r.env.Prefix(name), admin: "admin-" + events.NewID()}
+	addrs := make([]string, 6)
+	for i := range addrs {
+		a, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
+	p.apiAddr, p.apiPprof, p.consPprof, p.consAdmin = addrs[0], addrs[1], addrs[2], addrs[3]
+	compAdmin, compPprof := addrs[4], addrs[5]
+	conn := r.connArgs(p.prefix)
+	var err error
+	apiArgs := append([]string{"api", "--addr", p.apiAddr, "--admin-token", p.admin,
+		"--partitions", fmt.Sprint(r.cfg.Sizes.Partitions), "--replication", "1"}, r.apiFlags...)
+	if p.api, err = r.role(name+"-api", p.apiPprof, append(apiArgs, conn...)...); err != nil {
+		return nil, err
+	}
+	if err := WaitHTTP(ctx, "http://"+p.apiAddr+"/readyz", p.api, time.Minute); err != nil {
+		p.stop()
+		return nil, err
+	}
+	if p.cons, err = r.role(name+"-consumer", p.consPprof, append([]string{"consumer", "--metrics-addr", p.consAdmin}, conn...)...); err != nil {
+		p.stop()
+		return nil, err
+	}
+	if p.comp, err = r.role(name+"-compensator", compPprof, append([]string{"compensator", "--metrics-addr", compAdmin}, conn...)...); err != nil {
+		p.stop()
+		return nil, err
+	}
+	for _, w := range []struct {
+		url string
+		p   *Proc
+	}{{"http://" + p.consAdmin + "/readyz", p.cons}, {"http://" + compAdmin + "/readyz", p.comp}} {
+		if err := WaitHTTP(ctx, w.url, w.p, time.Minute); err != nil {
+			p.stop()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (p *pipeline) procs() []*Proc {
+	var out []*Proc
+	for _, q := range []*Proc{p.api, p.cons, p.comp} {
+		if q != nil {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// stop sends SIGTERM to every role and waits for their drains.
+func (p *pipeline) stop() error {
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, q := range p.procs() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := q.Stop(30 * time.Second); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	p.api, p.cons, p.comp = nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// createCampaign creates a campaign through the api's admin endpoint.
+func (p *pipeline) createCampaign(ctx context.Context, id string, stock, limit int64) error {
+	body, _ := json.Marshal(map[string]any{"id": id, "name": "bench " + id, "stock": stock, "per_user_limit": limit})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.apiAddr+"/v1/campaigns", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+p.admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("create campaign %s: %w", id, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("create campaign %s: %s: %s", id, resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// cpuMeter measures the CPU time processes use between start and stop.
+type cpuMeter struct {
+	procs map[string]int
+	start map[string]time.Duration
+}
+
+func startCPU(procs map[string]int) *cpuMeter {
+	m := &cpuMeter{procs: procs, start: map[string]time.Duration{}}
+	m.start["bench"] = selfCPU()
+	for name, pid := range procs {
+		m.start[name], _ = CPUTime(pid)
+	}
+	return m
+}
+
+func (m *cpuMeter) stop() map[string]float64 {
+	out := map[string]float64{"bench": (selfCPU() - m.start["bench"]).Seconds()}
+	for name, pid := range m.procs {
+		if t, err := CPUTime(pid); err == nil {
+			out[name] = (t - m.start[name]).Seconds()
+		}
+	}
+	return out
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measured is a load and what was observed around it.
+type measured struct {
+	load     *LoadResult
+	cpu      map[string]float64
+	profiles []Profile
+}
+
+// measure warms up, then runs the load, measuring the CPU of procs and, when profile names a
+// process with a pprof address, capturing its profiles in the middle of the load.
+func (r *runner) measure(ctx context.Context, name string, warm, load Load, procs map[string]int, profileProc, pprofAddr string) (measured, error) {
+	var m measured
+	if warm.Requests > 0 {
+		warm.Name, warm.Concurrency, warm.Rate = name+" warm-up", r.cfg.Sizes.Concurrency, 0
+		warm.Progress = nil
+		if _, err := warm.Run(ctx); err != nil {
+			return m, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	load.Name, load.Concurrency, load.Rate, load.Progress = name, r.cfg.Sizes.Concurrency, r.cfg.Sizes.Rate, r.prog
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	if r.cfg.Profile && pprofAddr != "" {
+		inner := load.Observe
+		load.Observe = func(done func() int64, start time.Time) {
+			if inner != nil {
+				inner(done, start)
+			}
+			secs, ok := profileWindow(ctx, load.Requests, done, start, r.cfg.ProfileSeconds)
+			if !ok {
+				return
+			}
+			for _, kind := range []string{"cpu", "allocs"} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ps, err := r.profile(ctx, name, profileProc, pprofAddr, kind, secs)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: %s profile of %s: %v", name, kind, profileProc, err))
+						return
+					}
+					m.profiles = append(m.profiles, ps...)
+				}()
+			}
+		}
+	}
+	cpu := startCPU(procs)
+	res, err := load.Run(ctx)
+	m.cpu = cpu.stop()
+	wg.Wait()
+	m.load = res
+	if err != nil {
+		return m, err
+	}
+	if res.Errors > 0 {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: %d requests failed without an answer (first: %s)", name, res.Errors, res.FirstError))
+	}
+	if n := res.Count("429"); n > 0 {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: %s answers were 429 (rate limited)", name, count(n)))
+	}
+	return m, nil
+}
+
+// profileWindow waits until a tenth of the load is done and returns a window that should end
+// before the load does: four fifths of the estimated remaining time, within 1s and max.
+func profileWindow(ctx context.Context, total int64, done func() int64, start time.Time, maxSecs int) (int, bool) {
+	for {
+		n := done()
+		if n >= total/10 && n > 0 {
+			el := time.Since(start).Seconds()
+			remaining := float64(total-n) / (float64(n) / el)
+			return min(max(int(0.8*remaining), 1), maxSecs), true
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// profile captures one profile and returns its tops: CPU, or allocated space and objects.
+func (r *runner) profile(ctx context.Context, scenario, proc, addr, kind string, secs int) ([]Profile, error) {
+	raw, err := FetchProfile(ctx, "http://"+addr, kind, secs)
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(r.cfg.WorkDir, fmt.Sprintf("%s-%s-%s.pb.gz", scenario, proc, kind))
+	if err := os.WriteFile(file, raw, 0o644); err != nil {
+		return nil, err
+	}
+	types := []string{"cpu"}
+	if kind == "allocs" {
+		types = []string{"alloc_space", "alloc_objects"}
+	}
+	var out []Profile
+	for _, t := range types {
+		p, err := Top(raw, t, 10)
+		if err != nil {
+			return nil, err
+		}
+		p.Scenario, p.Process, p.Seconds, p.File = scenario, proc, float64(secs), file
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (r *runner) addProfiles(ps []Profile) { r.res.Profiles = append(r.res.Profiles, ps...) }
+
+// scenario builds the common part of an HTTP scenario's result.
+func httpResult(what string, baseline bool, m measured) ScenarioResult {
+	s := ScenarioResult{What: what, Baseline: baseline, Unit: "req/s", CPU: m.cpu, Load: m.load}
+	if m.load != nil {
+		s.Throughput, s.Latency = m.load.Throughput, m.load.Latency
+	}
+	return s
+}
+
+// loadAvg returns the one-minute load average.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var v float64
+	fmt.Sscan(string(b), &v)
+	return v
+}
+
+func hostInfo() Host {
+	h := Host{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		h.MemoryGiB = int((uint64(si.Totalram)*uint64(si.Unit) + 1<<29) >> 30)
+	}
+	var u syscall.Utsname
+	if syscall.Uname(&u) == nil {
+		h.Kernel = cstr(u.Release[:])
+	}
+	return h
+}
+
+func cstr[T int8 | uint8](b []T) string {
+	var s []byte
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s = append(s, byte(c))
+	}
+	return string(s)
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one: the idle-connections
+// scenario holds ten thousand sockets, and the processes the bench starts inherit the limit.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}

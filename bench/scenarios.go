@@ -1,0 +1,377 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// big is a stock or limit no scenario reaches.
+const big = int64(1) << 40
+
+func (r *runner) users(prefix string) Users {
+	return Users{N: r.cfg.Sizes.FlashUsers, Prefix: prefix + "-" + r.env.RunID + "-u"}
+}
+
+// startBaseline starts a baseline server and waits until it answers.
+func (r *runner) startBaseline(ctx context.Context, kind string) (proc *Proc, addr, pprofAddr string, err error) {
+	if addr, err = FreeAddr(); err != nil {
+		return nil, "", "", err
+	}
+	if pprofAddr, err = FreeAddr(); err != nil {
+		return nil, "", "", err
+	}
+	proc, err = r.role(kind, pprofAddr, "baseline", "--kind", kind, "--addr", addr,
+		"--redis-url", r.env.RedisURL, "--postgres-url", r.env.PGURL)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := WaitHTTP(ctx, "http://"+addr+"/healthz", proc, 30*time.Second); err != nil {
+		proc.Stop(10 * time.Second)
+		return nil, "", "", err
+	}
+	return proc, addr, pprofAddr, nil
+}
+
+// baseline measures one of the baseline servers on the workload it is compared with.
+func (r *runner) baseline(ctx context.Context, kind string) (ScenarioResult, error) {
+	sz := r.cfg.Sizes
+	var what string
+	campaign, warmCampaign := r.env.Campaign(kind), ""
+	n, users := sz.Requests, r.users(kind)
+	switch kind {
+	case Constant:
+		what = "Echo handler answering a fixed JSON body: the HTTP stack alone"
+	case BareReserve:
+		what = "Echo handler running the reserve script once per request (lua.Redis.Reserve), no Kafka"
+		if _, err := r.env.Lua.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: big, Limit: big, StartsAt: time.Now().Add(-time.Minute)}); err != nil {
+			return ScenarioResult{}, err
+		}
+	case SyncDB:
+		what = fmt.Sprintf("the naive design: one PostgreSQL transaction per purchase; the flash crowd's workload (stock %s, limit 1)", count(sz.FlashStock))
+		n = sz.SyncDBRequests
+		warmCampaign = r.env.Campaign(kind + "-warm")
+		now := time.Now().Add(-time.Minute).UnixMilli()
+		for _, c := range []store.Campaign{
+			{ID: campaign, Name: "bench sync-db", Stock: sz.FlashStock, PerUserLimit: 1, StartsAtMs: now, CreatedAtMs: now},
+			{ID: warmCampaign, Name: "bench sync-db warm-up", Stock: big, PerUserLimit: big, StartsAtMs: now, CreatedAtMs: now},
+		} {
+			if err := r.env.Store.CreateCampaign(ctx, c); err != nil {
+				return ScenarioResult{}, err
+			}
+		}
+	}
+	if warmCampaign == "" {
+		warmCampaign = campaign
+	}
+	proc, addr, pprofAddr, err := r.startBaseline(ctx, kind)
+	if err != nil {
+		return ScenarioResult{}, err
+	}
+	m, err := r.measure(ctx, kind,
+		Load{Addr: addr, Requests: sz.Warmup, NewRequester: PurchaseRequests(addr, warmCampaign, r.users(kind+"-warm"), r.id)},
+		Load{Addr: addr, Requests: n, NewRequester: PurchaseRequests(addr, campaign, users, r.id)},
+		map[string]int{kind: proc.Pid()}, kind, pprofAddr)
+	r.addProfiles(m.profiles)
+	err = errors.Join(err, proc.Stop(30*time.Second))
+	return httpResult(what, true, m), err
+}
+
+// soldOut measures purchases of a campaign whose stock is gone: the warm-up sells it.
+func (r *runner) soldOut(ctx context.Context) (ScenarioResult, error) {
+	sz := r.cfg.Sizes
+	p, err := r.startPipeline(ctx, ScSoldOut)
+	if err != nil {
+		return ScenarioResult{}, err
+	}
+	defer p.stop()
+	campaign := r.env.Campaign(ScSoldOut)
+	stock := min(100, max(sz.Warmup/2, 1))
+	if err := p.createCampaign(ctx, campaign, stock, 1); err != nil {
+		return ScenarioResult{}, err
+	}
+	m, err := r.measure(ctx, ScSoldOut,
+		Load{Addr: p.apiAddr, Requests: max(sz.Warmup, stock+1), NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScSoldOut+"-warm"), r.id)},
+		Load{Addr: p.apiAddr, Requests: sz.Requests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScSoldOut), r.id)},
+		map[string]int{"api": p.api.Pid()}, "api", p.apiPprof)
+	r.addProfiles(m.profiles)
+	err = errors.Join(err, p.stop())
+	return httpResult(fmt.Sprintf("purchases after the stock (%d units) is gone", stock), false, m), err
+}
+
+// allAccept measures purchases that all succeed: every request runs the script and produces.
+func (r *runner) allAccept(ctx context.Context) (ScenarioResult, error) {
+	sz := r.cfg.Sizes
+	p, err := r.startPipeline(ctx, ScAllAccept)
+	if err != nil {
+		return ScenarioResult{}, err
+	}
+	defer p.stop()
+	campaign := r.env.Campaign(ScAllAccept)
+	if err := p.createCampaign(ctx, campaign, sz.Requests+sz.Warmup, sz.Requests+sz.Warmup); err != nil {
+		return ScenarioResult{}, err
+	}
+	m, err := r.measure(ctx, ScAllAccept,
+		Load{Addr: p.apiAddr, Requests: sz.Warmup, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScAllAccept+"-warm"), r.id)},
+		Load{Addr: p.apiAddr, Requests: sz.Requests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScAllAccept), r.id)},
+		map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
+	r.addProfiles(m.profiles)
+	if sold, err := r.sold(ctx, campaign); err == nil && m.load != nil {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("all-accept: when the load ended, %s of %s accepted orders were in PostgreSQL (the consumer runs beside the api)",
+			count(sold), count(m.load.Count("2")+sz.Warmup)))
+	}
+	err = errors.Join(err, p.stop())
+	return httpResult("purchases that all succeed: the reserve script and the produce on every request", false, m), err
+}
+
+func (r *runner) sold(ctx context.Context, campaign string) (int64, error) {
+	var sold int64
+	err := r.env.Store.DB().GetContext(ctx, &sold, `SELECT sold FROM campaigns WHERE id = $1`, campaign)
+	return sold, err
+}
+
+// flashCrowd is the issue's crowd: many more buyers than units, limit 1, and the check that
+// exactly the stock was sold. With keep, the pipeline is returned running, for idle-conns.
+func (r *runner) flashCrowd(ctx context.Context, keep bool) (ScenarioResult, *pipeline, error) {
+	sz := r.cfg.Sizes
+	p, err := r.startPipeline(ctx, ScFlashCrowd)
+	if err != nil {
+		return ScenarioResult{}, nil, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			p.stop()
+		}
+	}()
+	campaign, warm := r.env.Campaign(ScFlashCrowd), r.env.Campaign(ScFlashCrowd+"-warm")
+	if err := p.createCampaign(ctx, warm, big, big); err != nil {
+		return ScenarioResult{}, nil, err
+	}
+	if err := p.createCampaign(ctx, campaign, sz.FlashStock, 1); err != nil {
+		return ScenarioResult{}, nil, err
+	}
+	// The store's progress, sampled while the crowd buys and until every order is in.
+	var (
+		mu        sync.Mutex
+		persisted []DrainPoint
+		loadStart time.Time
+		target    int64 = -1 // accepted orders, once the load is over
+		doneAt    float64
+	)
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	allIn := make(chan struct{})
+	go func() {
+		defer close(allIn)
+		for {
+			select {
+			case <-pollCtx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			sold, err := r.sold(pollCtx, campaign)
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			if !loadStart.IsZero() {
+				t := time.Since(loadStart).Seconds()
+				persisted = append(persisted, DrainPoint{T: t, Done: sold, Lag: -1})
+				if target >= 0 && sold >= target {
+					doneAt = t
+					mu.Unlock()
+					return
+				}
+			}
+			mu.Unlock()
+		}
+	}()
+	load := Load{Addr: p.apiAddr, Requests: sz.FlashRequests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScFlashCrowd), r.id)}
+	m, err := r.measureWithStart(ctx, ScFlashCrowd,
+		Load{Addr: p.apiAddr, Requests: sz.Warmup, NewRequester: PurchaseRequests(p.apiAddr, warm, r.users(ScFlashCrowd+"-warm"), r.id)},
+		load, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof,
+		func(start time.Time) { mu.Lock(); loadStart = start; mu.Unlock() })
+	r.addProfiles(m.profiles)
+	res := httpResult(fmt.Sprintf("stock %s, limit 1, %s purchases from %s buyers", count(sz.FlashStock), count(sz.FlashRequests), count(sz.FlashUsers)), false, m)
+	if err != nil {
+		stopPoll()
+		return res, nil, err
+	}
+	f := &FlashResult{Stock: sz.FlashStock, Limit: 1, Accepted: m.load.Count("2"), SoldOutAfter: m.load.FirstSeen["409 sold_out"]}
+	mu.Lock()
+	target = f.Accepted
+	mu.Unlock()
+	select {
+	case <-allIn:
+	case <-time.After(2 * time.Minute):
+	case <-ctx.Done():
+	}
+	stopPoll()
+	mu.Lock()
+	f.PersistedAfter, f.Persisted = doneAt, persisted
+	mu.Unlock()
+	if err := r.checkFlash(ctx, campaign, f); err != nil {
+		return res, nil, err
+	}
+	res.Flash = f
+	if keep {
+		stopped = true
+		return res, p, nil
+	}
+	stopped = true
+	return res, nil, p.stop()
+}
+
+// measureWithStart is measure, telling started when the measured load begins.
+func (r *runner) measureWithStart(ctx context.Context, name string, warm, load Load, procs map[string]int, profileProc, pprofAddr string, started func(time.Time)) (measured, error) {
+	inner := load.Observe
+	load.Observe = func(done func() int64, start time.Time) {
+		started(start)
+		if inner != nil {
+			inner(done, start)
+		}
+	}
+	return r.measure(ctx, name, warm, load, procs, profileProc, pprofAddr)
+}
+
+// checkFlash asks the store and Redis what the flash crowd bought.
+func (r *runner) checkFlash(ctx context.Context, campaign string, f *FlashResult) error {
+	db := r.env.Store.DB()
+	if err := db.GetContext(ctx, &f.Sold, `SELECT sold FROM campaigns WHERE id = $1`, campaign); err != nil {
+		return fmt.Errorf("check the flash crowd: %w", err)
+	}
+	if err := db.GetContext(ctx, &f.Confirmed, `SELECT count(*) FROM orders WHERE campaign_id = $1 AND status = 'confirmed'`, campaign); err != nil {
+		return fmt.Errorf("check the flash crowd: %w", err)
+	}
+	if err := db.GetContext(ctx, &f.OverLimit, `SELECT count(*) FROM (SELECT user_id FROM orders
+		WHERE campaign_id = $1 AND status = 'confirmed' GROUP BY user_id HAVING sum(quantity) > $2) over`, campaign, f.Limit); err != nil {
+		return fmt.Errorf("check the flash crowd: %w", err)
+	}
+	var overPurchases int64
+	if err := db.GetContext(ctx, &overPurchases, `SELECT count(*) FROM purchases WHERE campaign_id = $1 AND bought > $2`, campaign, f.Limit); err != nil {
+		return fmt.Errorf("check the flash crowd: %w", err)
+	}
+	f.OverLimit += overPurchases
+	remaining, _, err := r.env.Lua.Remaining(ctx, campaign)
+	if err != nil {
+		return fmt.Errorf("check the flash crowd: %w", err)
+	}
+	f.RedisRemaining = remaining
+	if HasCommand(r.cfg.Binary, "audit") {
+		args := append([]string{"audit", "--campaign", campaign}, r.connArgs(r.env.Prefix(ScFlashCrowd))...)
+		out, err := exec.CommandContext(ctx, r.cfg.Binary, args...).CombinedOutput()
+		f.Audit = "clean"
+		if err != nil {
+			f.Audit = "FAILED: " + strings.TrimSpace(string(out))
+		}
+	}
+	f.OK = f.Sold == f.Stock && f.Confirmed == f.Stock && f.Accepted == f.Stock && f.OverLimit == 0 &&
+		f.RedisRemaining == 0 && (f.Audit == "" || f.Audit == "clean")
+	return nil
+}
+
+// idleConns opens many keep-alive connections to the api, each after one request, and reads
+// the api's resident memory.
+func (r *runner) idleConns(ctx context.Context, p *pipeline) (ScenarioResult, error) {
+	n := r.cfg.Sizes.IdleConns
+	pid := p.api.Pid()
+	before, _, err := RSS(pid)
+	if err != nil {
+		return ScenarioResult{}, err
+	}
+	conns := make([]*conn, n)
+	var opened sync.WaitGroup
+	var next, ok, failed int64
+	var mu sync.Mutex
+	var firstErr error
+	req := []byte("GET /healthz HTTP/1.1\r\nHost: " + p.apiAddr + "\r\n\r\n")
+	stopProg := r.prog.Watch(ScIdleConns, int64(n), func() int64 { mu.Lock(); defer mu.Unlock(); return ok + failed }, nil)
+	for range 64 {
+		opened.Add(1)
+		go func() {
+			defer opened.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= int64(n) {
+					return
+				}
+				c := newConn(p.apiAddr, 30*time.Second)
+				status, _, err := c.roundTrip(req)
+				mu.Lock()
+				if err == nil && status == 200 {
+					c.c.SetDeadline(time.Time{})
+					conns[i] = c
+					ok++
+				} else {
+					failed++
+					if firstErr == nil {
+						firstErr = fmt.Errorf("status %d: %v", status, err)
+					}
+					c.close()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	opened.Wait()
+	stopProg()
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.close()
+			}
+		}
+	}()
+	if failed > 0 {
+		return ScenarioResult{}, fmt.Errorf("%d of %d connections failed: %v", failed, n, firstErr)
+	}
+	time.Sleep(2 * time.Second) // let the server settle: every connection is parked in its read
+	after, peak, err := RSS(pid)
+	if err != nil {
+		return ScenarioResult{}, err
+	}
+	const mb = 1 << 20
+	idle := &IdleResult{Connections: n, RSSBefore: float64(before) / mb, RSSAfter: float64(after) / mb, PeakRSS: float64(peak) / mb,
+		PerConnKB: float64(after-before) / float64(n) / 1024}
+	return ScenarioResult{What: fmt.Sprintf("api resident memory with %s idle keep-alive connections, after the flash crowd", count(int64(n))),
+		Unit: "MB", Throughput: idle.RSSAfter, Idle: idle}, nil
+}
+
+// redisCeiling runs redis-benchmark with the EVALSHA the api sends, on a campaign that never
+// runs out, at the scenarios' concurrency.
+func (r *runner) redisCeiling(ctx context.Context) (ScenarioResult, error) {
+	sz := r.cfg.Sizes
+	campaign := r.env.Campaign("ceiling")
+	if _, err := r.env.Lua.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: big, Limit: big, StartsAt: time.Now().Add(-time.Minute)}); err != nil {
+		return ScenarioResult{}, err
+	}
+	order, user := events.NewOrderID(campaign), "ceiling-user"
+	args, err := ReserveCommand(ctx, r.env.Redis, campaign, order, user)
+	if err != nil {
+		return ScenarioResult{}, err
+	}
+	if fb, err := ReserveFallsBack(ctx, r.env.Redis, campaign, events.NewOrderID(campaign), user); err == nil && fb {
+		r.res.Notes = append(r.res.Notes, "lua.Redis.Reserve sends EVALSHA with a SHA Redis does not know (NOSCRIPT), then EVAL with the whole script: two round trips per purchase in the api and in bare-reserve; the ceiling runs one EVALSHA with the script's real SHA.")
+	}
+	// A fresh order id and buyer per call, as the api's purchases have.
+	args = RandomizeArgs(args, []string{order, user}, []string{campaign + ".__rand_int__", "u__rand_int__"})
+	stop := r.prog.Watch(ScRedisCeiling, 0, nil, func() string { return "redis-benchmark running" })
+	c, err := RunRedisBenchmark(ctx, r.cfg.RedisBenchmark, r.env.Redis, sz.Concurrency, sz.RedisRequests, args)
+	stop()
+	if err != nil {
+		return ScenarioResult{}, err
+	}
+	return ScenarioResult{What: fmt.Sprintf("redis-benchmark: EVALSHA of the reserve script, %d clients", sz.Concurrency),
+		Baseline: true, Throughput: c.Throughput, Unit: "EVALSHA/s", Latency: c.Latency, Redis: &c}, nil
+}

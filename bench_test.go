@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/bench"
+)
+
+func TestBenchHelpFitsOnAScreen(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "--help"}, &out, &out); code != 0 {
+		t.Fatalf("bench --help exited %d:\n%s", code, out.String())
+	}
+	if n := strings.Count(out.String(), "\n"); n > 45 || !strings.Contains(out.String(), "--flash-stock=10000") {
+		t.Fatalf("bench --help is %d lines:\n%s", n, out.String())
+	}
+}
+
+func TestBenchRoleNeedsARole(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "role", "--pprof", "127.0.0.1:0", "nope"}, &out, &out); code != 2 {
+		t.Fatalf("bench role nope exited %d:\n%s", code, out.String())
+	}
+}
+
+func TestBenchReportRewritesFromAResult(t *testing.T) {
+	dir := t.TempDir()
+	res := &bench.Result{Started: time.Now(), Command: "seckill bench --quick", Sizes: bench.QuickSizes(),
+		Scenarios: []bench.ScenarioResult{{Name: bench.ScConstant, Baseline: true, Unit: "req/s", Throughput: 1000}}}
+	path, err := res.Save(dir, "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := filepath.Join(dir, "README.md")
+	os.WriteFile(readme, []byte("## Performance\n"+bench.ReadmeBegin+"\n"+bench.ReadmeEnd+"\n"), 0o644)
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "report", "--result", path, "--readme", readme}, &out, &out); code != 0 {
+		t.Fatalf("bench report exited %d:\n%s", code, out.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run.html")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(readme); !bytes.Contains(b, []byte("| constant | baseline | 1,000 req/s |")) {
+		t.Fatalf("README:\n%s", b)
+	}
+}
