@@ -57,6 +57,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 	var apiFlags multiFlag
 	f.Var(&apiFlags, "api-flag", "extra flag for every api, repeatable: --api-flag=--user-rate=0")
 	binary := f.String("binary", "", "seckill binary to measure (default: go build of this module into the work dir)")
+	commitFlag := f.String("commit", "", "what --binary was built from, for the report (default: the module's git commit)")
 	out := f.String("out", "bench/results", "where the JSON result and the HTML report go")
 	readme := f.String("readme", "", "README whose Performance section gets the latest table")
 	profile := f.Bool("profile", true, "capture pprof CPU and allocation profiles of the api and the consumer")
@@ -96,8 +97,10 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 	} else if err := os.MkdirAll(*workDir, 0o755); err != nil {
 		return err
 	}
+	commit := *commitFlag
 	if *binary == "" {
 		if dir := bench.ModuleDir(); dir != "" {
+			commit = bench.Commit(dir)
 			fmt.Fprintf(os.Stderr, "bench: building the seckill binary into %s\n", *workDir)
 			bin, err := bench.Build(ctx, dir, *workDir)
 			if err != nil {
@@ -114,7 +117,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 		RedisURL: *redisURL, PostgresURL: *pgURL, Brokers: strings.Split(*brokers, ","),
 		Binary: *binary, Sizes: sz, Auth: *auth, APIFlags: apiFlags,
 		Identity: bench.Identity{Secret: []byte(*secret), Issuer: *issuer},
-		Profile:  *profile, WorkDir: *workDir, Keep: *keep, Command: benchCommand(f, set),
+		Profile:  *profile, WorkDir: *workDir, Keep: *keep, Command: benchCommand(f, set), Commit: commit,
 	}
 	if *scenarios != "" {
 		cfg.Scenarios = strings.Split(*scenarios, ",")
@@ -169,7 +172,7 @@ func benchCommand(f *flags, set map[string]bool) string {
 	parts := []string{"seckill bench"}
 	f.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
-		case "redis-url", "postgres-url", "kafka-brokers", "token-secret", "work-dir", "binary":
+		case "redis-url", "postgres-url", "kafka-brokers", "token-secret", "work-dir", "binary", "commit":
 			return
 		}
 		if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() && fl.Value.String() == "true" {

@@ -140,3 +140,21 @@ func TestServeDrainsOnCancel(t *testing.T) {
 		t.Fatalf("Serve after cancel: %v", err)
 	}
 }
+
+func TestLogProblems(t *testing.T) {
+	dir := t.TempDir()
+	p, err := Start("/bin/sh", "noisy", dir, "-c", `echo '{"level":"INFO","msg":"fine"}'; echo '{"level":"WARN","msg":"confirm reservations","err":"NOSCRIPT"}'; echo '{"level":"ERROR","msg":"boom"}'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for exited, _ := p.Exited(); !exited; exited, _ = p.Exited() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := p.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	w, e, first := p.LogProblems()
+	if w != 1 || e != 1 || first != "confirm reservations: NOSCRIPT" {
+		t.Fatalf("warns %d errors %d first %q", w, e, first)
+	}
+}

@@ -107,6 +107,8 @@ type Config struct {
 	RedisBenchmark string
 	// Command is recorded in the result.
 	Command string
+	// Commit names the source of Binary ("3f2a1bc", "+dirty" when the tree had changes).
+	Commit string
 }
 
 // Validate reports whether the configuration can run.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -28,6 +29,19 @@ func Build(ctx context.Context, dir, outDir string) (string, error) {
 		return "", fmt.Errorf("go build: %w\n%s", err, out)
 	}
 	return bin, nil
+}
+
+// Commit names the git commit of dir, with "+dirty" when tracked files differ from it, or "".
+func Commit(dir string) string {
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		c += "+dirty"
+	}
+	return c
 }
 
 // ModuleDir returns the directory of the seckill module that holds the working directory, or
@@ -125,6 +139,41 @@ func (p *Proc) Tail(n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// LogProblems counts the WARN and ERROR lines of the process's JSON log and returns the first
+// one's message and error: a run whose roles were failing quietly is not a measurement of the
+// roles working.
+func (p *Proc) LogProblems() (warns, errs int, first string) {
+	f, err := os.Open(p.Log)
+	if err != nil {
+		return 0, 0, ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var rec struct{ Level, Msg, Err string }
+		if !bytes.Contains(line, []byte(`"level":"WARN"`)) && !bytes.Contains(line, []byte(`"level":"ERROR"`)) {
+			continue
+		}
+		if json.Unmarshal(line, &rec) != nil {
+			continue
+		}
+		if rec.Level == "WARN" {
+			warns++
+		} else {
+			errs++
+		}
+		if first == "" {
+			first = rec.Msg
+			if rec.Err != "" {
+				first += ": " + rec.Err
+			}
+		}
+	}
+	return warns, errs, first
 }
 
 // RSS returns the process's resident set size and its peak (VmRSS and VmHWM), in bytes.

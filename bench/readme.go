@@ -16,8 +16,12 @@ const (
 // Markdown returns the run's tables for the README: the targets, then the scenarios.
 func (r *Result) Markdown(jsonPath, htmlPath string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Latest run: %s on %d × %s (%d GiB), everything colocated; buyers named by %s.\n",
-		r.Started.Format("2006-01-02"), r.Host.CPUs, r.Host.CPU, r.Host.MemoryGiB, r.Identity)
+	commit := ""
+	if r.Host.Commit != "" {
+		commit = " of " + r.Host.Commit
+	}
+	fmt.Fprintf(&b, "Latest run%s: %s on %d × %s (%d GiB), everything colocated; buyers named by %s.\n",
+		commit, r.Started.Format("2006-01-02"), r.Host.CPUs, r.Host.CPU, r.Host.MemoryGiB, r.Identity)
 	fmt.Fprintf(&b, "Produced by `%s`; full result in [`%s`](%s), report in [`%s`](%s).\n\n", r.Command, jsonPath, jsonPath, htmlPath, htmlPath)
 	b.WriteString("| target | got | want | |\n|---|--:|--:|---|\n")
 	for _, t := range r.Targets {

@@ -29,6 +29,8 @@ type runner struct {
 	res      *Result
 	id       Identity
 	apiFlags []string // identity and limit flags for every api
+	mu       sync.Mutex
+	procs    []*Proc // every process started, for their logs' warnings
 }
 
 // Run runs the configured scenarios on the real services and returns the result; a scenario
@@ -47,6 +49,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	raiseFileLimit()
 	r := &runner{cfg: cfg, prog: NewProgress(progress)}
 	r.res = &Result{Started: time.Now().UTC(), Command: cfg.Command, Host: hostInfo(), Sizes: cfg.Sizes}
+	r.res.Host.Commit = cfg.Commit
 	if err := r.identity(); err != nil {
 		return nil, err
 	}
@@ -118,6 +121,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 		flashAPI.stop()
 	}
 	r.res.Finished = time.Now().UTC()
+	r.noteLogProblems()
 	r.res.ComputeTargets()
 	return r.res, ctx.Err()
 }
@@ -185,7 +189,22 @@ type pipeline struct {
 // role starts one role behind `seckill bench role --pprof`, which serves pprof beside it.
 func (r *runner) role(name string, pprofAddr string, args ...string) (*Proc, error) {
 	all := append([]string{"bench", "role", "--pprof", pprofAddr}, args...)
-	return Start(r.cfg.Binary, name, r.cfg.WorkDir, all...)
+	p, err := Start(r.cfg.Binary, name, r.cfg.WorkDir, all...)
+	if err == nil {
+		r.mu.Lock()
+		r.procs = append(r.procs, p)
+		r.mu.Unlock()
+	}
+	return p, err
+}
+
+// noteLogProblems adds a note for every process that logged warnings or errors.
+func (r *runner) noteLogProblems() {
+	for _, p := range r.procs {
+		if w, e, first := p.LogProblems(); w+e > 0 {
+			r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s logged %d warnings and %d errors; the first: %s (log: %s)", p.Name, w, e, first, p.Log))
+		}
+	}
 }
 
 // startPipeline starts api, consumer and compensator on fresh topics and waits until each is
