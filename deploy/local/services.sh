@@ -10,14 +10,21 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+SCRIPT="$REPO/deploy/local/services.sh" # the watchdog runs it again
 DIR=${SECKILL_SERVICES_DIR:-$REPO/.seckill-services}
 DIR=$(realpath -m "$DIR") # absolute: it ends up in config files
 
 HOST=127.0.0.1
-REDIS_PORT=16379
-PG_PORT=15432
-KAFKA_PORT=19092
-KAFKA_CONTROLLER_PORT=19093
+# Overridable so that a test can run a private set of servers (other ports,
+# another SECKILL_SERVICES_DIR) beside the shared one, and stop or kill them
+# without disturbing the tests that run on the shared set.
+REDIS_PORT=${SECKILL_REDIS_PORT:-16379}
+PG_PORT=${SECKILL_POSTGRES_PORT:-15432}
+KAFKA_PORT=${SECKILL_KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=${SECKILL_KAFKA_CONTROLLER_PORT:-19093}
+for port in "$REDIS_PORT" "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+  [[ $port =~ ^[0-9]+$ ]] || { printf 'services.sh: port %q is not a number\n' "$port" >&2; exit 2; }
+done
 
 # What the tests read (see `env`). The PostgreSQL bootstrap superuser *is*
 # seckill, so there is only one role and one password to know about.
@@ -67,14 +74,34 @@ pid_alive() { # pidfile what-its-command-line-contains
 # Is something accepting TCP connections on $HOST:port? (bash's /dev/tcp)
 port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
+# Is a pid gone? A zombie counts as gone: a killed server whose parent does not
+# reap it (PID 1 in some containers) has exited all the same.
+pid_gone() {
+  ! kill -0 "$1" 2>/dev/null || [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) == Z ]]
+}
+
 # Wait until a pid has exited (up to $2 seconds). Returns 1 on timeout.
 wait_exit() { # pid seconds
   local i
   for ((i = 0; i < $2 * 10; i++)); do
-    kill -0 "$1" 2>/dev/null || return 0
+    pid_gone "$1" && return 0
     sleep 0.1
   done
   return 1
+}
+
+# SIGKILL the process in a pid file, as a crash or the OOM killer would: no
+# flush, no clean shutdown. For the fault tests.
+kill_pidfile() { # service pidfile what-its-command-line-contains
+  local pid
+  if ! pid_alive "$2" "$3"; then
+    log "$1: not running from $DIR; nothing to kill"
+    return
+  fi
+  pid=$(<"$2")
+  log "$1: killing (pid $pid, SIGKILL)"
+  kill -9 "$pid"
+  wait_exit "$pid" 10 || die "$1: pid $pid survived SIGKILL"
 }
 
 # ---------------------------------------------------------------- packages --
@@ -169,6 +196,11 @@ redis_down() {
   else
     log "redis: not running"
   fi
+}
+
+redis_kill() {
+  kill_pidfile redis "$REDIS_PID" redis-server
+  rm -f "$REDIS_PID"
 }
 
 redis_status() {
@@ -296,6 +328,34 @@ pg_down() {
   else
     log "postgres: not running"
   fi
+}
+
+pg_kill() {
+  local data pid child
+  local -a children
+  data="$(pg_root)/data"
+  # The postmaster's pid is the first line of postmaster.pid.
+  pid=$(head -n 1 "$data/postmaster.pid" 2>/dev/null || true)
+  if ! [[ $pid =~ ^[0-9]+$ ]] || pid_gone "$pid" ||
+    ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$data"; then
+    log "postgres: not running from $data; nothing to kill"
+    return
+  fi
+  # Its backends notice the postmaster's death and exit by themselves, but until
+  # they have, the shared memory block is in use and a new postmaster refuses
+  # to start: note them now, wait for them below.
+  mapfile -t children < <(pgrep -P "$pid" || true)
+  log "postgres: killing (pid $pid, SIGKILL)"
+  kill -9 "$pid"
+  wait_exit "$pid" 10 || die "postgres: pid $pid survived SIGKILL"
+  for child in "${children[@]}"; do
+    wait_exit "$child" 10 || kill -9 "$child" 2>/dev/null || true
+  done
+  # A new postmaster tells a stale postmaster.pid from a live one by kill(pid, 0),
+  # which a zombie passes, and the dead postmaster stays a zombie until PID 1
+  # reaps it (some inits take a second, some never do). It is dead: its lock
+  # file goes.
+  rm -f "$data/postmaster.pid"
 }
 
 pg_status() {
@@ -499,6 +559,11 @@ kafka_down() {
   fi
 }
 
+kafka_kill() {
+  kill_pidfile kafka "$KAFKA_PID" kafka.Kafka
+  rm -f "$KAFKA_PID"
+}
+
 kafka_status() {
   if kafka_answers; then
     if pid_alive "$KAFKA_PID" kafka.Kafka; then
@@ -515,15 +580,48 @@ kafka_status() {
 
 # ---------------------------------------------------------------- commands --
 
-cmd_up() {
-  local start=$SECONDS
-  # Two `up`s at once (two terminals, two `make test`s) would race to start
-  # the same services: take turns. The lock is released when we exit; the
-  # daemons are started with `9>&-` so that they do not inherit (and keep) it.
+# Two commands at once on one state dir (two terminals, two `make test`s)
+# would race to start the same services: take turns. The lock is released
+# when we exit; the daemons are started with `9>&-` so that they do not
+# inherit (and keep) it.
+take_lock() {
   mkdir -p "$DIR"
   exec 9>"$DIR/.lock"
   flock 9
+}
+
+# A test that runs a private set of servers names its own process in
+# SECKILL_SERVICES_OWNER_PID. A watchdog then cleans the state dir up once that
+# process is gone, even if it crashed or `go test -timeout` killed it before
+# its own cleanup ran: private servers must never outlive their test (a
+# leaked Kafka holds half a gigabyte and two ports). The watchdog leaves on
+# its own once the test has cleaned up (the state dir is gone).
+watch_owner() {
+  local owner=${SECKILL_SERVICES_OWNER_PID:-}
+  [[ -n $owner ]] || return 0
+  [[ $owner =~ ^[0-9]+$ ]] || die "SECKILL_SERVICES_OWNER_PID=$owner is not a pid"
+  pid_alive "$DIR/watchdog.pid" _watch && return 0
+  setsid nohup "$SCRIPT" _watch "$owner" </dev/null >>"$DIR/watchdog.log" 2>&1 9>&- &
+  printf '%s\n' "$!" >"$DIR/watchdog.pid"
+}
+
+cmd_watch() { # owner pid
+  printf '%s\n' "$$" >"$DIR/watchdog.pid"
+  while [[ -d $DIR ]]; do
+    if pid_gone "$1"; then
+      log "watchdog: pid $1 is gone; cleaning $DIR up"
+      cmd_clean
+      return
+    fi
+    sleep 1
+  done
+}
+
+cmd_up() {
+  local start=$SECONDS
+  take_lock
   ensure_packages
+  watch_owner
   kafka_start   # slowest: let the JVM boot while the others start
   redis_up
   pg_up
@@ -535,6 +633,43 @@ cmd_down() {
   kafka_down
   redis_down
   pg_down
+}
+
+# start, stop, kill or clean the named services, one by one, so a fault test
+# can take one dependency away mid-sale and bring it back.
+cmd_service() { # verb service...
+  local verb=$1 svc
+  shift
+  (($#)) || die "$verb: name the service(s): redis, postgres, kafka"
+  for svc; do
+    case $svc in
+      redis | postgres | kafka) ;;
+      *) die "$verb: unknown service \`$svc\` (redis, postgres, kafka)" ;;
+    esac
+  done
+  take_lock
+  if [[ $verb == start ]]; then
+    ensure_packages
+    watch_owner
+  fi
+  for svc; do
+    case $verb:$svc in
+      start:redis) redis_up ;;
+      start:postgres) pg_up ;;
+      start:kafka) kafka_start; kafka_wait ;;
+      stop:redis) redis_down ;;
+      stop:postgres) pg_down ;;
+      stop:kafka) kafka_down ;;
+      kill:redis) redis_kill ;;
+      kill:postgres) pg_kill ;;
+      kill:kafka) kafka_kill ;;
+      # Its state goes, so the next start is a server that lost everything
+      # (Redis without its AOF: the guard's rebuild path).
+      clean:redis) redis_down; log "clean: removing $REDIS_DIR"; rm -rf "$REDIS_DIR" ;;
+      clean:postgres) pg_down; local root; root=$(pg_root); log "clean: removing $root"; rm -rf "$root" ;;
+      clean:kafka) kafka_down; log "clean: removing $KAFKA_DIR"; rm -rf "$KAFKA_DIR" ;;
+    esac
+  done
 }
 
 cmd_env() {
@@ -552,6 +687,7 @@ cmd_logs() {
 }
 
 cmd_clean() {
+  take_lock
   cmd_down
   local root
   root=$(pg_root)
@@ -571,10 +707,13 @@ cmd_topics() {
 
 usage() {
   cat <<EOF
-usage: deploy/local/services.sh COMMAND
+usage: deploy/local/services.sh COMMAND [SERVICE...]
 
 Private Redis, PostgreSQL and Kafka for seckill's tests, bound to $HOST.
-State: \$SECKILL_SERVICES_DIR (now $DIR).
+State: \$SECKILL_SERVICES_DIR (now $DIR). Ports: \$SECKILL_REDIS_PORT,
+\$SECKILL_POSTGRES_PORT, \$SECKILL_KAFKA_PORT, \$SECKILL_KAFKA_CONTROLLER_PORT.
+With \$SECKILL_SERVICES_OWNER_PID set, up/start also leave a watchdog that
+runs \`clean\` once that process is gone (a test's private servers).
 
   up       install what is missing (apt, as root), start what is not
            running, wait until all three answer. Idempotent.
@@ -583,6 +722,10 @@ State: \$SECKILL_SERVICES_DIR (now $DIR).
   env      print the exports the tests read:  eval "\$($0 env)"
   logs     print the end of each service's log
   clean    down, then delete all state (not the cached Kafka jars)
+  start SERVICE...  start one service (redis, postgres, kafka), wait until it answers
+  stop SERVICE...   stop one service cleanly (data is kept)
+  kill SERVICE...   SIGKILL one service, as a crash would (fault tests)
+  clean SERVICE...  stop one service and delete its state: it starts empty
   topics   run Kafka's TopicCommand against the broker, e.g.
              $0 topics --list
              $0 topics --create --topic t --partitions 3
@@ -597,11 +740,15 @@ EOF
 
 case ${1:-help} in
   up) cmd_up ;;
-  down | stop) cmd_down ;;
+  down) cmd_down ;;
+  # Without a service, stop and clean act on all three, as they always did.
+  stop) if (($# > 1)); then cmd_service "$@"; else cmd_down; fi ;;
+  clean) if (($# > 1)); then cmd_service "$@"; else cmd_clean; fi ;;
+  start | kill) cmd_service "$@" ;;
+  _watch) cmd_watch "$2" ;; # the watchdog itself; see watch_owner
   status) redis_status; pg_status; kafka_status ;;
   env) cmd_env ;;
   logs) cmd_logs ;;
-  clean) cmd_clean ;;
   topics) shift; cmd_topics "$@" ;;
   help | -h | --help) usage ;;
   *) usage >&2; exit 2 ;;
