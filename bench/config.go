@@ -73,6 +73,9 @@ const (
 	ScRowAtATime   = "row-at-a-time"
 )
 
+// Baselines are the scenarios that measure something other than seckill, for comparison.
+var Baselines = []string{ScConstant, ScBareReserve, ScRedisCeiling, ScSyncDB, ScRowAtATime}
+
 // AllScenarios lists every scenario and baseline in run order.
 var AllScenarios = []string{ScConstant, ScSoldOut, ScBareReserve, ScRedisCeiling, ScAllAccept, ScSyncDB, ScFlashCrowd, ScIdleConns, ScDrain, ScRowAtATime}
 

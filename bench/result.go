@@ -246,7 +246,7 @@ func (r *Result) WriteTable(w io.Writer) {
 			kind = "baseline"
 		}
 		if s.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\tfailed: %s\t\t\t\t\t\t\t\n", s.Name, kind, firstLine(s.Error))
+			fmt.Fprintf(tw, "%s\t%s\tfailed\t\t\t\t\t\t(below)\t\n", s.Name, kind)
 			continue
 		}
 		l := s.Latency
@@ -260,6 +260,11 @@ func (r *Result) WriteTable(w io.Writer) {
 			lat(l.P50), lat(l.P99), lat(l.P999), lat(l.Max), s.Answers())
 	}
 	tw.Flush()
+	for _, s := range r.Scenarios {
+		if s.Error != "" {
+			fmt.Fprintf(w, "%s failed: %s\n", s.Name, s.Error)
+		}
+	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tgot\twant\t\tnote")

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -110,7 +111,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 		}
 		load := loadAvg()
 		res, err := s.fn(ctx)
-		res.Name, res.LoadAvg = s.name, load
+		res.Name, res.LoadAvg, res.Baseline = s.name, load, slices.Contains(Baselines, s.name)
 		if err != nil {
 			res.Error = err.Error()
 			r.prog.Logf("bench: %s failed: %v", s.name, err)
