@@ -71,7 +71,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 		{"api", "--addr", strings.TrimPrefix(p.base, "http://"), "--admin-token", p.admin, "--insecure-user-header", "--partitions", "3", "--replication", "1", "--reservation-ttl", "1m",
 			"--jwt-secret", p.secret, "--jwt-issuer", e2eIssuer},
 		{"consumer", "--metrics-addr", "127.0.0.1:0", "--batch-size", "100"},
-		{"compensator", "--metrics-addr", "127.0.0.1:0", "--sweep-interval", "200ms"},
+		{"compensator", "--metrics-addr", "127.0.0.1:0", "--sweep-interval", "200ms", "--rebuild-grace", "500ms"},
 	} {
 		wg.Add(1)
 		go func() {
@@ -97,6 +97,12 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
+	})
+	// The compensator's guard has taken this Redis as the deployment's (its first check finds
+	// no epoch); a campaign created before that would be frozen for a rebuild.
+	eventually(t, 30*time.Second, "the compensator's guard has written the epoch", func() bool {
+		_, epoch, err := p.redis.Identity(context.Background(), p.topics.Prefix)
+		return err == nil && epoch != ""
 	})
 	return p
 }

@@ -60,7 +60,7 @@ type Persister interface {
 
 // Confirmer marks reservations confirmed in Redis.
 type Confirmer interface {
-	Confirm(ctx context.Context, orderID string) (lua.Outcome, error)
+	ConfirmAll(ctx context.Context, orderIDs []string) error
 }
 
 var (
@@ -165,6 +165,7 @@ func (h *handler) handle(work, stop context.Context, recs []*kgo.Record) error {
 	}
 	failpoint.Inject(failpoint.ConsumerAfterStoreCommit)
 	now := time.Now()
+	var confirmed []string
 	for i, res := range results {
 		e := evs[i]
 		switch {
@@ -174,11 +175,8 @@ func (h *handler) handle(work, stop context.Context, recs []*kgo.Record) error {
 			persisted.WithLabelValues("dead_lettered").Inc()
 		case res.Status == events.Confirmed:
 			// A redelivered confirmed order is confirmed in Redis again: the first time may
-			// have crashed between the store's commit and this call.
-			if _, err := h.redis.Confirm(work, e.OrderID); err != nil {
-				// Not fatal: the sweeper finds the order confirmed in the store and confirms it.
-				h.cfg.Logger.Warn("confirm reservation", "order_id", e.OrderID, "err", err)
-			}
+			// have crashed between the store's commit and that call.
+			confirmed = append(confirmed, e.OrderID)
 			if res.Duplicate {
 				persisted.WithLabelValues("duplicate").Inc()
 				continue
@@ -192,6 +190,10 @@ func (h *handler) handle(work, stop context.Context, recs []*kgo.Record) error {
 		default: // the compensator resolved it first
 			persisted.WithLabelValues("duplicate").Inc()
 		}
+	}
+	if err := h.redis.ConfirmAll(work, confirmed); err != nil {
+		// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
+		h.cfg.Logger.Warn("confirm reservations", "orders", len(confirmed), "err", err)
 	}
 	if len(out) == 0 {
 		return nil

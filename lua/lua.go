@@ -34,18 +34,15 @@ var (
 	//go:embed lock_release.lua
 	lockReleaseSrc string
 
-	reserveScript = redis.NewScript(reserveSrc)
-	releaseScript = redis.NewScript(releaseSrc)
-	confirmScript = redis.NewScript(confirmSrc)
-	expiredScript = redis.NewScript(expiredSrc)
-	loadScript    = redis.NewScript(loadSrc)
-	restoreScript = redis.NewScript(restoreSrc)
-	lockAcquire   = redis.NewScript(lockAcquireSrc)
-	lockRenew     = redis.NewScript(lockRenewSrc)
-	lockRelease   = redis.NewScript(lockReleaseSrc)
-
-	scripts = []*redis.Script{reserveScript, releaseScript, confirmScript, expiredScript, loadScript,
-		restoreScript, lockAcquire, lockRenew, lockRelease}
+	reserveScript = newScript(reserveSrc)
+	releaseScript = newScript(releaseSrc)
+	confirmScript = newScript(confirmSrc)
+	expiredScript = newScript(expiredSrc)
+	loadScript    = newScript(loadSrc)
+	restoreScript = newScript(restoreSrc)
+	lockAcquire   = newScript(lockAcquireSrc)
+	lockRenew     = newScript(lockRenewSrc)
+	lockRelease   = newScript(lockReleaseSrc)
 )
 
 // Keys are the Redis keys of one campaign.
@@ -74,11 +71,21 @@ func New(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
 // Client returns the underlying client.
 func (r *Redis) Client() redis.UniversalClient { return r.rdb }
 
+// sources are the scripts' texts, for Load.
+var sources []string
+
+func newScript(src string) *redis.Script {
+	sources = append(sources, src)
+	return redis.NewScript(src)
+}
+
 // Load preloads every script in one pipeline, so the hot path never pays for a NOSCRIPT reply.
+// Not Script.Load: queued in a pipeline it reads its reply before there is one, and sets the
+// script's hash to "", after which every EVALSHA misses and falls back to a full EVAL.
 func (r *Redis) Load(ctx context.Context) error {
 	pipe := r.rdb.Pipeline()
-	for _, s := range scripts {
-		s.Load(ctx, pipe)
+	for _, src := range sources {
+		pipe.ScriptLoad(ctx, src)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("load scripts: %w", err)
@@ -286,4 +293,32 @@ func (r *Redis) Remaining(ctx context.Context, campaign string) (int64, bool, er
 		return 0, false, fmt.Errorf("remaining of %s: %w", campaign, err)
 	}
 	return n, true, nil
+}
+
+// ConfirmAll confirms many pending reservations in one pipelined round trip: the consumer's
+// batch, which would otherwise wait on one round trip per order.
+func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
+	for attempt := 0; ; attempt++ {
+		pipe := r.rdb.Pipeline()
+		for _, id := range orderIDs {
+			campaign, ok := events.CampaignOf(id)
+			if !ok {
+				return events.Errorf(events.Invalid, "malformed order id %q", id)
+			}
+			k := KeysOf(campaign)
+			pipe.EvalSha(ctx, confirmScript.Hash(), []string{k.Res, k.Pending}, id)
+		}
+		_, err := pipe.Exec(ctx)
+		if err != nil && strings.Contains(err.Error(), "NOSCRIPT") && attempt == 0 {
+			// Redis lost its scripts (a restart): load them and go again; confirm is idempotent.
+			if err := r.Load(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
+		}
+		return nil
+	}
 }

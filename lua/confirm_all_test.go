@@ -1,0 +1,64 @@
+package lua_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/lua/luatest"
+)
+
+func TestConfirmAll(t *testing.T) {
+	t.Run("redis", func(t *testing.T) { testConfirmAll(t, luatest.MustRedis(t), false) })
+	// Flushing scripts would break every other test on the shared server: miniredis is ours.
+	t.Run("miniredis after a script flush", func(t *testing.T) {
+		testConfirmAll(t, redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}), true)
+	})
+}
+
+func testConfirmAll(t *testing.T, rdb *redis.Client, flush bool) {
+	ctx := context.Background()
+	r := lua.New(rdb)
+	campaign := "ca-" + events.NewID()[14:]
+	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: 10, Limit: 5, StartsAt: time.Now().Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, user := range []string{"a", "b", "c"} {
+		id := events.NewOrderID(campaign)
+		if _, err := r.Reserve(ctx, campaign, id, user, 2, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := r.Release(ctx, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	if flush { // Redis forgot its scripts (as after a restart): ConfirmAll loads them and goes on.
+		if err := r.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // twice: confirming is idempotent
+		if err := r.ConfirmAll(ctx, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []string{"confirmed", "confirmed", "released"} {
+		res, err := r.Reservation(ctx, ids[i])
+		if err != nil || res.State != want {
+			t.Errorf("order %d: %+v %v, want %s", i, res, err, want)
+		}
+	}
+	if n, _ := r.Client().ZCard(ctx, lua.KeysOf(campaign).Pending).Result(); n != 0 {
+		t.Errorf("%d reservations still pending", n)
+	}
+	if remaining, _, _ := r.Remaining(ctx, campaign); remaining != 6 {
+		t.Errorf("remaining %d, want 6", remaining)
+	}
+}
