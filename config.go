@@ -124,7 +124,7 @@ func (c conn) openRedis(ctx context.Context) (*lua.Redis, error) {
 	}
 	r := lua.New(redis.NewClient(opt))
 	if err := r.Load(ctx); err != nil {
-		r.Client().Close()
+		r.Close()
 		return nil, err
 	}
 	return r, nil

@@ -61,7 +61,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer mr.Close()
 	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
-	defer r.Client().Close()
+	defer r.Close()
 	if err := r.Load(ctx); err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ type deps struct {
 
 func (d deps) close() {
 	if d.redis != nil {
-		d.redis.Client().Close()
+		d.redis.Close()
 	}
 	if d.store != nil {
 		d.store.Close()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,11 +63,18 @@ func KeysOf(campaign string) Keys {
 
 // Redis runs the scripts on one Redis deployment.
 type Redis struct {
-	rdb redis.UniversalClient
+	rdb       redis.UniversalClient
+	calls     chan *call // to the coalescer (coalesce.go)
+	stop      chan struct{}
+	closeOnce sync.Once
 }
 
-// New returns a Redis over rdb.
-func New(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
+// New returns a Redis over rdb. Close stops its pipeline workers and closes rdb.
+func New(rdb redis.UniversalClient) *Redis {
+	r := &Redis{rdb: rdb}
+	r.startCoalescer()
+	return r
+}
 
 // Client returns the underlying client.
 func (r *Redis) Client() redis.UniversalClient { return r.rdb }
@@ -143,7 +151,7 @@ type Reservation struct {
 // reservation. Refusals are *events.Error with the code the client sees.
 func (r *Redis) Reserve(ctx context.Context, campaign, orderID, user string, qty int, ttl time.Duration) (Reservation, error) {
 	k := KeysOf(campaign)
-	v, err := reserveScript.Run(ctx, r.rdb, []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta},
+	v, err := r.run(ctx, reserveScript, []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta},
 		orderID, user, qty, ttl.Milliseconds()).Slice()
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve campaign %s: %w", campaign, err)
