@@ -172,7 +172,10 @@ func benchCommand(f *flags, set map[string]bool) string {
 	parts := []string{"seckill bench"}
 	f.Visit(func(fl *flag.Flag) {
 		switch fl.Name {
-		case "redis-url", "postgres-url", "kafka-brokers", "token-secret", "work-dir", "binary", "commit":
+		case "redis-url", "postgres-url", "kafka-brokers", "token-secret", "work-dir":
+			return
+		case "binary": // a temporary path: what matters is what it was built from
+			parts = append(parts, "--binary=…")
 			return
 		}
 		if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() && fl.Value.String() == "true" {

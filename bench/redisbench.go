@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -34,11 +35,14 @@ type RedisCeiling struct {
 func ReserveCommand(ctx context.Context, opt *redis.Options, campaign, orderID, user string) ([]string, error) {
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
+	var mu sync.Mutex
 	var evalsha, eval []string
 	rdb.AddHook(captureHook{fn: func(args []any) {
 		if len(args) < 2 {
 			return
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		out := make([]string, len(args))
 		for i, a := range args {
 			out[i] = fmt.Sprint(a)
@@ -57,6 +61,8 @@ func ReserveCommand(ctx context.Context, opt *redis.Options, campaign, orderID, 
 	if _, err := r.Reserve(ctx, campaign, orderID, user, 1, 2*time.Minute); err != nil {
 		return nil, fmt.Errorf("capture the reserve command: %w", err)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	switch {
 	case eval != nil:
 		sha, err := rdb.ScriptLoad(ctx, eval[1]).Result()
@@ -76,20 +82,27 @@ func ReserveCommand(ctx context.Context, opt *redis.Options, campaign, orderID, 
 func ReserveFallsBack(ctx context.Context, opt *redis.Options, campaign, orderID, user string) (bool, error) {
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
-	var names []string
-	rdb.AddHook(captureHook{fn: func(args []any) {
-		if len(args) > 0 {
-			names = append(names, strings.ToLower(fmt.Sprint(args[0])))
-		}
-	}})
+	var mu sync.Mutex
+	var evals int
 	r := lua.New(rdb)
 	if err := r.Load(ctx); err != nil {
 		return false, err
 	}
+	rdb.AddHook(captureHook{fn: func(args []any) {
+		if len(args) > 0 {
+			if name := strings.ToLower(fmt.Sprint(args[0])); name == "evalsha" || name == "eval" {
+				mu.Lock()
+				evals++
+				mu.Unlock()
+			}
+		}
+	}})
 	if _, err := r.Reserve(ctx, campaign, orderID, user, 1, 2*time.Minute); err != nil {
 		return false, err
 	}
-	return len(names) > 1, nil
+	mu.Lock()
+	defer mu.Unlock()
+	return evals > 1, nil
 }
 
 type captureHook struct{ fn func([]any) }
@@ -103,8 +116,14 @@ func (h captureHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook sees the commands of pipelines too: lua.Redis may coalesce calls into them.
 func (h captureHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.fn(c.Args())
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // RandomizeArgs replaces each argument equal to one of olds by its counterpart in news (which

@@ -87,7 +87,11 @@ func charts(s ScenarioResult) template.HTML {
 		var t, r, lag []float64
 		for _, p := range d.Timeline {
 			t, r = append(t, p.T), append(r, p.Rate)
-			lag = append(lag, math.Max(float64(p.Lag), 0))
+			l := float64(p.Lag)
+			if p.Lag < 0 { // unknown: the group had no committed offsets yet
+				l = math.NaN()
+			}
+			lag = append(lag, l)
 		}
 		out = append(out, chart("orders/s into PostgreSQL", false, []series{{name: "orders/s", xs: t, ys: r}}))
 		out = append(out, chart("consumer group lag (records)", false, []series{{name: "lag", xs: t, ys: lag}}))
@@ -103,7 +107,7 @@ func chart(title string, logY bool, ss []series) string {
 	for _, s := range ss {
 		for i := range s.xs {
 			xmax = math.Max(xmax, s.xs[i])
-			if y := s.ys[i]; y > 0 || !logY {
+			if y := s.ys[i]; !math.IsNaN(y) && (y > 0 || !logY) {
 				ymax = math.Max(ymax, y)
 				if y > 0 {
 					ymin = math.Min(ymin, y)
@@ -163,7 +167,7 @@ func chart(title string, logY bool, ss []series) string {
 		}
 		var pts []string
 		for j := range s.xs {
-			if logY && s.ys[j] <= 0 {
+			if math.IsNaN(s.ys[j]) || logY && s.ys[j] <= 0 {
 				continue
 			}
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(s.xs[j]), py(s.ys[j])))
