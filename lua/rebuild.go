@@ -19,12 +19,14 @@ import (
 func epochKey(prefix string) string { return "seckill:{epoch:" + prefix + "}" }
 
 // Identity returns the Redis server's run id, which changes on every restart, and the epoch of
-// the deployment named by prefix, "" when the key is missing: lost with the data.
+// the deployment named by prefix, "" when the key is missing: lost with the data. A server that
+// does not report a run id (miniredis) gives "": then only a missing epoch tells of a loss.
 func (r *Redis) Identity(ctx context.Context, prefix string) (runID, epoch string, err error) {
 	pipe := r.rdb.Pipeline()
 	info := pipe.Info(ctx, "server")
 	ep := pipe.Get(ctx, epochKey(prefix))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	pipe.Exec(ctx) // each command carries its own error
+	if err := ep.Err(); err != nil && !errors.Is(err, redis.Nil) {
 		return "", "", fmt.Errorf("redis identity: %w", err)
 	}
 	for _, line := range strings.Split(info.Val(), "\n") {
