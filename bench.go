@@ -132,8 +132,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 // writeBenchReports prints the table and writes the JSON, the HTML and the README's table. A
 // scenario that failed, or a flash crowd that sold wrong, fails the command.
 func writeBenchReports(res *bench.Result, out, stamp, readme string, stdout io.Writer) error {
-	fmt.Fprintln(stdout)
-	res.WriteTable(stdout)
+	// The files first: a closed stdout must not lose the run.
 	jsonPath, err := res.Save(out, stamp)
 	if err != nil {
 		return err
@@ -142,6 +141,8 @@ func writeBenchReports(res *bench.Result, out, stamp, readme string, stdout io.W
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(stdout)
+	res.WriteTable(stdout)
 	fmt.Fprintf(stdout, "\nresult: %s\nreport: %s\n", jsonPath, htmlPath)
 	if readme != "" {
 		rel := func(p string) string {

@@ -160,6 +160,7 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 	}
 	what := fmt.Sprintf("%s OrderRequested events already in Kafka, one consumer, batch size %d", count(n), d.BatchSize)
 	res := ScenarioResult{What: what, Baseline: batch == 1, Unit: "orders/s", Drain: d, CPU: cpuUsed}
+	res.setCPUPerOp(d.Persisted)
 	if d.Elapsed > 0 {
 		res.Throughput = float64(d.Persisted-firstDone) / d.Elapsed
 	}
@@ -270,8 +271,14 @@ func (r *runner) campaignUpdatesSettled(ctx context.Context, before int64) (int6
 	return last, nil
 }
 
-// scrapeCounter reads one sample of a Prometheus text exposition.
+// scrapeCounter reads one sample of a Prometheus text exposition as an integer.
 func scrapeCounter(ctx context.Context, url, name string) (int64, error) {
+	v, err := scrapeValue(ctx, url, name)
+	return int64(v), err
+}
+
+// scrapeValue reads one sample of a Prometheus text exposition.
+func scrapeValue(ctx context.Context, url, name string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
@@ -286,8 +293,7 @@ func scrapeCounter(ctx context.Context, url, name string) (int64, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		if rest, ok := strings.CutPrefix(line, name+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			return int64(v), err
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
 		}
 	}
 	return 0, fmt.Errorf("%s: no %s", url, name)

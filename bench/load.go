@@ -39,6 +39,8 @@ type Load struct {
 	NewRequester func() Requester
 	// Progress, if set, is told how the load goes a few times a second.
 	Progress *Progress
+	// Started, if set, is called when the load starts, before the first request.
+	Started func(start time.Time)
 	// Observe, if set, runs in a goroutine of its own when the load starts, with the count of
 	// answers so far: the bench starts profiles from it.
 	Observe func(done func() int64, start time.Time)
@@ -193,6 +195,9 @@ func (l Load) Run(ctx context.Context) (*LoadResult, error) {
 	tl := &timeline{interval: interval}
 	start := time.Now()
 	tl.start = start
+	if l.Started != nil {
+		l.Started(start)
+	}
 	stopProgress := l.Progress.start(l.Name, l.Requests, start, &done, tl)
 	if l.Observe != nil {
 		go l.Observe(done.Load, start)

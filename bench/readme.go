@@ -27,14 +27,14 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.GotString(), t.WantString(), t.Verdict())
 	}
-	b.WriteString("\n| scenario | | throughput | p50 | p99 | p99.9 | answers | load |\n|---|---|--:|--:|--:|--:|---|--:|\n")
+	b.WriteString("\n| scenario | | throughput | p50 | p99 | p99.9 | CPU per op | answers | load |\n|---|---|--:|--:|--:|--:|---|---|--:|\n")
 	for _, s := range r.Scenarios {
 		kind := "seckill"
 		if s.Baseline {
 			kind = "baseline"
 		}
 		if s.Error != "" {
-			fmt.Fprintf(&b, "| %s | %s | failed: %s | | | | | |\n", s.Name, kind, firstLine(s.Error))
+			fmt.Fprintf(&b, "| %s | %s | failed: %s | | | | | | |\n", s.Name, kind, firstLine(s.Error))
 			continue
 		}
 		l := s.Latency
@@ -44,10 +44,10 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 			}
 			return fmtMs(v)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s %s | %s | %s | %s | %s | %.1f |\n", s.Name, kind, rate(s.Throughput), s.Unit,
-			lat(l.P50), lat(l.P99), lat(l.P999), strings.ReplaceAll(s.Answers(), "|", "/"), s.LoadAvg)
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %s | %s | %s | %s | %s | %.1f |\n", s.Name, kind, rate(s.Throughput), s.Unit,
+			lat(l.P50), lat(l.P99), lat(l.P999), s.CPUString(), strings.ReplaceAll(s.Answers(), "|", "/"), s.LoadAvg)
 	}
-	b.WriteString("\nload: the machine's one-minute load average when the scenario started (2 cores; other work shows here).\n")
+	b.WriteString("\nCPU per op: CPU time of each server process per request (per order for the drains), steadier than\nthroughput on a shared machine. load: the one-minute load average when the scenario started (2 cores).\n")
 	for _, s := range r.Scenarios {
 		if f := s.Flash; f != nil {
 			fmt.Fprintf(&b, "\nflash-crowd: sold out after %.2fs; every confirmed order in PostgreSQL after %s. %s.\n",

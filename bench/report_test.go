@@ -34,7 +34,9 @@ func fakeResult() *Result {
 		return &r.Scenarios[len(r.Scenarios)-1]
 	}
 	add(ScConstant, true, "req/s", 40000, load(40000, 5, map[string]int64{"202": 100}))
-	add(ScSoldOut, false, "req/s", 36000, load(36000, 6, map[string]int64{"409 sold_out": 100}))
+	so := add(ScSoldOut, false, "req/s", 36000, load(36000, 6, map[string]int64{"409 sold_out": 100}))
+	so.CPU = map[string]float64{"api": 7.1, "bench": 1}
+	so.setCPUPerOp(100_000)
 	add(ScBareReserve, true, "req/s", 20000, load(20000, 9, map[string]int64{"202": 100}))
 	add(ScRedisCeiling, true, "EVALSHA/s", 50000, nil).Redis = &RedisCeiling{Requests: 1000, Clients: 256, Throughput: 50000}
 	add(ScAllAccept, false, "req/s", 10000, load(10000, 30, map[string]int64{"202": 100}))
@@ -110,7 +112,7 @@ func TestReports(t *testing.T) {
 	}
 	var table bytes.Buffer
 	r.WriteTable(&table)
-	for _, want := range []string{"flash-crowd", "30,000", "409 sold_out 90", "PASS", "CORRECT", "failed: it broke", "10,000 conns"} {
+	for _, want := range []string{"flash-crowd", "30,000", "409 sold_out 90", "PASS", "CORRECT", "failed: it broke", "10,000 conns", "api 71µs"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,6 +51,9 @@ type ScenarioResult struct {
 	Latency    Latency `json:"latency"`
 	// CPU is the CPU time each process used during the measured part, in seconds.
 	CPU map[string]float64 `json:"cpu_s,omitempty"`
+	// CPUPerOp is the CPU time each server process used per request (or per order, for the
+	// drains), in microseconds: steadier than throughput on a machine that others share.
+	CPUPerOp map[string]float64 `json:"cpu_us_per_op,omitempty"`
 	// LoadAvg is the machine's one-minute load average when the scenario started: other work
 	// on a shared machine shows here.
 	LoadAvg float64 `json:"loadavg"`
@@ -128,6 +132,38 @@ type Target struct {
 	// Pass is nil when the run lacks a figure the target needs.
 	Pass *bool  `json:"pass"`
 	Note string `json:"note,omitempty"`
+}
+
+// setCPUPerOp divides the server processes' CPU time by ops.
+func (s *ScenarioResult) setCPUPerOp(ops int64) {
+	if ops <= 0 {
+		return
+	}
+	for name, secs := range s.CPU {
+		if name == "bench" {
+			continue
+		}
+		if s.CPUPerOp == nil {
+			s.CPUPerOp = map[string]float64{}
+		}
+		s.CPUPerOp[name] = secs * 1e6 / float64(ops)
+	}
+}
+
+// CPUString formats CPUPerOp: "api 71µs · consumer 18µs".
+func (s ScenarioResult) CPUString() string {
+	names := make([]string, 0, len(s.CPUPerOp))
+	for name := range s.CPUPerOp {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, name := range names {
+		if v := s.CPUPerOp[name]; v >= 0.5 {
+			parts = append(parts, fmt.Sprintf("%s %.0fµs", name, v))
+		}
+	}
+	return strings.Join(parts, " · ")
 }
 
 // Scenario returns the named scenario's result, or nil.
@@ -239,14 +275,14 @@ func rate(v float64) string { return count(int64(math.Round(v))) }
 // WriteTable prints the summary: the scenarios, then the targets.
 func (r *Result) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\t\tthroughput\t\tp50\tp99\tp99.9\tmax\tanswers\t")
+	fmt.Fprintln(tw, "scenario\t\tthroughput\t\tp50\tp99\tp99.9\tmax\tCPU per op\tanswers\t")
 	for _, s := range r.Scenarios {
 		kind := "seckill"
 		if s.Baseline {
 			kind = "baseline"
 		}
 		if s.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\tfailed\t\t\t\t\t\t(below)\t\n", s.Name, kind)
+			fmt.Fprintf(tw, "%s\t%s\tfailed\t\t\t\t\t\t\t(below)\t\n", s.Name, kind)
 			continue
 		}
 		l := s.Latency
@@ -256,8 +292,8 @@ func (r *Result) WriteTable(w io.Writer) {
 			}
 			return fmtMs(v)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, kind, rate(s.Throughput), s.Unit,
-			lat(l.P50), lat(l.P99), lat(l.P999), lat(l.Max), s.Answers())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, kind, rate(s.Throughput), s.Unit,
+			lat(l.P50), lat(l.P99), lat(l.P999), lat(l.Max), s.CPUString(), s.Answers())
 	}
 	tw.Flush()
 	for _, s := range r.Scenarios {

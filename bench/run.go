@@ -453,6 +453,7 @@ func httpResult(what string, baseline bool, m measured) ScenarioResult {
 	s := ScenarioResult{What: what, Baseline: baseline, Unit: "req/s", CPU: m.cpu, Load: m.load}
 	if m.load != nil {
 		s.Throughput, s.Latency = m.load.Throughput, m.load.Latency
+		s.setCPUPerOp(m.load.Requests)
 	}
 	return s
 }

@@ -119,11 +119,14 @@ func (r *runner) allAccept(ctx context.Context) (ScenarioResult, error) {
 	if err := p.createCampaign(ctx, campaign, sz.Requests+sz.Warmup, sz.Requests+sz.Warmup); err != nil {
 		return ScenarioResult{}, err
 	}
+	var before [2]float64
+	load := Load{Addr: p.apiAddr, Requests: sz.Requests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScAllAccept), r.id),
+		Started: func(time.Time) { before = p.produceStats(ctx) }}
 	m, err := r.measure(ctx, ScAllAccept,
 		Load{Addr: p.apiAddr, Requests: sz.Warmup, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScAllAccept+"-warm"), r.id)},
-		Load{Addr: p.apiAddr, Requests: sz.Requests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScAllAccept), r.id)},
-		map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
+		load, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
 	r.addProfiles(m.profiles)
+	r.noteProduce(ScAllAccept, before, p.produceStats(ctx))
 	if sold, err := r.sold(ctx, campaign); err == nil && m.load != nil {
 		r.res.Notes = append(r.res.Notes, fmt.Sprintf("all-accept: when the load ended, %s of %s accepted orders were in PostgreSQL (the consumer runs beside the api)",
 			count(sold), count(m.load.Count("2")+sz.Warmup)))
@@ -194,11 +197,18 @@ func (r *runner) flashCrowd(ctx context.Context, keep bool) (ScenarioResult, *pi
 			mu.Unlock()
 		}
 	}()
-	load := Load{Addr: p.apiAddr, Requests: sz.FlashRequests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScFlashCrowd), r.id)}
-	m, err := r.measureWithStart(ctx, ScFlashCrowd,
+	var produceBefore [2]float64
+	load := Load{Addr: p.apiAddr, Requests: sz.FlashRequests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScFlashCrowd), r.id),
+		Started: func(start time.Time) {
+			produceBefore = p.produceStats(ctx)
+			mu.Lock()
+			loadStart = start
+			mu.Unlock()
+		}}
+	m, err := r.measure(ctx, ScFlashCrowd,
 		Load{Addr: p.apiAddr, Requests: sz.Warmup, NewRequester: PurchaseRequests(p.apiAddr, warm, r.users(ScFlashCrowd+"-warm"), r.id)},
-		load, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof,
-		func(start time.Time) { mu.Lock(); loadStart = start; mu.Unlock() })
+		load, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
+	r.noteProduce(ScFlashCrowd, produceBefore, p.produceStats(ctx))
 	r.addProfiles(m.profiles)
 	res := httpResult(fmt.Sprintf("stock %s, limit 1, %s purchases from %s buyers", count(sz.FlashStock), count(sz.FlashRequests), count(sz.FlashUsers)), false, m)
 	if err != nil {
@@ -230,16 +240,24 @@ func (r *runner) flashCrowd(ctx context.Context, keep bool) (ScenarioResult, *pi
 	return res, nil, p.stop()
 }
 
-// measureWithStart is measure, telling started when the measured load begins.
-func (r *runner) measureWithStart(ctx context.Context, name string, warm, load Load, procs map[string]int, profileProc, pprofAddr string, started func(time.Time)) (measured, error) {
-	inner := load.Observe
-	load.Observe = func(done func() int64, start time.Time) {
-		started(start)
-		if inner != nil {
-			inner(done, start)
-		}
+// produceStats reads the api's produce latency histogram (seckill_produce_seconds): its sum in
+// seconds and its count; zeros when the api does not export it.
+func (p *pipeline) produceStats(ctx context.Context) [2]float64 {
+	url := "http://" + p.apiAddr + "/metrics"
+	sum, err1 := scrapeValue(ctx, url, "seckill_produce_seconds_sum")
+	n, err2 := scrapeValue(ctx, url, "seckill_produce_seconds_count")
+	if err1 != nil || err2 != nil {
+		return [2]float64{}
 	}
-	return r.measure(ctx, name, warm, load, procs, profileProc, pprofAddr)
+	return [2]float64{sum, n}
+}
+
+// noteProduce notes the mean time the api waited for Kafka's acknowledgement during a load.
+func (r *runner) noteProduce(name string, before, after [2]float64) {
+	if n := after[1] - before[1]; n > 0 {
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: the api waited %.1fms on average for Kafka to acknowledge each of %s produces (seckill_produce_seconds)",
+			name, 1000*(after[0]-before[0])/n, count(int64(n))))
+	}
 }
 
 // checkFlash asks the store and Redis what the flash crowd bought.
