@@ -68,6 +68,7 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 	var (
 		done      atomic.Int64
 		firstNs   atomic.Int64 // when the first order was seen, for the progress line
+		profiling bool
 		firstAt   time.Time
 		firstDone int64
 		lastAt    time.Time
@@ -101,25 +102,26 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 				firstAt, firstDone = now, sold
 				firstNs.Store(now.UnixNano())
 				d.FirstAfter = now.Sub(started).Seconds()
-				if r.cfg.Profile {
-					secs := r.cfg.ProfileSeconds
-					if batch == 1 { // row-at-a-time is the baseline: profile it briefly
-						secs = min(secs, 5)
-					}
-					for _, kind := range []string{"cpu", "allocs"} {
-						profiles.Add(1)
-						go func() {
-							defer profiles.Done()
-							ps, err := r.profile(ctx, name, "consumer", pprofAddr, kind, secs)
-							profMu.Lock()
-							defer profMu.Unlock()
-							if err != nil {
-								r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: %s profile of the consumer: %v", name, kind, err))
-								return
-							}
-							r.addProfiles(ps)
-						}()
-					}
+			}
+			// Profile once a tenth is done, for four fifths of the estimated rest (as the HTTP
+			// scenarios do): a window longer than the drain would mostly sample an idle consumer.
+			if r.cfg.Profile && !profiling && sold >= max(n/10, 1) && sold < n && now.After(firstAt) {
+				profiling = true
+				orate := float64(sold-firstDone+1) / now.Sub(firstAt).Seconds()
+				secs := min(max(int(0.8*float64(n-sold)/orate), 1), r.cfg.ProfileSeconds)
+				for _, kind := range []string{"cpu", "allocs"} {
+					profiles.Add(1)
+					go func() {
+						defer profiles.Done()
+						ps, err := r.profile(ctx, name, "consumer", pprofAddr, kind, secs)
+						profMu.Lock()
+						defer profMu.Unlock()
+						if err != nil {
+							r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: %s profile of the consumer: %v", name, kind, err))
+							return
+						}
+						r.addProfiles(ps)
+					}()
 				}
 			}
 			if sold > 0 {
