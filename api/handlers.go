@@ -30,24 +30,33 @@ const maxBody = 8 << 10
 // charset utf-8 or none) 415 unsupported_media_type; unknown fields, trailing data and wrong
 // types 400 invalid_request.
 func decode(c echo.Context, v any) error {
-	r := c.Request()
-	if r.ContentLength > maxBody {
-		return events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	body, err := readBody(c)
 	if err != nil {
-		return events.Errorf(events.Invalid, "read body: %v", err)
-	}
-	switch {
-	case len(body) > maxBody:
-		return events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
-	case len(body) == 0:
-		return events.Errorf(events.Invalid, "this request needs a JSON body")
-	}
-	if err := jsonMediaType(r.Header.Get("Content-Type")); err != nil {
 		return err
 	}
 	return decodeJSON(body, v)
+}
+
+// readBody reads a JSON request body: bounded, present, and declared as JSON.
+func readBody(c echo.Context) ([]byte, error) {
+	r := c.Request()
+	if r.ContentLength > maxBody {
+		return nil, events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, events.Errorf(events.Invalid, "read body: %v", err)
+	}
+	switch {
+	case len(body) > maxBody:
+		return nil, events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
+	case len(body) == 0:
+		return nil, events.Errorf(events.Invalid, "this request needs a JSON body")
+	}
+	if err := jsonMediaType(r.Header.Get("Content-Type")); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // decodeJSON decodes one JSON value into v: unknown fields, trailing data and wrong types are
@@ -192,13 +201,76 @@ type purchaseResponse struct {
 	Status  events.Status `json:"status"`
 }
 
+// appendJSON encodes the answer without reflection. Order ids and statuses are made of
+// letters, digits, '.', '-' and '_', which JSON strings hold as they are.
+func (p purchaseResponse) appendJSON(b []byte) []byte {
+	b = append(b, `{"order_id":"`...)
+	b = append(b, p.OrderID...)
+	b = append(b, `","status":"`...)
+	b = append(b, p.Status...)
+	return append(b, `"}`...)
+}
+
 // decodePurchase reads a purchase's body and returns its quantity.
 func decodePurchase(c echo.Context) (int, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return 0, err
+	}
+	if q, ok := quickQuantity(body); ok {
+		return q, nil
+	}
 	var req purchaseRequest
-	if err := decode(c, &req); err != nil {
+	if err := decodeJSON(body, &req); err != nil {
 		return 0, err
 	}
 	return req.quantity()
+}
+
+// quickQuantity reads the body every buyer sends, {"quantity": n} with n from 1 to 999,999,999
+// and optional white space, without reflection: a tenth of a purchase's CPU went to
+// encoding/json. Anything else, valid or not, is left to the strict decoder (ok false).
+func quickQuantity(b []byte) (q int, ok bool) {
+	i := 0
+	ws := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	lit := func(s string) bool {
+		if len(b)-i < len(s) || string(b[i:i+len(s)]) != s {
+			return false
+		}
+		i += len(s)
+		return true
+	}
+	ws()
+	if !lit("{") {
+		return 0, false
+	}
+	ws()
+	if !lit(`"quantity"`) {
+		return 0, false
+	}
+	ws()
+	if !lit(":") {
+		return 0, false
+	}
+	ws()
+	start := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' && i-start < 9 {
+		q = 10*q + int(b[i]-'0')
+		i++
+	}
+	if i == start || b[start] == '0' { // no digits, or a leading zero (0, 01): the strict path
+		return 0, false
+	}
+	ws()
+	if !lit("}") {
+		return 0, false
+	}
+	ws()
+	return q, i == len(b)
 }
 
 func (r purchaseRequest) quantity() (int, error) {
@@ -388,9 +460,14 @@ func (s *Server) cancelled(c echo.Context, idem *idemRecord, orderID string) err
 
 // answer writes v as the JSON answer and, for a keyed purchase, remembers its exact bytes.
 func (s *Server) answer(c echo.Context, idem *idemRecord, status int, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode answer: %w", err)
+	var b []byte
+	if p, ok := v.(purchaseResponse); ok {
+		b = p.appendJSON(make([]byte, 0, 128))
+	} else {
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			return fmt.Errorf("encode answer: %w", err)
+		}
 	}
 	b = append(b, '\n')
 	if idem != nil {
