@@ -158,3 +158,15 @@ func TestLogProblems(t *testing.T) {
 		t.Fatalf("warns %d errors %d first %q", w, e, first)
 	}
 }
+
+func TestMemStats(t *testing.T) {
+	srv := httptest.NewServer(PprofHandler())
+	defer srv.Close()
+	ms, err := memStats(context.Background(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms["HeapInuse"] <= 0 || ms["StackInuse"] <= 0 || ms["goroutines"] <= 0 {
+		t.Fatalf("%v", ms)
+	}
+}

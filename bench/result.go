@@ -93,6 +93,12 @@ type IdleResult struct {
 	RSSAfter    float64 `json:"rss_after_mb"`
 	PeakRSS     float64 `json:"peak_rss_mb"`
 	PerConnKB   float64 `json:"per_conn_kb"`
+	// The Go runtime's own account with the connections open (runtime.MemStats, from
+	// /debug/pprof/heap?debug=1): where the resident memory goes.
+	HeapInuse   float64 `json:"heap_inuse_mb,omitempty"`
+	StackInuse  float64 `json:"stack_inuse_mb,omitempty"`
+	HeapIdle    float64 `json:"heap_idle_mb,omitempty"`
+	Goroutines  int     `json:"goroutines,omitempty"`
 }
 
 // DrainResult is a consumer draining a backlog of OrderRequested events into PostgreSQL.
@@ -355,7 +361,11 @@ func (s ScenarioResult) Answers() string {
 	case s.Redis != nil:
 		return fmt.Sprintf("%s EVALSHA, %d clients", count(int64(s.Redis.Requests)), s.Redis.Clients)
 	case s.Idle != nil:
-		return fmt.Sprintf("%s conns: RSS %.0f → %.0f MB", count(int64(s.Idle.Connections)), s.Idle.RSSBefore, s.Idle.RSSAfter)
+		out := fmt.Sprintf("%s conns: RSS %.0f → %.0f MB", count(int64(s.Idle.Connections)), s.Idle.RSSBefore, s.Idle.RSSAfter)
+		if s.Idle.HeapInuse > 0 {
+			out += fmt.Sprintf(" (heap %.0f, stacks %.0f, idle heap %.0f MB)", s.Idle.HeapInuse, s.Idle.StackInuse, s.Idle.HeapIdle)
+		}
+		return out
 	}
 	return ""
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -362,8 +365,58 @@ func (r *runner) idleConns(ctx context.Context, p *pipeline) (ScenarioResult, er
 	const mb = 1 << 20
 	idle := &IdleResult{Connections: n, RSSBefore: float64(before) / mb, RSSAfter: float64(after) / mb, PeakRSS: float64(peak) / mb,
 		PerConnKB: float64(after-before) / float64(n) / 1024}
+	if ms, err := memStats(ctx, "http://"+p.apiPprof); err == nil {
+		idle.HeapInuse, idle.StackInuse, idle.HeapIdle = float64(ms["HeapInuse"])/mb, float64(ms["StackInuse"])/mb, float64(ms["HeapIdle"]-ms["HeapReleased"])/mb
+		idle.Goroutines = int(ms["goroutines"])
+	}
 	return ScenarioResult{What: fmt.Sprintf("api resident memory with %s idle keep-alive connections, after the flash crowd", count(int64(n))),
 		Unit: "MB", Throughput: idle.RSSAfter, Idle: idle}, nil
+}
+
+// memStats reads runtime.MemStats as /debug/pprof/heap?debug=1 prints them ("# HeapInuse = 123"),
+// and the goroutine count from /debug/pprof/goroutine?debug=1 ("goroutine profile: total 123").
+func memStats(ctx context.Context, base string) (map[string]int64, error) {
+	get := func(path string) (string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	heap, err := get("/debug/pprof/heap?debug=1")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(heap, "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "# "), " = ")
+		if !ok || strings.ContainsAny(k, " []") {
+			continue
+		}
+		if k == "Stack" { // "# Stack = <StackInuse> / <StackSys>"
+			k = "StackInuse"
+		}
+		v, _, _ = strings.Cut(v, " / ")
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	if out["HeapInuse"] == 0 {
+		return nil, fmt.Errorf("%s: no MemStats in the heap profile", base)
+	}
+	if g, err := get("/debug/pprof/goroutine?debug=1"); err == nil {
+		var n int64
+		if _, err := fmt.Sscanf(g, "goroutine profile: total %d", &n); err == nil {
+			out["goroutines"] = n
+		}
+	}
+	return out, nil
 }
 
 // redisCeiling runs redis-benchmark with the EVALSHA the api sends, on a campaign that never
