@@ -9,8 +9,11 @@ TEST_ENV = eval "$$($(SERVICES) env)"
 run: ## start api + consumer + compensator on embedded Kafka, Redis and SQLite
 	$(GO) run . dev
 
+# The fault tests (faults_test.go) spend their time waiting on servers and processes, not on the
+# CPU: four at once halve the root package's time even on 2 cores (go test's default is GOMAXPROCS).
+TEST_PARALLEL ?= 4
 test: services-up ## every test, against real Redis, PostgreSQL and Kafka (started if needed)
-	$(TEST_ENV) && $(GO) test -count=1 -timeout 15m ./...
+	$(TEST_ENV) && $(GO) test -count=1 -timeout 15m -parallel $(TEST_PARALLEL) ./...
 	cd deploy/validate && $(GO) test -count=1 ./...
 	GO=$(GO) api/schemathesis.sh
 

@@ -1,0 +1,1001 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/lua/luatest"
+	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// This file holds what the fault tests (faults_test.go) and the soak share: the seckill binary
+// built with failpoints, roles run as OS processes that a failpoint or the test can kill -9 and
+// a supervisor restarts, private servers started through deploy/local/services.sh, and a load of
+// buyers whose every answer is recorded.
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	binary.once.Do(func() {}) // waits for a build still running (buildEarly)
+	if binary.dir != "" {
+		os.RemoveAll(binary.dir)
+	}
+	os.Exit(code)
+}
+
+// binary is the seckill binary with failpoints compiled in, built once per test run.
+var binary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// buildEarly starts building the binary in the background: a fault test calls it before
+// t.Parallel, so the build runs beside the sequential tests instead of after them.
+func buildEarly() { go binary.once.Do(build) }
+
+// seckillBinary returns the path of `go build -tags failpoints` of this module.
+func seckillBinary(t *testing.T) string {
+	t.Helper()
+	binary.once.Do(build)
+	if binary.err != nil {
+		t.Fatal(binary.err)
+	}
+	return binary.path
+}
+
+func build() {
+	binary.dir, binary.err = os.MkdirTemp("", "seckill-faults-")
+	if binary.err != nil {
+		return
+	}
+	binary.path = filepath.Join(binary.dir, "seckill")
+	cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", binary.path, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		binary.err = fmt.Errorf("go build -tags failpoints: %v\n%s", err, out)
+	}
+}
+
+// ---------------------------------------------------------------------------- processes --
+
+// proc is one run of a seckill role as an OS process, its output in a log file.
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	log   string
+	done  chan struct{}
+	state *os.ProcessState // set when done is closed
+	born  time.Time
+}
+
+func startProc(name, logPath string, env []string, bin string, args ...string) (*proc, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{}), born: time.Now()}
+	go func() {
+		cmd.Wait()
+		f.Close()
+		p.state = cmd.ProcessState
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// killed reports whether the process ended by SIGKILL: a failpoint, or kill -9.
+func (p *proc) killed() bool {
+	ws, ok := p.state.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+func (p *proc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop is SIGTERM, the clean stop every role must drain and return 0 from.
+func (p *proc) stop(within time.Duration) error {
+	// A process a supervisor started a moment ago may not have reached main, where the role
+	// catches SIGTERM: the signal's default action would end it, which says nothing of the role.
+	time.Sleep(time.Until(p.born.Add(200 * time.Millisecond)))
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		p.kill()
+		return fmt.Errorf("%s did not stop within %v of SIGTERM", p.name, within)
+	}
+	if p.killed() {
+		return errKilledFirst
+	}
+	if !p.state.Success() {
+		return fmt.Errorf("%s stopped with %v", p.name, p.state)
+	}
+	return nil
+}
+
+// errKilledFirst says a process died by SIGKILL (its failpoint) before SIGTERM could stop it.
+var errKilledFirst = errors.New("killed by its failpoint before it could stop")
+
+// role keeps one seckill role running: when the process dies it is started again, and a death
+// by SIGKILL (a failpoint) is counted. Any other exit is a finding: roles must outlive the
+// outages of their dependencies.
+type role struct {
+	name      string
+	c         *cluster
+	args      func() []string // read at every start: the api's address is fixed, ports are not
+	afterKill func()          // runs after a SIGKILL, before the restart
+
+	mu         sync.Mutex
+	failpoints string // SECKILL_FAILPOINTS of the next start
+	cur        *proc
+	stopping   bool
+	kills      int
+	starts     int
+	exits      []string // deaths that were not SIGKILL
+	supervisor chan struct{}
+}
+
+func (r *role) start(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	p, err := r.spawn()
+	if err != nil {
+		r.mu.Unlock()
+		t.Fatal(err)
+	}
+	r.cur = p
+	r.supervisor = make(chan struct{})
+	r.mu.Unlock()
+	go r.supervise()
+}
+
+func (r *role) spawn() (*proc, error) {
+	r.starts++
+	var env []string
+	if r.failpoints != "" {
+		env = append(env, "SECKILL_FAILPOINTS="+r.failpoints)
+	}
+	args := append(r.args(), r.c.conn...)
+	return startProc(r.name, filepath.Join(r.c.logDir, r.name+".log"), env, r.c.bin, args...)
+}
+
+// supervise restarts the role whenever it dies, until stop.
+func (r *role) supervise() {
+	defer close(r.supervisor)
+	for {
+		r.mu.Lock()
+		p := r.cur
+		r.mu.Unlock()
+		<-p.done
+		r.mu.Lock()
+		if r.stopping {
+			r.mu.Unlock()
+			return
+		}
+		if p.killed() {
+			r.kills++
+		} else {
+			r.exits = append(r.exits, fmt.Sprintf("%s exited on its own (%v); its log ends:\n%s", r.name, p.state, tail(p.log, 15)))
+			time.Sleep(100 * time.Millisecond) // no busy loop if it cannot start at all
+		}
+		after := r.afterKill
+		r.mu.Unlock()
+		if after != nil && p.killed() {
+			after()
+		}
+		r.mu.Lock()
+		if r.stopping {
+			r.mu.Unlock()
+			return
+		}
+		next, err := r.spawn()
+		if err != nil {
+			r.exits = append(r.exits, err.Error())
+			r.mu.Unlock()
+			return
+		}
+		r.cur = next
+		r.mu.Unlock()
+	}
+}
+
+// setFailpoints changes the failpoints of the next start; restart applies them at once.
+func (r *role) setFailpoints(fp string) {
+	r.mu.Lock()
+	r.failpoints = fp
+	r.mu.Unlock()
+}
+
+// stop ends the supervision and the process: SIGTERM, or SIGKILL when kill is set.
+func (r *role) stop(kill bool) error {
+	r.mu.Lock()
+	if r.cur == nil || r.stopping {
+		r.mu.Unlock()
+		return nil
+	}
+	r.stopping = true
+	p := r.cur
+	r.mu.Unlock()
+	var err error
+	if kill {
+		p.kill()
+	} else {
+		err = p.stop(30 * time.Second)
+	}
+	<-r.supervisor
+	if kill || errors.Is(err, errKilledFirst) {
+		r.mu.Lock()
+		if !kill {
+			r.kills++
+		}
+		after := r.afterKill
+		r.mu.Unlock()
+		if after != nil { // the supervisor has gone: the dead process is ours to clean up after
+			after()
+		}
+		err = nil
+	}
+	return err
+}
+
+// restart stops the role cleanly and starts it again under supervision.
+func (r *role) restart(t *testing.T) error {
+	err := r.stop(false)
+	r.mu.Lock()
+	r.stopping = false
+	r.mu.Unlock()
+	r.start(t)
+	return err
+}
+
+func (r *role) counts() (starts, kills int, exits []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starts, r.kills, append([]string(nil), r.exits...)
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// -------------------------------------------------------------------- private servers --
+
+// services is a private set of servers started through deploy/local/services.sh on ports of
+// its own, in a directory of its own: a test may stop, kill and wipe them without disturbing
+// the tests that share the servers of `make test`.
+type services struct {
+	env   []string
+	ports map[string]int
+	dir   string
+
+	ready    chan struct{} // closed when the first start has ended
+	startErr error
+	started  string // how long the first start took
+}
+
+const servicesScript = "deploy/local/services.sh"
+
+// privateServices starts the named services (redis, postgres, kafka) on free ports and cleans
+// them up when the test ends, failed or not. The script's watchdog cleans them up too if this
+// process dies before its cleanup runs (a -timeout panic).
+func privateServices(t *testing.T, names ...string) *services {
+	t.Helper()
+	s := startServices(t, names...)
+	s.wait(t)
+	return s
+}
+
+// startServices is privateServices that returns at once: a test calls it before t.Parallel, so
+// a JVM boots while the sequential tests run, and waits for the servers after.
+func startServices(t *testing.T, names ...string) *services {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "seckill-services-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &services{dir: dir, ports: map[string]int{}, ready: make(chan struct{})}
+	for _, name := range []string{"redis", "postgres", "kafka", "kafka-controller"} {
+		s.ports[name] = freePort(t)
+	}
+	s.env = []string{
+		"SECKILL_SERVICES_DIR=" + dir,
+		"SECKILL_REDIS_PORT=" + strconv.Itoa(s.ports["redis"]),
+		"SECKILL_POSTGRES_PORT=" + strconv.Itoa(s.ports["postgres"]),
+		"SECKILL_KAFKA_PORT=" + strconv.Itoa(s.ports["kafka"]),
+		"SECKILL_KAFKA_CONTROLLER_PORT=" + strconv.Itoa(s.ports["kafka-controller"]),
+		"SECKILL_SERVICES_OWNER_PID=" + strconv.Itoa(os.Getpid()),
+	}
+	t.Cleanup(func() {
+		<-s.ready // never clean up under a start that is still running
+		if t.Failed() {
+			if out, err := s.run("logs"); err == nil {
+				t.Logf("private services' logs:\n%s", out)
+			}
+		}
+		if out, err := s.run("clean"); err != nil {
+			t.Errorf("services.sh clean: %v\n%s", err, out)
+		}
+	})
+	go func() {
+		defer close(s.ready)
+		start := time.Now()
+		out, err := s.run(append([]string{"start"}, names...)...)
+		if err != nil {
+			s.startErr = fmt.Errorf("private services %v: %v\n%s", names, err, out)
+			return
+		}
+		s.started = fmt.Sprintf("private %v started in %v (redis :%d, postgres :%d, kafka :%d)", names, time.Since(start).Round(time.Millisecond),
+			s.ports["redis"], s.ports["postgres"], s.ports["kafka"])
+	}()
+	return s
+}
+
+// wait waits until the servers answer, and fails the test if they did not come up.
+func (s *services) wait(t *testing.T) {
+	t.Helper()
+	<-s.ready
+	if s.startErr != nil {
+		t.Fatal(s.startErr)
+	}
+	t.Log(s.started)
+}
+
+func (s *services) run(args ...string) (string, error) {
+	cmd := exec.Command(servicesScript, args...)
+	cmd.Env = append(os.Environ(), s.env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// do runs a per-service command (start, stop, kill, clean) and returns how long it took.
+func (s *services) do(t *testing.T, verb, name string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if out, err := s.run(verb, name); err != nil {
+		t.Fatalf("services.sh %s %s: %v\n%s", verb, name, err, out)
+	}
+	return time.Since(start)
+}
+
+func (s *services) redisURL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.ports["redis"]) }
+
+func (s *services) postgresURL() string {
+	return fmt.Sprintf("postgres://seckill:seckill@127.0.0.1:%d/seckill?sslmode=disable", s.ports["postgres"])
+}
+
+func (s *services) brokers() []string { return []string{fmt.Sprintf("127.0.0.1:%d", s.ports["kafka"])} }
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// ---------------------------------------------------------------------------- cluster --
+
+// where says which servers a cluster runs on: the shared test servers unless a private one is
+// given.
+type where struct {
+	redisURL    string
+	postgresURL string
+	brokers     []string
+}
+
+// cluster is the three roles as supervised OS processes on one set of servers, with topics and
+// (on the shared PostgreSQL) a schema of their own.
+type cluster struct {
+	bin    string
+	logDir string
+	conn   []string // the connection flags every command gets
+	topics events.Topics
+	where  where
+
+	base        string // the api's URL
+	admin       string
+	store       *store.Store
+	redis       *lua.Redis
+	kcl         *kgo.Client // the test's own Kafka client
+	adm         *kadm.Client
+	http        *http.Client
+	api         *role
+	consumer    *role
+	compensator *role
+}
+
+// clusterOptions are the roles' settings that differ between tests.
+type clusterOptions struct {
+	reservationTTL time.Duration // default 1m: longer than any outage, so a 202 ends confirmed
+	sweepInterval  time.Duration // default 200ms
+	rebuildGrace   time.Duration // default 2s
+	batchSize      int           // default 100
+}
+
+func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
+	t.Helper()
+	if o.reservationTTL == 0 {
+		o.reservationTTL = time.Minute
+	}
+	if o.sweepInterval == 0 {
+		o.sweepInterval = 200 * time.Millisecond
+	}
+	if o.rebuildGrace == 0 {
+		o.rebuildGrace = 2 * time.Second
+	}
+	if o.batchSize == 0 {
+		o.batchSize = 100
+	}
+	if w.redisURL == "" {
+		luatest.MustRedis(t) // fails with the reason when the shared Redis is missing
+		w.redisURL = os.Getenv(luatest.RedisEnv)
+	}
+	if w.postgresURL == "" {
+		w.postgresURL = storetest.PostgresURL(t)
+	}
+	if w.brokers == nil {
+		w.brokers = kafkatest.Real(t)
+	}
+	c := &cluster{
+		bin:    seckillBinary(t),
+		logDir: t.TempDir(),
+		topics: kafkatest.Topics(t, w.brokers),
+		where:  w,
+		base:   "http://" + freeAddr(t),
+		admin:  "admin-" + events.NewID(),
+		http: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+			MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}},
+	}
+	c.conn = []string{
+		"--redis-url", w.redisURL,
+		"--postgres-url", w.postgresURL,
+		"--kafka-brokers", strings.Join(w.brokers, ","),
+		"--topic-prefix", c.topics.Prefix,
+		"--log-format", "text",
+	}
+	if out, err := exec.Command(c.bin, append([]string{"migrate"}, c.conn...)...).CombinedOutput(); err != nil {
+		t.Fatalf("seckill migrate: %v\n%s", err, out)
+	}
+	c.store = storetest.MustOpen(t, w.postgresURL)
+	opt, err := redis.ParseURL(w.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	c.redis = lua.New(rdb)
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(w.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kcl.Close)
+	c.kcl, c.adm = kcl, kadm.NewClient(kcl)
+
+	c.api = &role{name: "api", c: c, args: func() []string {
+		return []string{"api", "--addr", strings.TrimPrefix(c.base, "http://"), "--admin-token", c.admin,
+			"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0",
+			"--partitions", "3", "--replication", "1", "--reservation-ttl", o.reservationTTL.String()}
+	}}
+	c.consumer = &role{name: "consumer", c: c, args: func() []string {
+		return []string{"consumer", "--metrics-addr", "127.0.0.1:0", "--batch-size", strconv.Itoa(o.batchSize)}
+	}}
+	c.compensator = &role{name: "compensator", c: c, args: func() []string {
+		return []string{"compensator", "--metrics-addr", "127.0.0.1:0", "--sweep-interval", o.sweepInterval.String(),
+			"--rebuild-grace", o.rebuildGrace.String()}
+	}}
+	t.Cleanup(func() {
+		for _, r := range []*role{c.api, c.consumer, c.compensator} {
+			if err := r.stop(false); err != nil {
+				t.Errorf("%v; its log ends:\n%s", err, tail(filepath.Join(c.logDir, r.name+".log"), 15))
+			}
+			_, _, exits := r.counts()
+			for _, e := range exits {
+				t.Error(e)
+			}
+		}
+		if t.Failed() {
+			for _, r := range []string{"api", "consumer", "compensator"} {
+				t.Logf("%s log ends:\n%s", r, tail(filepath.Join(c.logDir, r+".log"), 25))
+			}
+		}
+	})
+	// The compensator first: on a Redis without this deployment's epoch its guard freezes and
+	// rebuilds every campaign, which must happen before there is any to sell.
+	c.compensator.start(t)
+	c.waitEpoch(t, 30*time.Second)
+	c.consumer.start(t)
+	c.api.start(t)
+	c.waitAPI(t, 30*time.Second)
+	return c
+}
+
+// waitEpoch waits until the compensator's guard has stamped the Redis it runs on, so no
+// campaign created afterwards is frozen by a first-start rebuild.
+func (c *cluster) waitEpoch(t *testing.T, within time.Duration) {
+	t.Helper()
+	eventually(t, within, "the compensator's guard stamps redis with its epoch", func() bool {
+		runID, epoch, err := c.redis.Identity(context.Background(), c.topics.Prefix)
+		return err == nil && runID != "" && strings.HasPrefix(epoch, runID+":")
+	})
+}
+
+func (c *cluster) waitAPI(t *testing.T, within time.Duration) {
+	t.Helper()
+	eventually(t, within, "the api is ready", func() bool {
+		resp, err := c.http.Get(c.base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// createCampaign creates a campaign through the api.
+func (c *cluster) createCampaign(t *testing.T, stock, limit int) string {
+	t.Helper()
+	id := storetest.Name("fault")
+	body, _ := json.Marshal(map[string]any{"id": id, "name": "Fault test", "stock": stock, "per_user_limit": limit})
+	req, _ := http.NewRequest("POST", c.base+"/v1/campaigns", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.admin)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		t.Fatalf("create campaign: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("create campaign: %d %s", resp.StatusCode, b)
+	}
+	return id
+}
+
+// answer is what one purchase request got.
+type answer struct {
+	status  int    // 0: no answer (the connection failed: the api died or is down)
+	code    string // error.code of an error answer
+	orderID string // of a 202
+	err     error  // of a request without an answer
+	took    time.Duration
+	started time.Time
+}
+
+// buy sends one purchase; key is its Idempotency-Key, "" for none.
+func (c *cluster) buy(ctx context.Context, campaign, user string, qty int, key string) answer {
+	start := time.Now()
+	a := answer{started: start}
+	req, err := http.NewRequestWithContext(ctx, "POST", c.base+"/v1/campaigns/"+campaign+"/purchases",
+		strings.NewReader(fmt.Sprintf(`{"quantity":%d}`, qty)))
+	if err != nil {
+		a.err = err
+		return a
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-User-ID", user)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := c.http.Do(req)
+	a.took = time.Since(start)
+	if err != nil {
+		a.err = err
+		return a
+	}
+	defer resp.Body.Close()
+	a.status = resp.StatusCode
+	var body struct {
+		OrderID string `json:"order_id"`
+		Error   struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		a.err = fmt.Errorf("status %d, undecodable body: %w", resp.StatusCode, err)
+		return a
+	}
+	a.orderID, a.code = body.OrderID, body.Error.Code
+	return a
+}
+
+// ledger records every answer of a load, by kind, safely from many goroutines.
+type ledger struct {
+	mu       sync.Mutex
+	requests int
+	accepted map[string]string // order id -> user, of every 202
+	byKind   map[string]int    // "202", "409 sold_out", "503 unavailable", "no answer", ...
+	odd      []string          // answers no story allows
+	answers  []answer          // all of them, for the tests that judge an answer by its time
+}
+
+func newLedger() *ledger {
+	return &ledger{accepted: map[string]string{}, byKind: map[string]int{}}
+}
+
+// add records a; allowed says whether an error answer is one the story expects.
+func (l *ledger) add(a answer, user string, allowed func(a answer) bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.requests++
+	l.answers = append(l.answers, a)
+	switch {
+	case a.status == 0:
+		l.byKind["no answer"]++
+	case a.status == http.StatusAccepted:
+		l.byKind["202"]++
+		if a.orderID == "" {
+			l.odd = append(l.odd, "202 without an order id")
+		} else if prev, ok := l.accepted[a.orderID]; ok && prev != user {
+			l.odd = append(l.odd, fmt.Sprintf("order %s answered to %s and %s", a.orderID, prev, user))
+		}
+		l.accepted[a.orderID] = user
+	default:
+		kind := fmt.Sprintf("%d %s", a.status, a.code)
+		l.byKind[kind]++
+		if !allowed(a) {
+			l.odd = append(l.odd, kind)
+		}
+	}
+}
+
+func (l *ledger) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kinds := make([]string, 0, len(l.byKind))
+	for k, n := range l.byKind {
+		kinds = append(kinds, fmt.Sprintf("%s: %d", k, n))
+	}
+	slices.Sort(kinds)
+	return fmt.Sprintf("%d requests (%s)", l.requests, strings.Join(kinds, ", "))
+}
+
+// between returns the answers to requests that started at or after from and ended before to.
+func (l *ledger) between(from, to time.Time) []answer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []answer
+	for _, a := range l.answers {
+		if !a.started.Before(from) && a.started.Add(a.took).Before(to) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// kinds counts answers by kind, as the ledger does.
+func kinds(as []answer) map[string]int {
+	m := map[string]int{}
+	for _, a := range as {
+		switch {
+		case a.status == 0:
+			m["no answer"]++
+		case a.code == "":
+			m[strconv.Itoa(a.status)]++
+		default:
+			m[fmt.Sprintf("%d %s", a.status, a.code)]++
+		}
+	}
+	return m
+}
+
+// refusals are the error answers of an ordinary sale.
+func refusals(a answer) bool {
+	return a.status == http.StatusConflict && (a.code == "sold_out" || a.code == "limit_exceeded")
+}
+
+// load runs workers goroutines that call next until ctx is done. next gets a context that is
+// never canceled: a request in flight when the load stops gets its answer, or the ledger would
+// count an order the test itself cut off as one without an answer.
+func load(ctx context.Context, workers int, next func(ctx context.Context, worker, i int)) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				next(context.WithoutCancel(ctx), w, i)
+			}
+		}()
+	}
+	return &wg
+}
+
+// -------------------------------------------------------------------- settling and checks --
+
+// settle waits until every reservation of the campaign is final in Redis and the consumer and
+// the compensator have nothing left to read.
+func (c *cluster) settle(t *testing.T, campaign string, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	var state string
+	deadline := time.Now().Add(within)
+	for {
+		pending, err := c.redis.Client().ZCard(ctx, lua.KeysOf(campaign).Pending).Result()
+		consumer, err1 := events.Lag(ctx, c.adm, c.topics.Requested, c.topics.ConsumerGroup())
+		dlq, err2 := events.Lag(ctx, c.adm, c.topics.DLQ, c.topics.CompensatorGroup())
+		if err == nil && err1 == nil && err2 == nil && pending == 0 && consumer == 0 && dlq == 0 {
+			return
+		}
+		state = fmt.Sprintf("%d reservations pending (%v), consumer lag %d (%v), compensator lag %d (%v)", pending, err, consumer, err1, dlq, err2)
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has not settled within %v: %s%s", campaign, within, state, c.describePending(campaign))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// describePending tells what the store says of the first pending reservations, for a failure.
+func (c *cluster) describePending(campaign string) string {
+	ctx := context.Background()
+	ids, err := c.redis.Client().ZRangeWithScores(ctx, lua.KeysOf(campaign).Pending, 0, 4).Result()
+	if err != nil || len(ids) == 0 {
+		return ""
+	}
+	now, _ := c.redis.Now(ctx)
+	var b strings.Builder
+	b.WriteString("; first pending:")
+	for _, z := range ids {
+		id := z.Member.(string)
+		o, err := c.store.Order(ctx, id)
+		fmt.Fprintf(&b, "\n  %s deadline %+dms from now, store: %q %s %v", id, int64(z.Score)-now, o.Status, o.Reason, err)
+		if o.Status == events.Confirmed {
+			b.WriteString(" (confirmed in the store, but the consumer did not confirm it in Redis: only the sweeper will, at its deadline)")
+		}
+	}
+	return b.String()
+}
+
+// audit runs `seckill audit --campaign` and fails the test unless every invariant holds.
+func (c *cluster) audit(t *testing.T, campaign string) string {
+	t.Helper()
+	out, err := c.runAudit(campaign)
+	if err != nil {
+		t.Errorf("seckill audit --campaign %s: %v\n%s", campaign, err, out)
+	}
+	return out
+}
+
+func (c *cluster) runAudit(campaign string) (string, error) {
+	args := append([]string{"audit"}, c.conn...)
+	if campaign != "" {
+		args = append(args, "--campaign", campaign)
+	}
+	out, err := exec.Command(c.bin, args...).CombinedOutput()
+	return string(out), err
+}
+
+// finalState is a settled campaign as checkFinal found it.
+type finalState struct {
+	stock, limit, remaining, sold int64
+	confirmedUnits                int64
+	buyers                        int // who hold units
+	orders                        map[string]store.Order
+	reservations                  map[string]lua.Reservation
+	byReason                      map[string]int
+}
+
+// checkFinal compares the state of a settled campaign in Redis and in the store, reservation by
+// reservation: every reservation is confirmed or released, matching the store's confirmed or
+// failed row; stock is conserved; nobody holds more than the limit, and every count agrees.
+func (c *cluster) checkFinal(t *testing.T, campaign string) finalState {
+	t.Helper()
+	ctx := context.Background()
+	camp, err := c.store.Campaign(ctx, campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := c.redis.Snapshot(ctx, campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders, err := c.store.Orders(ctx, campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdings, err := c.store.Holdings(ctx, campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := finalState{stock: camp.Stock, limit: camp.PerUserLimit, remaining: snap.Remaining, sold: camp.Sold,
+		orders: map[string]store.Order{}, reservations: map[string]lua.Reservation{}, byReason: map[string]int{}}
+	byUser := map[string]int64{}
+	for _, o := range orders {
+		f.orders[o.OrderID] = o
+		switch o.Status {
+		case events.Confirmed:
+			f.confirmedUnits += o.Quantity
+			byUser[o.UserID] += o.Quantity
+			f.byReason["confirmed"]++
+		case events.Failed:
+			f.byReason["failed "+o.Reason]++
+		default:
+			f.byReason[string(o.Status)]++
+		}
+	}
+	if !snap.Exists || snap.Frozen {
+		t.Errorf("%s in redis: exists %v, frozen %v", campaign, snap.Exists, snap.Frozen)
+	}
+	var bad []string
+	for _, res := range snap.Reservations {
+		f.reservations[res.OrderID] = res
+		o, ok := f.orders[res.OrderID]
+		want := map[events.Status]string{events.Confirmed: "confirmed", events.Failed: "released", events.Refunded: "refunded"}[o.Status]
+		if !ok || res.State != want {
+			bad = append(bad, fmt.Sprintf("%s is %s in redis, %q in the store", res.OrderID, res.State, o.Status))
+		}
+	}
+	// A row without a reservation is an order whose reservation Redis lost (a rebuild keeps the
+	// confirmed ones only) or never had: failed is the only state it may have then.
+	for id, o := range f.orders {
+		if _, ok := f.reservations[id]; !ok && o.Status != events.Failed {
+			bad = append(bad, fmt.Sprintf("%s is %s in the store but redis has no reservation", id, o.Status))
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d reservations disagree with the store (first: %s)", len(bad), bad[0])
+	}
+	if f.sold > f.stock || f.remaining < 0 {
+		t.Errorf("oversold: sold %d of %d, remaining %d", f.sold, f.stock, f.remaining)
+	}
+	if f.sold != f.confirmedUnits {
+		t.Errorf("store: sold %d but confirmed orders hold %d units", f.sold, f.confirmedUnits)
+	}
+	if f.remaining+f.confirmedUnits != f.stock {
+		t.Errorf("conservation: remaining %d + confirmed %d != stock %d (a release ran twice, or not at all)", f.remaining, f.confirmedUnits, f.stock)
+	}
+	var over []string
+	for u, n := range byUser {
+		if n > f.limit || holdings[u] != n || snap.Buyers[u] != n {
+			over = append(over, fmt.Sprintf("%s: confirmed %d, purchases %d, redis %d, limit %d", u, n, holdings[u], snap.Buyers[u], f.limit))
+		}
+	}
+	for u, n := range snap.Buyers {
+		if n != byUser[u] {
+			over = append(over, fmt.Sprintf("%s: redis counts %d, confirmed %d", u, n, byUser[u]))
+		}
+	}
+	if len(over) > 0 {
+		t.Errorf("%d buyers' counts are wrong (first: %s)", len(over), over[0])
+	}
+	f.buyers = len(byUser)
+	return f
+}
+
+// evictGroup removes every member of the consumer group. It runs after the only consumer was
+// killed: a dead member stays in its group until its session times out (45s by default), and
+// the next consumer's join waits for it all that time. Kafka's LeaveGroup on the dead member's
+// behalf is what the coordinator would do once the session expired, just sooner.
+func (c *cluster) evictGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	group := c.topics.ConsumerGroup()
+	described, err := c.adm.DescribeGroups(ctx, group)
+	if err != nil {
+		t.Logf("describe group %s: %v", group, err)
+		return
+	}
+	g, ok := described[group]
+	if !ok || len(g.Members) == 0 {
+		return
+	}
+	req := kmsg.NewPtrLeaveGroupRequest()
+	req.Group = group
+	for _, m := range g.Members {
+		lm := kmsg.NewLeaveGroupRequestMember()
+		lm.MemberID = m.MemberID
+		reason := "killed by a fault test"
+		lm.Reason = &reason
+		req.Members = append(req.Members, lm)
+	}
+	if _, err := req.RequestWith(ctx, c.kcl); err != nil {
+		t.Logf("leave group %s for its dead members: %v", group, err)
+	}
+}
+
+// lagOf returns the consumer's lag on the requested topic.
+func (c *cluster) lagOf(ctx context.Context) (int64, error) {
+	return events.Lag(ctx, c.adm, c.topics.Requested, c.topics.ConsumerGroup())
+}
+
+// resultsConfirmed returns the order ids that OrderConfirmed events on the results topic name.
+func (c *cluster) resultsConfirmed(t *testing.T) map[string]int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.where.brokers...), kgo.ConsumeTopics(c.topics.Results),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	ends, err := c.adm.ListEndOffsets(ctx, c.topics.Results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	got := map[string]int{}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(want) > 0 && time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset+1 >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+			e, err := events.Decode(r.Value)
+			if err == nil && e.Type == events.OrderConfirmed {
+				got[e.OrderID]++
+			}
+		})
+	}
+	if len(want) > 0 {
+		t.Fatalf("could not read the results topic to its end: %v left", want)
+	}
+	return got
+}
+
+// lines counts the lines of s that contain sub.
+func lines(s, sub string) int {
+	n := 0
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// isRefused reports whether err is a connection the api refused: it is down, being restarted.
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
