@@ -41,3 +41,11 @@ BENCH_FLAGS ?= --drain-events=100000
 bench: services-up ## seckill against its baselines on the test services; writes bench/results/ and README's table
 	$(TEST_ENV) && $(GO) run . bench --redis-url "$$SECKILL_TEST_REDIS_URL" --postgres-url "$$SECKILL_TEST_POSTGRES_URL" \
 		--kafka-brokers "$$SECKILL_TEST_KAFKA_BROKERS" --readme README.md $(BENCH_FLAGS)
+
+# The fault tests' chaos for a chosen time, on private servers of its own (not in CI): api and
+# consumer kills at their failpoints, Redis losing its data, Kafka and PostgreSQL stopped and
+# killed. Prints `seckill audit` every few seconds and exits non-zero on a violation.
+SOAK_DURATION ?= 10m
+.PHONY: soak
+soak: ## chaos for SOAK_DURATION (default 10m) on private servers; the audit every few seconds
+	$(GO) test -count=1 -run '^TestSoak$$' -timeout 0 -v . -args -soak=$(SOAK_DURATION)

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -681,6 +683,177 @@ func since(a, b time.Time) string {
 		return "never"
 	}
 	return b.Sub(a).Round(time.Millisecond).String()
+}
+
+var soakFor = flag.Duration("soak", 0, "run TestSoak, the fault tests' chaos on private servers, for this long (make soak)")
+
+// TestSoak is `make soak`: buyers buy without pause while the api and the consumer die at their
+// failpoints, and in turn Redis loses its data or is killed, and Kafka and PostgreSQL are
+// stopped or killed and come back. It prints `seckill audit` every few seconds; an audit taken
+// mid-fault may show a figure in motion, except I4 (no oversell), which must hold at every
+// instant. Every round ends with the buyers stopped, everything settled, each campaign checked
+// reservation by reservation, and the audit of every campaign clean; a violation fails the
+// soak (make soak exits non-zero).
+func TestSoak(t *testing.T) {
+	if *soakFor <= 0 {
+		t.Skip("the soak runs only when asked: make soak SOAK_DURATION=10m")
+	}
+	svc := privateServices(t, "redis", "postgres", "kafka")
+	c := newCluster(t, where{redisURL: svc.redisURL(), postgresURL: svc.postgresURL(), brokers: svc.brokers()},
+		clusterOptions{reservationTTL: 3 * time.Second, rebuildGrace: 2 * time.Second})
+	c.consumer.afterKill = func() { c.evictGroup(t) }
+	apiFailpoints := failpoint.APIBeforeProduce + "=0.01," + failpoint.APIAfterProduce + "=0.01"
+	consumerFailpoints := failpoint.StoreBeforeConfirmCommit + "=0.05," + failpoint.ConsumerAfterStoreCommit + "=0.05"
+	restart := func(svcName string, how string, down time.Duration) func() {
+		return func() {
+			svc.do(t, how, svcName)
+			time.Sleep(down)
+			svc.do(t, "start", svcName)
+		}
+	}
+	faults := []struct {
+		name   string
+		inject func()
+	}{
+		{"api and consumer kills only", func() {}},
+		{"redis killed -9 and started empty", func() { svc.do(t, "kill", "redis"); svc.do(t, "clean", "redis"); svc.do(t, "start", "redis") }},
+		{"kafka stopped and started", restart("kafka", "stop", 3*time.Second)},
+		{"postgres stopped and started", restart("postgres", "stop", 3*time.Second)},
+		{"redis killed -9, restarted with its AOF", restart("redis", "kill", time.Second)},
+		{"kafka killed -9", restart("kafka", "kill", 3*time.Second)},
+		{"postgres killed -9", restart("postgres", "kill", 3*time.Second)},
+	}
+
+	start := time.Now()
+	var (
+		mu         sync.Mutex
+		phase      = "starting"
+		violations []string
+		audits     int
+	)
+	// The audit every few seconds, all along.
+	auditCtx, stopAudits := context.WithCancel(context.Background())
+	auditor := load(auditCtx, 1, func(context.Context, int, int) {
+		time.Sleep(5 * time.Second)
+		out, err := c.runAudit("")
+		mu.Lock()
+		defer mu.Unlock()
+		audits++
+		at := time.Since(start).Round(time.Second)
+		campaigns := lines(out, "campaign ")
+		fails := lines(out, "FAIL")
+		switch {
+		case err == nil:
+			t.Logf("audit +%v [%s]: %d campaigns, every invariant holds", at, phase, campaigns)
+		case fails == 0:
+			t.Logf("audit +%v [%s]: could not run: %s", at, phase, strings.TrimSpace(tail2(out)))
+		default:
+			var failed []string
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Contains(line, "FAIL") {
+					failed = append(failed, strings.TrimSpace(line))
+				}
+			}
+			t.Logf("audit +%v [%s]: %d campaigns, %d checks in motion:\n  %s", at, phase, campaigns, fails, strings.Join(failed, "\n  "))
+			for _, f := range failed {
+				if strings.Contains(f, "I4 no oversell") {
+					violations = append(violations, fmt.Sprintf("+%v [%s]: %s", at, phase, f))
+					t.Errorf("oversell seen by the audit at +%v [%s]: %s", at, phase, f)
+				}
+			}
+		}
+	})
+	defer func() { stopAudits(); auditor.Wait() }()
+	setPhase := func(p string) { mu.Lock(); phase = p; mu.Unlock() }
+
+	total := newLedger()
+	for round := 1; time.Since(start) < *soakFor; round++ {
+		f := faults[(round-1)%len(faults)]
+		setPhase(fmt.Sprintf("round %d: %s", round, f.name))
+		big := c.createCampaign(t, 1_000_000, 1000)
+		small := c.createCampaign(t, 200, 2) // contested: sells out, buyers at their limit
+		c.api.setFailpoints(apiFailpoints)
+		c.consumer.setFailpoints(consumerFailpoints)
+		if err := c.api.restart(t); err != nil {
+			t.Error(err)
+		}
+		if err := c.consumer.restart(t); err != nil {
+			t.Error(err)
+		}
+		_, apiKills0, _ := c.api.counts()
+		_, consumerKills0, _ := c.consumer.counts()
+
+		l := newLedger()
+		anything := func(answer) bool { return true } // 503s and dropped connections are this soak's weather
+		ctx, stop := context.WithCancel(context.Background())
+		wg := load(ctx, 8, func(ctx context.Context, w, i int) {
+			campaign, user := big, fmt.Sprintf("sb-%d-%d", w, rand.IntN(200))
+			if w < 2 {
+				campaign, user = small, fmt.Sprintf("ss-%d-%d", w, rand.IntN(150))
+			}
+			a := c.buy(ctx, campaign, user, 1+rand.IntN(2), "")
+			if a.status == 0 && isRefused(a.err) {
+				time.Sleep(20 * time.Millisecond) // the api is restarting
+				return
+			}
+			l.add(a, user, anything)
+			total.add(a, user, anything)
+		})
+		time.Sleep(4 * time.Second)
+		setPhase(fmt.Sprintf("round %d: %s (fault)", round, f.name))
+		f.inject()
+		setPhase(fmt.Sprintf("round %d: %s (after)", round, f.name))
+		time.Sleep(4 * time.Second)
+		stop()
+		wg.Wait()
+
+		setPhase(fmt.Sprintf("round %d: settling", round))
+		c.api.setFailpoints("")
+		c.consumer.setFailpoints("")
+		if err := c.api.restart(t); err != nil {
+			t.Error(err)
+		}
+		if err := c.consumer.restart(t); err != nil {
+			t.Error(err)
+		}
+		c.waitAPI(t, 2*time.Minute)
+		_, apiKills, _ := c.api.counts()
+		_, consumerKills, _ := c.consumer.counts()
+		var sold []string
+		for _, id := range []string{big, small} {
+			c.settle(t, id, 3*time.Minute)
+			fs := c.checkFinal(t, id)
+			sold = append(sold, fmt.Sprintf("%d/%d %v", fs.sold, fs.stock, fs.byReason))
+			// I5: a 202 ends confirmed, or failed with its units back (checkFinal: conservation).
+			for oid := range l.accepted {
+				if o, ok := fs.orders[oid]; ok && o.Status != events.Confirmed && o.Status != events.Failed {
+					t.Errorf("order %s answered 202 ends %q", oid, o.Status)
+				}
+			}
+		}
+		out, err := c.runAudit("")
+		if err != nil {
+			t.Errorf("round %d (%s): seckill audit after settling: %v\n%s", round, f.name, err, out)
+		}
+		t.Logf("round %d [%s] +%v: %s; api kills %d, consumer kills %d; sold %s; audit of %d campaigns %s",
+			round, f.name, time.Since(start).Round(time.Second), l, apiKills-apiKills0, consumerKills-consumerKills0,
+			strings.Join(sold, ", "), lines(out, "campaign "), map[bool]string{true: "clean", false: "FAILED"}[err == nil])
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	_, apiKills, _ := c.api.counts()
+	_, consumerKills, _ := c.consumer.counts()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("soak of %v: %s; api kills %d, consumer kills %d; %d audits, %d violations",
+		time.Since(start).Round(time.Second), total, apiKills, consumerKills, audits, len(violations))
+}
+
+// tail2 returns the last two lines of s.
+func tail2(s string) string {
+	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(ls[max(0, len(ls)-2):], " | ")
 }
 
 // rebuilt reports whether the campaign is back on sale in Redis after a loss: it exists and is
