@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seckill/seckill/api"
@@ -55,6 +56,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	addr := f.String("addr", ":8080", "listen address")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
 	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
+	linger := f.Duration("produce-linger", 5*time.Millisecond, "how long the producer waits to fill a batch: longer batches more purchases per Kafka request, and adds to each purchase's latency (franz-go's default: 10ms)")
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
 	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
 	guards := f.guards(false)
@@ -75,7 +77,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := createTopics(ctx, c.brokerList(), c.topics(), *partitions, *replication); err != nil {
 		return err
 	}
-	producer, err := events.NewClient(c.brokerList())
+	producer, err := events.NewClient(c.brokerList(), kgo.ProducerLinger(*linger))
 	if err != nil {
 		return err
 	}

@@ -9,14 +9,15 @@ import (
 // breaker fails purchases fast while Kafka is down. Without it every buyer would reserve, wait
 // the whole produce timeout, and have the reservation cancelled: seconds of waiting and a
 // store write for nothing. After a failed produce it refuses purchases before they reserve
-// for a cooldown, then lets one purchase through as a probe; the probe's success closes it.
+// for a cooldown, then lets one purchase through per cooldown as a probe; a successful produce
+// closes it. A probe that ends before it produces (sold out, say) costs nothing: the next one
+// comes a cooldown later.
 type breaker struct {
 	cooldown time.Duration
 	open     atomic.Bool // fast path: a closed breaker costs one atomic load
 
 	mu        sync.Mutex
-	openUntil time.Time
-	probing   bool
+	nextProbe time.Time
 }
 
 // allow reports whether a purchase may try Kafka now.
@@ -29,10 +30,10 @@ func (b *breaker) allow(now time.Time) bool {
 	if !b.open.Load() {
 		return true
 	}
-	if now.Before(b.openUntil) || b.probing {
+	if now.Before(b.nextProbe) {
 		return false
 	}
-	b.probing = true
+	b.nextProbe = now.Add(b.cooldown)
 	return true
 }
 
@@ -43,9 +44,8 @@ func (b *breaker) record(err error, now time.Time) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.probing = false
 	if err != nil {
-		b.openUntil = now.Add(b.cooldown)
+		b.nextProbe = now.Add(b.cooldown)
 		b.open.Store(true)
 		return
 	}

@@ -28,6 +28,11 @@ func TestBreaker(t *testing.T) {
 	if b.allow(after) {
 		t.Error("a second purchase went through while the probe runs")
 	}
+	// A probe that never produced (sold out, say): the next one comes a cooldown later.
+	if b.allow(after.Add(500*time.Millisecond)) || !b.allow(after.Add(1100*time.Millisecond)) {
+		t.Error("probes are not one per cooldown")
+	}
+	after = after.Add(1100 * time.Millisecond)
 	b.record(down, after) // the probe failed: open again
 	if b.allow(after.Add(500 * time.Millisecond)) {
 		t.Error("allows after a failed probe")
