@@ -9,8 +9,11 @@ TEST_ENV = eval "$$($(SERVICES) env)"
 run: ## start api + consumer + compensator on embedded Kafka, Redis and SQLite
 	$(GO) run . dev
 
+# The fault tests (faults_test.go) spend their time waiting on servers and processes, not on the
+# CPU: four at once halve the root package's time even on 2 cores (go test's default is GOMAXPROCS).
+TEST_PARALLEL ?= 4
 test: services-up ## every test, against real Redis, PostgreSQL and Kafka (started if needed)
-	$(TEST_ENV) && $(GO) test -count=1 -timeout 15m ./...
+	$(TEST_ENV) && $(GO) test -count=1 -timeout 15m -parallel $(TEST_PARALLEL) ./...
 	cd deploy/validate && $(GO) test -count=1 ./...
 	GO=$(GO) api/schemathesis.sh
 
@@ -37,3 +40,11 @@ BENCH_FLAGS ?=
 bench: services-up ## seckill against its baselines on the test services; writes bench/results/ and README's table
 	$(TEST_ENV) && $(GO) run . bench --redis-url "$$SECKILL_TEST_REDIS_URL" --postgres-url "$$SECKILL_TEST_POSTGRES_URL" \
 		--kafka-brokers "$$SECKILL_TEST_KAFKA_BROKERS" --readme README.md $(BENCH_FLAGS)
+
+# The fault tests' chaos for a chosen time, on private servers of its own (not in CI): api and
+# consumer kills at their failpoints, Redis losing its data, Kafka and PostgreSQL stopped and
+# killed. Prints `seckill audit` every few seconds and exits non-zero on a violation.
+SOAK_DURATION ?= 10m
+.PHONY: soak
+soak: ## chaos for SOAK_DURATION (default 10m) on private servers; the audit every few seconds
+	$(GO) test -count=1 -run '^TestSoak$$' -timeout 0 -v . -args -soak=$(SOAK_DURATION)
