@@ -56,7 +56,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	addr := f.String("addr", ":8080", "listen address")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
 	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
-	linger := f.Duration("produce-linger", 5*time.Millisecond, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency (franz-go's default: 10ms)")
+	linger := f.Duration("produce-linger", 0, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
 	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
 	guards := f.guards(false)

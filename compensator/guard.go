@@ -59,8 +59,13 @@ func (c *Compensator) checkEpoch(ctx context.Context) error {
 		if _, epoch, err := c.rebuilder.Identity(ctx, c.cfg.Topics.Prefix); err != nil || strings.HasPrefix(epoch, runID+":") {
 			return err
 		}
-		c.cfg.Logger.Warn("redis lost or replaced its data: freezing every campaign to rebuild it from the store",
-			"run_id", runID, "epoch", epoch)
+		if epoch == "" {
+			c.cfg.Logger.Info("redis holds no epoch for this deployment (a first start, or a redis that lost its data): rebuilding every campaign from the store",
+				"run_id", runID)
+		} else {
+			c.cfg.Logger.Warn("redis restarted or was replaced since the last rebuild: freezing every campaign to rebuild it from the store",
+				"run_id", runID, "epoch", epoch)
+		}
 		start := time.Now()
 		n, err := c.Rebuild(ctx)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -457,6 +458,19 @@ func FuzzDecode(f *testing.F) {
 		}
 		if !equalEvents(e, e2) {
 			t.Fatalf("round trip changed the event:\n first %+v\nsecond %+v", e, e2)
+		}
+	})
+}
+
+// FuzzValidCampaignID: the loop accepts exactly what the documented pattern does.
+func FuzzValidCampaignID(f *testing.F) {
+	pattern := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	for _, s := range []string{"a", "-a", "_a", "a.b", "", "ä", "A_b-9", strings.Repeat("x", 64), strings.Repeat("x", 65)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		if got, want := events.ValidCampaignID(id), pattern.MatchString(id); got != want {
+			t.Fatalf("ValidCampaignID(%q) = %v, the pattern says %v", id, got, want)
 		}
 	})
 }
