@@ -191,10 +191,16 @@ func (h *handler) handle(work, stop context.Context, recs []*kgo.Record) error {
 			persisted.WithLabelValues("duplicate").Inc()
 		}
 	}
-	if err := h.redis.ConfirmAll(work, confirmed); err != nil {
-		// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
-		h.cfg.Logger.Warn("confirm reservations", "orders", len(confirmed), "err", err)
-	}
+	// Redis and Kafka are independent of each other here: one round trip's wait, not two.
+	redisDone := make(chan struct{})
+	go func() {
+		defer close(redisDone)
+		if err := h.redis.ConfirmAll(work, confirmed); err != nil {
+			// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
+			h.cfg.Logger.Warn("confirm reservations", "orders", len(confirmed), "err", err)
+		}
+	}()
+	defer func() { <-redisDone }()
 	if len(out) == 0 {
 		return nil
 	}
