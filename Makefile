@@ -44,7 +44,9 @@ bench: services-up ## seckill against its baselines on the test services; writes
 # The fault tests' chaos for a chosen time, on private servers of its own (not in CI): api and
 # consumer kills at their failpoints, Redis losing its data, Kafka and PostgreSQL stopped and
 # killed. Prints `seckill audit` every few seconds and exits non-zero on a violation.
+# SOAK_FAULTS, a regular expression, picks some of the faults (e.g. SOAK_FAULTS='postgres|kafka').
 SOAK_DURATION ?= 10m
+SOAK_FAULTS ?=
 .PHONY: soak
 soak: ## chaos for SOAK_DURATION (default 10m) on private servers; the audit every few seconds
-	$(GO) test -count=1 -run '^TestSoak$$' -timeout 0 -v . -args -soak=$(SOAK_DURATION)
+	$(GO) test -count=1 -run '^TestSoak$$' -timeout 0 -v . -args -soak=$(SOAK_DURATION) -soak-faults='$(SOAK_FAULTS)'

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -685,7 +686,10 @@ func since(a, b time.Time) string {
 	return b.Sub(a).Round(time.Millisecond).String()
 }
 
-var soakFor = flag.Duration("soak", 0, "run TestSoak, the fault tests' chaos on private servers, for this long (make soak)")
+var (
+	soakFor    = flag.Duration("soak", 0, "run TestSoak, the fault tests' chaos on private servers, for this long (make soak)")
+	soakFaults = flag.String("soak-faults", "", "TestSoak injects only the faults whose names match this regular expression (default: all)")
+)
 
 // TestSoak is `make soak`: buyers buy without pause while the api and the consumer die at their
 // failpoints, and in turn Redis loses its data or is killed, and Kafka and PostgreSQL are
@@ -711,10 +715,11 @@ func TestSoak(t *testing.T) {
 			svc.do(t, "start", svcName)
 		}
 	}
-	faults := []struct {
+	type fault struct {
 		name   string
 		inject func()
-	}{
+	}
+	faults := []fault{
 		{"api and consumer kills only", func() {}},
 		{"redis killed -9 and started empty", func() { svc.do(t, "kill", "redis"); svc.do(t, "clean", "redis"); svc.do(t, "start", "redis") }},
 		{"kafka stopped and started", restart("kafka", "stop", 3*time.Second)},
@@ -722,6 +727,17 @@ func TestSoak(t *testing.T) {
 		{"redis killed -9, restarted with its AOF", restart("redis", "kill", time.Second)},
 		{"kafka killed -9", restart("kafka", "kill", 3*time.Second)},
 		{"postgres killed -9", restart("postgres", "kill", 3*time.Second)},
+	}
+
+	if *soakFaults != "" {
+		re, err := regexp.Compile(*soakFaults)
+		if err != nil {
+			t.Fatalf("-soak-faults: %v", err)
+		}
+		faults = slices.DeleteFunc(faults, func(f fault) bool { return !re.MatchString(f.name) })
+		if len(faults) == 0 {
+			t.Fatalf("-soak-faults %q matches none of the faults", *soakFaults)
+		}
 	}
 
 	start := time.Now()

@@ -70,9 +70,20 @@ func seckillBinary(t *testing.T) string {
 	return binary.path
 }
 
+// build compiles the binary into a directory named after this process. TestMain removes it;
+// one left by a test binary that died (a -timeout panic runs no cleanup) is removed by the next
+// build, once its process is gone.
 func build() {
-	binary.dir, binary.err = os.MkdirTemp("", "seckill-faults-")
-	if binary.err != nil {
+	const prefix = "seckill-faults-"
+	stale, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+	for _, dir := range stale {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), prefix))
+		if err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(dir)
+		}
+	}
+	binary.dir = filepath.Join(os.TempDir(), prefix+strconv.Itoa(os.Getpid()))
+	if binary.err = os.MkdirAll(binary.dir, 0o755); binary.err != nil {
 		return
 	}
 	binary.path = filepath.Join(binary.dir, "seckill")
@@ -102,6 +113,9 @@ func startProc(name, logPath string, env []string, bin string, args ...string) (
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
+	// The kernel kills a role when the test binary dies, also when `go test -timeout` ends it
+	// with a panic that runs no cleanup: a role must never outlive its test.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
