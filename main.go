@@ -71,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return 0 // stopped while waiting for a dependency: a clean stop
 	case err != nil:
 		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
 		return 1

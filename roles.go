@@ -37,6 +37,18 @@ func (d deps) close() {
 	}
 }
 
+// openWaiting is open for a long-running role: a dependency that is down at start is waited for,
+// with backoff, rather than ending the process (which Kubernetes would restart in a loop).
+func (c conn) openWaiting(ctx context.Context, log *slog.Logger) (deps, error) {
+	var d deps
+	err := events.Retry(ctx, log, "connect to the store and redis", func() error {
+		var err error
+		d, err = c.open(ctx)
+		return err
+	})
+	return d, err
+}
+
 func (c conn) open(ctx context.Context) (deps, error) {
 	var d deps
 	var err error
@@ -69,12 +81,14 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
 	}
-	d, err := c.open(ctx)
+	d, err := c.openWaiting(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	if err := createTopics(ctx, c.brokerList(), c.topics(), *partitions, *replication); err != nil {
+	if err := events.Retry(ctx, log, "create the topics", func() error {
+		return createTopics(ctx, c.brokerList(), c.topics(), *partitions, *replication)
+	}); err != nil {
 		return err
 	}
 	producer, err := events.NewClient(c.brokerList(), kgo.ProducerLinger(*linger))
@@ -96,7 +110,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log := c.logger(os.Stderr)
 	c.logStart(log, "consumer", "batch_size", *batch, "metrics_addr", *metricsAddr)
-	d, err := c.open(ctx)
+	d, err := c.openWaiting(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -120,7 +134,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	log := c.logger(os.Stderr)
 	c.logStart(log, "compensator", "sweep_interval", *sweep, "metrics_addr", *metricsAddr)
-	d, err := c.open(ctx)
+	d, err := c.openWaiting(ctx, log)
 	if err != nil {
 		return err
 	}

@@ -102,6 +102,9 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 		kgo.ConsumeTopics(cfg.Topics.DLQ),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		// A crashed member holds its partitions until its session times out: franz-go's 45s
+		// default stopped confirmations for 45s after every kill -9 in the fault tests.
+		kgo.SessionTimeout(10*time.Second),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(250*time.Millisecond),
 	)

@@ -142,12 +142,8 @@ func (e *env) check(t *testing.T, evs []events.Event) map[events.Status]int {
 
 type nopProducer struct{}
 
-func (nopProducer) ProduceSync(_ context.Context, rs ...*kgo.Record) kgo.ProduceResults {
-	out := make(kgo.ProduceResults, len(rs))
-	for i, r := range rs {
-		out[i].Record = r
-	}
-	return out
+func (nopProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	promise(r, nil)
 }
 
 // TestResolversRace lets the DLQ handler, the operator, the sweeper and the consumer hit the

@@ -3,7 +3,7 @@ package compensator
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,7 +35,7 @@ var (
 
 // Producer sends events to the results topic.
 type Producer interface {
-	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 }
 
 // Resolver moves single reservations to their final state. It is safe to call concurrently
@@ -137,9 +137,14 @@ func (r *Resolver) publish(ctx context.Context, e events.Event) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		return fmt.Errorf("publish %s %s: %w", e.Type, e.OrderID, err)
-	}
+	// The store holds the outcome already; the event only announces it. Waiting for Kafka here
+	// would stop the sweeper (and everything behind it) while Kafka is down, so the client
+	// keeps the record and delivers it when Kafka is back.
+	r.Producer.Produce(context.WithoutCancel(ctx), rec, func(rec *kgo.Record, err error) {
+		if err != nil {
+			slog.Warn("announce an order's outcome", "type", e.Type, "order_id", e.OrderID, "err", err)
+		}
+	})
 	return nil
 }
 

@@ -62,7 +62,7 @@ func Retry(stop context.Context, log *slog.Logger, what string, fn func() error)
 		log.Warn(what+" failed; retrying", "attempt", attempt, "backoff", backoff, "err", err)
 		select {
 		case <-stop.Done():
-			return fmt.Errorf("%s: %w (gave up: %v)", what, err, context.Cause(stop))
+			return fmt.Errorf("%s: %w (gave up: %w)", what, err, context.Cause(stop))
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)

@@ -266,13 +266,50 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 	return s.Order(ctx, e.OrderID)
 }
 
-// Orders returns every order row of a campaign, for the audit.
+// Orders returns every order row of a campaign.
 func (s *Store) Orders(ctx context.Context, campaign string) ([]Order, error) {
 	var os []Order
 	if err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ?`), campaign); err != nil {
 		return nil, fmt.Errorf("orders of %s: %w", campaign, err)
 	}
 	return os, nil
+}
+
+// AuditView returns a campaign, its orders and its buyers' totals as of one moment: one
+// read-only, repeatable-read transaction on PostgreSQL (SQLite's transactions are serializable
+// already).
+func (s *Store) AuditView(ctx context.Context, campaign string) (Campaign, []Order, map[string]int64, error) {
+	opts := &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelRepeatableRead}
+	if s.sqlite {
+		opts = nil
+	}
+	tx, err := s.db.BeginTxx(ctx, opts)
+	if err != nil {
+		return Campaign{}, nil, nil, fmt.Errorf("audit view of %s: %w", campaign, err)
+	}
+	defer tx.Rollback()
+	var (
+		c      Campaign
+		orders []Order
+		rows   []struct {
+			User   string `db:"user_id"`
+			Bought int64  `db:"bought"`
+		}
+	)
+	if err := tx.GetContext(ctx, &c, tx.Rebind(`SELECT * FROM campaigns WHERE id = ?`), campaign); err != nil {
+		return c, nil, nil, fmt.Errorf("audit view of %s: %w", campaign, err)
+	}
+	if err := tx.SelectContext(ctx, &orders, tx.Rebind(`SELECT * FROM orders WHERE campaign_id = ?`), campaign); err != nil {
+		return c, nil, nil, fmt.Errorf("audit view of %s: %w", campaign, err)
+	}
+	if err := tx.SelectContext(ctx, &rows, tx.Rebind(`SELECT user_id, bought FROM purchases WHERE campaign_id = ? AND bought > 0`), campaign); err != nil {
+		return c, nil, nil, fmt.Errorf("audit view of %s: %w", campaign, err)
+	}
+	holdings := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		holdings[r.User] = r.Bought
+	}
+	return c, orders, holdings, nil
 }
 
 // Confirmed returns the confirmed orders of a campaign, for rebuilding Redis.
