@@ -95,10 +95,10 @@ type IdleResult struct {
 	PerConnKB   float64 `json:"per_conn_kb"`
 	// The Go runtime's own account with the connections open (runtime.MemStats, from
 	// /debug/pprof/heap?debug=1): where the resident memory goes.
-	HeapInuse   float64 `json:"heap_inuse_mb,omitempty"`
-	StackInuse  float64 `json:"stack_inuse_mb,omitempty"`
-	HeapIdle    float64 `json:"heap_idle_mb,omitempty"`
-	Goroutines  int     `json:"goroutines,omitempty"`
+	HeapInuse  float64 `json:"heap_inuse_mb,omitempty"`
+	StackInuse float64 `json:"stack_inuse_mb,omitempty"`
+	HeapIdle   float64 `json:"heap_idle_mb,omitempty"`
+	Goroutines int     `json:"goroutines,omitempty"`
 }
 
 // DrainResult is a consumer draining a backlog of OrderRequested events into PostgreSQL.
