@@ -97,17 +97,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := events.NewClient(cfg.Brokers,
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topics.DLQ),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		// A crashed member holds its partitions until its session times out: franz-go's 45s
-		// default stopped confirmations for 45s after every kill -9 in the fault tests.
-		kgo.SessionTimeout(10*time.Second),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(250*time.Millisecond),
-	)
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ)
 	if err != nil {
 		return nil, err
 	}

@@ -81,21 +81,7 @@ func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := events.NewClient(cfg.Brokers,
-		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topics.Requested),
-		kgo.DisableAutoCommit(),
-		// A rebalance waits until the batch in hand is committed, so a batch is rarely handled
-		// twice; when it is (a crash), ConfirmOrders makes the second time a no-op.
-		kgo.BlockRebalanceOnPoll(),
-		// A crashed member holds its partitions until its session times out: franz-go's 45s
-		// default stopped confirmations for 45s after every kill -9 in the fault tests.
-		kgo.SessionTimeout(10*time.Second),
-		// A new group starts at the beginning: events produced before the first consumer ran
-		// are orders too.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(250*time.Millisecond),
-	)
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,6 +31,26 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 		return nil, fmt.Errorf("kafka client for %v: %w", brokers, err)
 	}
 	return cl, nil
+}
+
+// NewGroupClient returns a client consuming topic in group the way every role here does:
+// offsets committed by hand after the work is durable (ConsumeLoop), no rebalance while a batch
+// is in hand, and a new group starting at the beginning, since events produced before its first
+// member ran are orders too.
+func NewGroupClient(brokers []string, group, topic string) (*kgo.Client, error) {
+	return NewClient(brokers,
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(),
+		// A rebalance waits until the batch in hand is committed, so a batch is rarely handled
+		// twice; when it is (a crash), the handlers' idempotence makes the second time a no-op.
+		kgo.BlockRebalanceOnPoll(),
+		// A crashed member holds its partitions until its session times out: franz-go's 45s
+		// default stopped confirmations for 45s after every kill -9 in the fault tests.
+		kgo.SessionTimeout(10*time.Second),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(250*time.Millisecond),
+	)
 }
 
 // Record returns the Kafka record of e on topic, keyed by Key.
