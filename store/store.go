@@ -33,7 +33,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	)
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		db, err = sqlx.Open("postgres", dsn)
+		db, err = sqlx.Open("postgres", singleRoundTrip(dsn))
 		if err == nil {
 			db.SetMaxOpenConns(20)
 			db.SetMaxIdleConns(20)
@@ -57,6 +57,21 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", redact(dsn), err)
 	}
 	return &Store{db: db, sqlite: db.DriverName() == "sqlite"}, nil
+}
+
+// singleRoundTrip turns on lib/pq's binary_parameters unless the URL says otherwise: a query
+// with arguments then goes out as one Parse/Bind/Execute in one round trip, where lib/pq's
+// default prepares it first and waits twice. Our arguments are strings and numbers, which it
+// still sends as text.
+func singleRoundTrip(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Query().Has("binary_parameters") {
+		return dsn
+	}
+	q := u.Query()
+	q.Set("binary_parameters", "yes")
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // redact hides the password of a database URL, for logs and errors.
