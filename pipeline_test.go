@@ -188,6 +188,10 @@ func testCompensation(t *testing.T, p *pipeline) {
 	if o["status"] != string(events.Refunded) {
 		t.Errorf("compensate a confirmed order: %v", o)
 	}
+	// The command exits at once; it must still have delivered its announcement.
+	if r := readTopic(t, p.brokers, p.topics.Results, id); r.Type != events.OrderRefunded {
+		t.Errorf("results topic after seckill compensate: %+v", r)
+	}
 	code, again := p.do(t, "POST", "/v1/admin/orders/"+id+"/compensate", map[string]string{"Authorization": "Bearer " + p.admin}, nil)
 	if code != http.StatusOK || again["status"] != string(events.Refunded) {
 		t.Errorf("compensate twice: %d %v", code, again)

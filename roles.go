@@ -95,7 +95,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer producer.Close()
+	defer closeProducer(producer)
 	srv := api.New(cfg, d.store, d.redis, producer)
 	return srv.Run(ctx)
 }
@@ -145,6 +145,15 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	defer comp.Close()
 	return runWithOps(ctx, *metricsAddr, log, d, comp.Ping, comp.Run)
+}
+
+// closeProducer delivers what the producer still holds (order announcements are handed to it
+// without waiting), for at most 10 seconds, then closes it.
+func closeProducer(cl *kgo.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl.Flush(ctx)
+	cl.Close()
 }
 
 // runWithOps runs a role beside a small server of /healthz, /readyz and /metrics.
@@ -249,7 +258,7 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer producer.Close()
+	defer closeProducer(producer)
 	r := &compensator.Resolver{Store: d.store, Redis: d.redis, Producer: producer, Results: c.topics().Results}
 	o, err := r.Compensate(ctx, *order)
 	if err != nil {
