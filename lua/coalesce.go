@@ -27,20 +27,18 @@ type call struct {
 	done   chan struct{}
 }
 
-// startCoalescer starts the pipeline workers; they end when stop is closed.
+// startCoalescer starts the pipeline workers. They live as long as the process: stopping them
+// would race with a call already queued (which nobody would then answer), while idle workers
+// cost nothing, and after Close they answer every call with the closed client's error.
 func (r *Redis) startCoalescer() {
 	r.calls = make(chan *call, maxBatch*pipelines)
-	r.stop = make(chan struct{})
 	for range pipelines {
 		go r.pipelineLoop()
 	}
 }
 
-// Close stops the coalescer and closes the client.
-func (r *Redis) Close() error {
-	r.closeOnce.Do(func() { close(r.stop) })
-	return r.rdb.Close()
-}
+// Close closes the client.
+func (r *Redis) Close() error { return r.rdb.Close() }
 
 // run runs script through the coalescer. The pipeline runs to its end even if ctx is canceled
 // (the script may already have run); the caller stops waiting at once.
@@ -50,8 +48,6 @@ func (r *Redis) run(ctx context.Context, script *redis.Script, keys []string, ar
 	case r.calls <- c:
 	case <-ctx.Done():
 		return canceled(ctx)
-	case <-r.stop:
-		return script.Run(ctx, r.rdb, keys, args...)
 	}
 	select {
 	case <-c.done:
@@ -71,12 +67,7 @@ func (r *Redis) pipelineLoop() {
 	ctx := context.Background()
 	batch := make([]*call, 0, maxBatch)
 	for {
-		select {
-		case <-r.stop:
-			return
-		case c := <-r.calls:
-			batch = append(batch[:0], c)
-		}
+		batch = append(batch[:0], <-r.calls)
 	fill:
 		for len(batch) < maxBatch {
 			select {

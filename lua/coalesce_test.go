@@ -59,10 +59,17 @@ func TestCoalescerCanceled(t *testing.T) {
 	if err := r.run(ctx, confirmScript, []string{"a", "b"}, "c.x").Err(); err != context.Canceled {
 		t.Errorf("canceled call: %v", err)
 	}
-	// After Close, calls still work, one round trip each.
+	// After Close, a call gets the closed client's error: it never hangs.
 	r2 := New(luatest.MustRedis(t))
-	close(r2.stop)
-	if err := r2.run(context.Background(), confirmScript, []string{"{x}a", "{x}b"}, "c.x").Err(); err != nil {
-		t.Errorf("call after stop: %v", err)
+	r2.Close()
+	done := make(chan error, 1)
+	go func() { done <- r2.run(context.Background(), confirmScript, []string{"{x}a", "{x}b"}, "c.x").Err() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a call after Close succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a call after Close hangs")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,13 +62,11 @@ func KeysOf(campaign string) Keys {
 
 // Redis runs the scripts on one Redis deployment.
 type Redis struct {
-	rdb       redis.UniversalClient
-	calls     chan *call // to the coalescer (coalesce.go)
-	stop      chan struct{}
-	closeOnce sync.Once
+	rdb   redis.UniversalClient
+	calls chan *call // to the coalescer (coalesce.go)
 }
 
-// New returns a Redis over rdb. Close stops its pipeline workers and closes rdb.
+// New returns a Redis over rdb.
 func New(rdb redis.UniversalClient) *Redis {
 	r := &Redis{rdb: rdb}
 	r.startCoalescer()
