@@ -105,28 +105,25 @@ type Campaign struct {
 	Limit     int64
 	StartsAt  time.Time
 	EndsAt    time.Time // zero: no end
-	// Holdings are the units each buyer already holds, when a campaign is rebuilt from the
-	// store after Redis lost it.
+	// Holdings are the units each buyer already holds: Restore writes them when it rebuilds a
+	// campaign from the store. A new campaign has none.
 	Holdings map[string]int64
 }
 
-// LoadCampaign makes c sellable unless Redis has it already; it reports whether it loaded.
-func (r *Redis) LoadCampaign(ctx context.Context, c Campaign) (bool, error) {
-	k := KeysOf(c.ID)
-	var ends int64
+// window returns the sale's window as the scripts take it: milliseconds, 0 for no end.
+func (c Campaign) window() (starts, ends int64) {
 	if !c.EndsAt.IsZero() {
 		ends = c.EndsAt.UnixMilli()
 	}
-	// The holdings travel with the load, in one script: written apart from it, a second loader
-	// could overwrite what buyers took from the copy the first one loaded.
-	args := make([]any, 0, 4+2*len(c.Holdings))
-	args = append(args, c.Remaining, c.Limit, c.StartsAt.UnixMilli(), ends)
-	for user, n := range c.Holdings {
-		if n > 0 {
-			args = append(args, user, n)
-		}
-	}
-	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta, k.Buyers}, args...).Int()
+	return c.StartsAt.UnixMilli(), ends
+}
+
+// LoadCampaign puts a new campaign on sale unless Redis has it already; it reports whether it
+// loaded. Rebuilding a campaign Redis lost is Restore's work.
+func (r *Redis) LoadCampaign(ctx context.Context, c Campaign) (bool, error) {
+	k := KeysOf(c.ID)
+	starts, ends := c.window()
+	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, starts, ends).Int()
 	if err != nil {
 		return false, fmt.Errorf("load campaign %s: %w", c.ID, err)
 	}

@@ -92,11 +92,8 @@ func (r *Redis) Restore(ctx context.Context, c Campaign, confirmed []Reservation
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}
-	var ends int64
-	if !c.EndsAt.IsZero() {
-		ends = c.EndsAt.UnixMilli()
-	}
-	n, err := restoreScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, c.StartsAt.UnixMilli(), ends).Int()
+	starts, ends := c.window()
+	n, err := restoreScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, starts, ends).Int()
 	if err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}
