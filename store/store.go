@@ -22,6 +22,9 @@ func init() { sqlx.BindDriver("sqlite", sqlx.QUESTION) }
 type Store struct {
 	db     *sqlx.DB
 	sqlite bool
+	// portableSQL sends ConfirmOrders' batches to PostgreSQL as SQLite's statements (one
+	// parameter per value), for the benchmark that compares them with the array statements.
+	portableSQL bool
 }
 
 // Open connects to the database named by dsn: a postgres:// or postgresql:// URL, or
