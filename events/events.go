@@ -56,17 +56,23 @@ func (e Event) New(t Type, now time.Time) Event {
 	}
 }
 
-// Encode returns the event's JSON encoding.
+// Encode returns the event's JSON encoding: json.Marshal's, byte for byte.
 func Encode(e Event) ([]byte, error) {
+	if b, ok := appendFast(make([]byte, 0, 320), &e); ok {
+		return b, nil
+	}
 	return json.Marshal(e)
 }
 
-// Decode parses and validates an event. An error means the event is poison: no retry will make
-// it readable.
+// Decode parses and validates an event, as json.Unmarshal and Validate would. An error means
+// the event is poison: no retry will make it readable.
 func Decode(b []byte) (Event, error) {
 	var e Event
-	if err := json.Unmarshal(b, &e); err != nil {
-		return Event{}, fmt.Errorf("decode event: %w", err)
+	if !decodeFast(b, &e) {
+		e = Event{}
+		if err := json.Unmarshal(b, &e); err != nil {
+			return Event{}, fmt.Errorf("decode event: %w", err)
+		}
 	}
 	if err := e.Validate(); err != nil {
 		return Event{}, err
