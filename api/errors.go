@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -56,7 +57,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	var body errorBody
 	var he *echo.HTTPError
+	e, ours := err.(*events.Error) // most errors: no errors.As, whose targets escape
 	switch {
+	case ours && e.Code != events.Internal:
+		body.Error.Code, body.Error.Message = e.Code, e.Message
 	case errors.As(err, &he) && he.Code == http.StatusNotFound:
 		body.Error.Code, body.Error.Message = codeNotFound, "no such route"
 	case errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed:
@@ -73,7 +77,75 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if status == http.StatusInternalServerError || status == http.StatusServiceUnavailable {
 		s.cfg.Logger.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
 	}
-	if err := c.JSON(status, body); err != nil {
-		s.cfg.Logger.Warn("write error response", "err", err)
+	var werr error
+	if c.Request().URL.RawQuery != "" || s.echo.Debug {
+		werr = c.JSON(status, body) // which indents for ?pretty
+	} else {
+		werr = c.Blob(status, echo.MIMEApplicationJSON, body.appendJSON(make([]byte, 0, 128)))
 	}
+	if werr != nil {
+		s.cfg.Logger.Warn("write error response", "err", werr)
+	}
+}
+
+// appendJSON encodes the body as c.JSON does, newline included, without reflection: every
+// refusal (401, 409 sold_out, 429) went through encoding/json's encoder.
+func (b errorBody) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"error":{"code":`...)
+	dst = appendJSONString(dst, string(b.Error.Code))
+	dst = append(dst, `,"message":`...)
+	dst = appendJSONString(dst, b.Error.Message)
+	return append(dst, "}}\n"...)
+}
+
+// appendJSONString quotes s as encoding/json does with HTML escaping on, its default: <, > and
+// & as \u00XX, U+2028 and U+2029 escaped, invalid UTF-8 as \ufffd.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
 }

@@ -1,8 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"testing"
+	"testing/iotest"
 
 	"github.com/seckill/seckill/events"
 )
@@ -55,4 +60,65 @@ func TestPurchaseResponseJSON(t *testing.T) {
 			t.Errorf("appendJSON = %s, json.Marshal = %s", got, want)
 		}
 	}
+}
+
+// FuzzErrorBodyJSON: an error answer's bytes are those c.JSON wrote with encoding/json.
+func FuzzErrorBodyJSON(f *testing.F) {
+	for _, s := range []string{"", `campaign "c-1" has fewer than 2 units left`, "<a> & \u2028\u2029 \x00\x1f\x7f\b\f\n\r\t\\", "\xff\xe2\x82 é 😀"} {
+		f.Add("sold_out", s)
+	}
+	f.Fuzz(func(t *testing.T, code, msg string) {
+		var body errorBody
+		body.Error.Code, body.Error.Message = events.Code(code), msg
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(body); err != nil {
+			t.Fatal(err)
+		}
+		if got := body.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("appendJSON = %q, encoding/json %q", got, want.Bytes())
+		}
+	})
+}
+
+// FuzzSoldOutMessage: the remembered sold-out refusal is the one for this campaign and quantity.
+func FuzzSoldOutMessage(f *testing.F) {
+	f.Add("camp-1", 1)
+	f.Add("a\"b\x00é\xff", -5)
+	f.Fuzz(func(t *testing.T, campaign string, qty int) {
+		want := fmt.Sprintf("campaign %q has fewer than %d units left", campaign, qty)
+		if got := events.ErrorMessage(soldOutError(campaign, qty)); got != want {
+			t.Fatalf("message %q, fmt %q", got, want)
+		}
+	})
+}
+
+// FuzzReadAtMost: readAtMost reads what io.ReadAll of an io.LimitReader(max+1) reads, whatever
+// the Content-Length claims and however the reader splits its data.
+func FuzzReadAtMost(f *testing.F) {
+	for _, n := range []int{0, 1, 14, 511, 512, 513, maxBody, maxBody + 1, 3 * maxBody} {
+		f.Add(n, int64(n), false, false)
+		f.Add(n, int64(-1), true, false)
+		f.Add(n, int64(n+1), false, true)
+	}
+	f.Fuzz(func(t *testing.T, n int, size int64, oneByte, fail bool) {
+		if n < 0 || n > 4*maxBody {
+			return
+		}
+		data := bytes.Repeat([]byte("x"), n)
+		reader := func() io.Reader {
+			var r io.Reader = bytes.NewReader(data)
+			if fail {
+				r = io.MultiReader(r, iotest.ErrReader(errors.New("boom")))
+			}
+			if oneByte {
+				r = iotest.OneByteReader(r)
+			}
+			return r
+		}
+		want, wantErr := io.ReadAll(io.LimitReader(reader(), maxBody+1))
+		got, err := readAtMost(reader(), maxBody, size)
+		if (err == nil) != (wantErr == nil) || !bytes.Equal(got, want) && !(len(got) > maxBody && len(want) > maxBody) {
+			t.Fatalf("n %d size %d: read %d bytes, %v; io.ReadAll %d, %v", n, size, len(got), err, len(want), wantErr)
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -43,7 +44,7 @@ func readBody(c echo.Context) ([]byte, error) {
 	if r.ContentLength > maxBody {
 		return nil, events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	body, err := readAtMost(r.Body, maxBody, r.ContentLength)
 	if err != nil {
 		return nil, events.Errorf(events.Invalid, "read body: %v", err)
 	}
@@ -57,6 +58,28 @@ func readBody(c echo.Context) ([]byte, error) {
 		return nil, err
 	}
 	return body, nil
+}
+
+// readAtMost reads r to its end, or until it has more than max bytes. It is io.ReadAll of an
+// io.LimitReader(r, max+1) that allocates once, size bytes (the body's Content-Length) when that
+// is known, instead of 512 and the LimitReader.
+func readAtMost(r io.Reader, max, size int64) ([]byte, error) {
+	if size <= 0 || size > max {
+		size = 512
+	}
+	b := make([]byte, 0, size+1) // +1: room for the read that finds the end
+	for {
+		n, err := r.Read(b[len(b):min(int64(cap(b)), max+1)])
+		b = b[:len(b)+n]
+		switch {
+		case err == io.EOF || int64(len(b)) > max:
+			return b, nil
+		case err != nil:
+			return b, err
+		case len(b) == cap(b):
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 // decodeJSON decodes one JSON value into v: unknown fields, trailing data and wrong types are
@@ -78,6 +101,9 @@ func decodeJSON(body []byte, v any) error {
 
 // jsonMediaType accepts application/json with no charset or utf-8 (RFC 8259 §8.1).
 func jsonMediaType(ct string) error {
+	if ct == "application/json" { // what clients send: spare mime's parsing, which allocates
+		return nil
+	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err == nil && mt == "application/json" {
 		if cs, ok := params["charset"]; !ok || strings.EqualFold(cs, "utf-8") {
@@ -301,17 +327,20 @@ func (s *Server) purchase(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	soldOut := s.soldOut.refuses(campaign, qty, time.Now())
-	orderID := events.NewOrderID(campaign)
+	var orderID string
 	var idem *idemRecord
-	if key != "" {
+	switch {
+	case key != "":
 		idem = s.idemRecord(campaign, buyer, key, purchaseFingerprint(campaign, qty))
 		orderID = idem.orderID
 		if goOn, err := s.startKeyed(c, idem, soldOut, qty); !goOn {
 			return err
 		}
-	} else if soldOut {
-		reservations.WithLabelValues(string(events.SoldOut)).Inc()
+	case soldOut:
+		soldOutRefusals.Inc()
 		return soldOutError(campaign, qty)
+	default:
+		orderID = events.NewOrderID(campaign)
 	}
 
 	if !s.kafka.allow(time.Now()) {
@@ -402,8 +431,29 @@ func purchaseFingerprint(campaign string, qty int) []byte {
 	return fmt.Appendf(nil, "purchase %s quantity=%d", campaign, qty)
 }
 
+// soldOutRefusals counts purchases refused as sold out; looked up once, as every refusal of a
+// sold-out campaign counts here.
+var soldOutRefusals = reservations.WithLabelValues(string(events.SoldOut))
+
+// soldOutAnswer is a sold-out refusal, kept for the next buyer of the same quantity.
+type soldOutAnswer struct {
+	campaign string
+	qty      int
+	err      *events.Error // never changed once made
+}
+
+// lastSoldOut is the latest sold-out refusal: in a flash sale nearly every buyer gets the same.
+var lastSoldOut atomic.Pointer[soldOutAnswer]
+
+// soldOutError refuses qty units of campaign as sold out, made once per campaign and quantity
+// rather than by fmt for every buyer.
 func soldOutError(campaign string, qty int) error {
-	return events.Errorf(events.SoldOut, "campaign %q has fewer than %d units left", campaign, qty)
+	if a := lastSoldOut.Load(); a != nil && a.campaign == campaign && a.qty == qty {
+		return a.err
+	}
+	a := &soldOutAnswer{campaign: strings.Clone(campaign), qty: qty, err: events.Errorf(events.SoldOut, "campaign %q has fewer than %d units left", campaign, qty)}
+	lastSoldOut.Store(a)
+	return a.err
 }
 
 // startKeyed consults the record of a purchase's Idempotency-Key. It answers a replay, a
@@ -431,7 +481,7 @@ func (s *Server) startKeyed(c echo.Context, idem *idemRecord, soldOut bool, qty 
 		return false, events.Errorf(events.IdempotencyInProgress, "the first request with this Idempotency-Key is still running; retry shortly")
 	}
 	// absent: nothing to replay, and the campaign is sold out.
-	reservations.WithLabelValues(string(events.SoldOut)).Inc()
+	soldOutRefusals.Inc()
 	return false, soldOutError(c.Param("id"), qty)
 }
 
