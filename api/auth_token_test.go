@@ -383,6 +383,13 @@ func fuzzSeeds() (tokens []string, jsonPairs [][2]string) {
 		{stdHeader, `{"sub":"a","exp":1e400}`},
 		{stdHeader, `{"sub":"a","sub":"b","exp":1800003600}`},
 		{stdHeader, `null`},
+		// Found by the fuzzers.
+		{`{"alg":"HS256","crit":[]}`, claimsWith("")},
+		{"{\"alg\":\"HS256\",\"\x8c\":\"\"}", "{\"suB\":\"\xff\",\"eXp\":1800000000}"},
+		{`{"alg":"HS256"}`, `{"ſUb":"a","eXp":"1800000000"}`},
+		{`{"alg":"HS256"}`, `{"sub":"a","eXp":0.0000000}`},
+		{`{"alg":"HS256"}`, `{"":[{"":{}}],"0":"","exp":""}`},
+		{`{"alg":"HS256"}`, `{"eXp":"0e\"\"\u0080"}`},
 		{stdHeader, `{"x":[{"y":{}}],"sub":"a\u0000","exp":"-0.0e+1"}`},
 	} {
 		jsonPairs = append(jsonPairs, p)
@@ -491,6 +498,19 @@ func BenchmarkVerify(b *testing.B) {
 		v := newVerifier(tokSecret, tokIssuer)
 		b.ReportAllocs()
 		for b.Loop() {
+			if _, err := v.user(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("new-header-unseen", func(b *testing.B) {
+		// What remembering header segments saves: here every token's header is decoded.
+		v := newVerifier(tokSecret, tokIssuer)
+		b.ReportAllocs()
+		for b.Loop() {
+			for i := range v.tokens.headers {
+				v.tokens.headers[i].Store(nil)
+			}
 			if _, err := v.user(raw); err != nil {
 				b.Fatal(err)
 			}

@@ -287,6 +287,19 @@ func (p *jsonParser) numericDate() (t time.Time, present, ok bool) {
 		}
 		num, p.i = p.b[p.i:end], end
 	}
+	if len(num) <= 15 { // whole seconds, as every minter writes them: exact without floats
+		var n int64
+		for _, c := range num {
+			if c < '0' || c > '9' {
+				n = -1
+				break
+			}
+			n = 10*n + int64(c-'0')
+		}
+		if n >= 0 {
+			return time.Unix(n, 0), true, true
+		}
+	}
 	f, err := strconv.ParseFloat(string(num), 64)
 	if err != nil {
 		return time.Time{}, false, false
