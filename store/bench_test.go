@@ -31,16 +31,20 @@ func BenchmarkConfirmOrders(b *testing.B) {
 
 // BenchmarkConfirmOrdersDrain is the bench's drain without Kafka: batches of 500 orders of one
 // campaign whose 100,000 buyers have bought before (the drain's millionth order finds them all
-// in purchases), with SQLite's statements of one parameter per value (sql=values) against
-// PostgreSQL's array parameters (sql=arrays), side by side:
+// in purchases), side by side: SQLite's statements of one parameter per value (sql=values),
+// PostgreSQL's array parameters with the reads of known orders and buyers' totals
+// (sql=arrays), and the optimistic way without them (sql=optimistic):
 //
 //	go test -run '^$' -bench ConfirmOrdersDrain -benchtime 100000x ./store/
 func BenchmarkConfirmOrdersDrain(b *testing.B) {
-	for _, sql := range []string{"values", "arrays"} {
+	for _, sql := range []string{"values", "arrays", "optimistic"} {
 		b.Run("sql="+sql, func(b *testing.B) {
 			s := storetest.MustOpen(b, storetest.PostgresURL(b))
-			if sql == "values" {
+			switch sql {
+			case "values":
 				store.UsePortableSQL(s)
+			case "arrays":
+				store.UseReads(s)
 			}
 			benchConfirm(b, s, 500, 100_000, 100_000)
 		})

@@ -23,8 +23,9 @@ type Store struct {
 	db     *sqlx.DB
 	sqlite bool
 	// portableSQL sends ConfirmOrders' batches to PostgreSQL as SQLite's statements (one
-	// parameter per value), for the benchmark that compares them with the array statements.
-	portableSQL bool
+	// parameter per value), and noOptimistic makes every batch read its known orders and
+	// buyers' totals first: for the tests and benchmarks that compare them.
+	portableSQL, noOptimistic bool
 }
 
 // Open connects to the database named by dsn: a postgres:// or postgresql:// URL, or
