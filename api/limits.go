@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"golang.org/x/time/rate"
 
 	"github.com/seckill/seckill/events"
 )
@@ -20,26 +19,51 @@ type Limit struct {
 	Burst int
 }
 
-// limiter keeps one token bucket per key (a buyer, an IP address) in bounded memory.
+// limiter keeps one token bucket per key (a buyer, an IP address) in bounded memory: two
+// generations of buckets, the current one and the one before. A key found in the older is
+// moved to the current; every period the older is dropped whole and the current becomes the
+// older. A bucket dropped that way was untouched for at least a period, which is at least the
+// time a bucket takes to fill up again, and a full bucket is the same as none: forgetting it
+// changes no answer. A generation that grows to half of maxKeys turns over early; its keys are
+// then forgotten before their buckets are full, so under a flood of keys the limit errs on the
+// lenient side instead of growing without bound.
+//
+// A bucket is 16 bytes in the map beside its key (about 60 bytes a key all told): 100,000
+// buyers of a flash crowd cost about 6 MB, returned a period or two after they leave. A timer
+// turns the generations over while any are held, so the memory comes back on an idle server
+// too.
 type limiter struct {
 	limit   Limit
 	maxKeys int
-	what    string // "buyer" or "address", for the message
+	what    string        // "buyer" or "address", for the message
+	period  time.Duration // how often the generations turn over
 
 	mu        sync.Mutex
-	buckets   map[string]*rate.Limiter
-	lastSweep time.Time
+	cur, prev map[string]bucket
+	turnedAt  time.Time // when cur became the current generation
+	timer     *time.Timer
 }
 
-// sweepEvery is how often a limiter forgets the buckets that have filled up again: a full bucket
-// is the same as none, so forgetting it changes no answer.
-const sweepEvery = time.Minute
+// bucket is a token bucket: tokens left at the time at (Unix nanoseconds).
+type bucket struct {
+	tokens float64
+	at     int64
+}
+
+// minPeriod is the shortest turn-over period, so that a key active all the time is moved at most
+// once every few seconds.
+const minPeriod = 5 * time.Second
 
 func newLimiter(l Limit, maxKeys int, what string) *limiter {
 	if l.Rate > 0 && l.Burst < 1 {
 		l.Burst = 1
 	}
-	return &limiter{limit: l, maxKeys: maxKeys, what: what, buckets: map[string]*rate.Limiter{}}
+	period := minPeriod
+	if l.Rate > 0 {
+		period = max(period, time.Duration(float64(l.Burst)/l.Rate*float64(time.Second)))
+	}
+	return &limiter{limit: l, maxKeys: max(maxKeys, 2), what: what, period: period,
+		cur: map[string]bucket{}, prev: map[string]bucket{}}
 }
 
 // allow takes a token from key's bucket. When there is none, it reports how long until there
@@ -49,49 +73,69 @@ func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
 		return true, 0
 	}
 	l.mu.Lock()
-	b, ok := l.buckets[key]
+	defer l.mu.Unlock()
+	if since := now.Sub(l.turnedAt); since >= 2*l.period {
+		l.turn(now)
+		l.turn(now)
+	} else if since >= l.period {
+		l.turn(now)
+	}
+	burst, ns := float64(l.limit.Burst), now.UnixNano()
+	b, ok := l.cur[key]
 	if !ok {
-		if len(l.buckets) >= l.maxKeys || now.Sub(l.lastSweep) > sweepEvery {
-			l.sweep(now)
+		if b, ok = l.prev[key]; ok {
+			delete(l.prev, key)
+		} else {
+			b = bucket{tokens: burst, at: ns}
 		}
-		b = rate.NewLimiter(rate.Limit(l.limit.Rate), l.limit.Burst)
-		l.buckets[key] = b
+		if len(l.cur) >= l.maxKeys/2 {
+			l.turn(now)
+		}
+		if l.timer == nil {
+			l.timer = time.AfterFunc(l.period, l.tick)
+		}
 	}
-	l.mu.Unlock()
-	r := b.ReserveN(now, 1)
-	if !r.OK() {
-		return false, time.Second
+	if ns > b.at {
+		b.tokens = min(burst, b.tokens+l.limit.Rate*float64(ns-b.at)/1e9)
+		b.at = ns
 	}
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return false, d
+	if b.tokens < 1 {
+		l.cur[key] = b
+		return false, time.Duration((1 - b.tokens) / l.limit.Rate * float64(time.Second))
 	}
+	b.tokens--
+	l.cur[key] = b
 	return true, 0
 }
 
-// sweep forgets full buckets and, if that is not enough to make room, arbitrary ones: a
-// forgotten bucket starts full again, so under a flood of keys the limit errs on the lenient
-// side instead of growing without bound. l.mu is held.
-func (l *limiter) sweep(now time.Time) {
-	l.lastSweep = now
-	for k, b := range l.buckets {
-		if b.TokensAt(now) >= float64(l.limit.Burst) {
-			delete(l.buckets, k)
-		}
+// turn drops the older generation and makes the current one the older. l.mu is held.
+func (l *limiter) turn(now time.Time) {
+	if len(l.prev) > 0 || len(l.cur) > 0 {
+		l.prev, l.cur = l.cur, map[string]bucket{}
 	}
-	for k := range l.buckets { // map order is random enough to spread the leniency
-		if len(l.buckets) < l.maxKeys*9/10 {
-			break
-		}
-		delete(l.buckets, k)
+	l.turnedAt = now
+}
+
+// tick turns the generations over on time, and stops once they are empty.
+func (l *limiter) tick() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if now.Sub(l.turnedAt) >= l.period {
+		l.turn(now)
 	}
+	if len(l.cur) == 0 && len(l.prev) == 0 {
+		l.timer = nil
+		return
+	}
+	l.timer.Reset(max(l.period-now.Sub(l.turnedAt), time.Millisecond))
 }
 
 // size returns the number of buckets held.
 func (l *limiter) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.buckets)
+	return len(l.cur) + len(l.prev)
 }
 
 // charge takes a token for key, or answers 429 rate_limited with Retry-After.
