@@ -99,16 +99,17 @@ func (c *Consumer) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 func (c *Consumer) Run(ctx context.Context) error {
 	log := c.cfg.Logger.With("role", "consumer", "group", c.cfg.Group)
 	log.Info("consuming", "topic", c.cfg.Topics.Requested, "batch_size", c.cfg.BatchSize)
-	return events.ConsumeLoop(ctx, c.cl, c.cfg.BatchSize, log, func(work, stop context.Context, fs kgo.Fetches) error {
-		if err := c.h.handle(work, stop, fs.Records()); err != nil {
-			return err
+	return events.ConsumePipelined(ctx, c.cl, c.cfg.BatchSize, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+		finish, err := c.h.persist(work, stop, fs.Records())
+		if err != nil {
+			return nil, err
 		}
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if n := len(p.Records); n > 0 {
 				lag.WithLabelValues(strconv.Itoa(int(p.Partition))).Set(float64(p.HighWatermark - p.Records[n-1].Offset - 1))
 			}
 		})
-		return nil
+		return finish, nil
 	})
 }
 
@@ -124,6 +125,18 @@ type handler struct {
 // Redis and on the results topic. It retries the store while stop is not done; work is the
 // context of the I/O itself.
 func (h *handler) handle(work, stop context.Context, recs []*kgo.Record) error {
+	finish, err := h.persist(work, stop, recs)
+	if err != nil {
+		return err
+	}
+	return finish()
+}
+
+// persist is handle's first stage, which the group consumer overlaps with the previous batch's
+// second: it stores the batch and returns finish, which confirms the stored orders in Redis and
+// sends the results and dead letters. Nothing of finish may happen before the store's commit:
+// an order confirmed in Redis or announced must be in the store.
+func (h *handler) persist(work, stop context.Context, recs []*kgo.Record) (finish func() error, err error) {
 	evs := make([]events.Event, 0, len(recs))
 	srcs := make([]*kgo.Record, 0, len(recs))
 	var out []*kgo.Record
@@ -144,15 +157,20 @@ func (h *handler) handle(work, stop context.Context, recs []*kgo.Record) error {
 	batchSize.Observe(float64(len(evs)))
 
 	var results []store.Result
-	err := events.Retry(stop, h.cfg.Logger, "persist batch", func() error {
+	err = events.Retry(stop, h.cfg.Logger, "persist batch", func() error {
 		var err error
 		results, err = h.store.ConfirmOrders(work, evs)
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	failpoint.Inject(failpoint.ConsumerAfterStoreCommit)
+	return func() error { return h.finish(work, stop, evs, srcs, results, out) }, nil
+}
+
+// finish is handle's second stage: the batch's orders are in the store.
+func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []*kgo.Record, results []store.Result, out []*kgo.Record) error {
 	now := time.Now()
 	var confirmed []string
 	for i, res := range results {

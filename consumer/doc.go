@@ -6,4 +6,10 @@
 // Redis, send refused and poison events to the dead-letter topic with the reason in headers and
 // OrderConfirmed events to the results topic, and only then commit the offsets. A crash anywhere
 // in between redelivers the batch, and redelivery changes nothing that was already done.
+//
+// The group consumer overlaps the stages of consecutive batches (events.ConsumePipelined):
+// while batch N is confirmed in Redis, announced and its offsets committed, batch N+1 is polled,
+// decoded and stored. Each batch still goes store, then Redis and Kafka, then offsets; batches
+// finish one at a time in order, and a batch whose finish fails stops the consumer before the
+// next one finishes, so no offset is committed past a batch that was not finished.
 package consumer

@@ -68,3 +68,80 @@ func Retry(stop context.Context, log *slog.Logger, what string, fn func() error)
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
+
+// ConsumePipelined is ConsumeLoop for work done in two stages, the second overlapping the next
+// batch: persist makes a batch durable (the store's commit) and returns finish, which completes
+// it (confirmations, announcements); finish of batch N runs, and then batch N's offsets are
+// committed, while batch N+1 is polled and persisted. Batches are finished one at a time in
+// order, and a batch's offsets are committed only after its finish returned nil, so every
+// committed offset covers records whose persist and finish both succeeded: at-least-once as in
+// ConsumeLoop, and both stages must be idempotent. A finish that fails stops the loop before
+// another finish starts; the batches persisted meanwhile are redelivered.
+//
+// A rebalance may revoke the partitions of the batch being finished: its late commit is then at
+// worst an older offset than the new owner's, and a regressed offset only redelivers work that
+// is durable already.
+func ConsumePipelined(ctx context.Context, cl *kgo.Client, max int, log *slog.Logger,
+	persist func(work, stop context.Context, fs kgo.Fetches) (finish func() error, err error)) error {
+	defer cl.AllowRebalance()
+	work := context.WithoutCancel(ctx)
+	var inflight chan error // the batch being finished; nil when none
+	settle := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight
+		inflight = nil
+		return err
+	}
+	stopped := func(err error) error {
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		return nil // stopped while a dependency was down: the batch is redelivered
+	}
+	for {
+		fetches := cl.PollRecords(ctx, max)
+		if ctx.Err() != nil && fetches.NumRecords() == 0 {
+			return stopped(settle())
+		}
+		var fatal error
+		fetches.EachError(func(topic string, p int32, err error) {
+			if fatal == nil && errors.Is(err, kgo.ErrClientClosed) {
+				fatal = err
+			}
+		})
+		if fatal != nil {
+			settle()
+			return fatal
+		}
+		var finish func() error
+		if fetches.NumRecords() > 0 {
+			f, err := persist(work, ctx, fetches)
+			if err != nil {
+				settle() // the batch in flight commits its own offsets if it succeeds
+				return stopped(err)
+			}
+			finish = f
+		}
+		if err := settle(); err != nil {
+			return stopped(err)
+		}
+		if finish != nil {
+			done := make(chan error, 1)
+			recs := fetches.Records()
+			go func() {
+				err := finish()
+				if err == nil {
+					if cerr := cl.CommitRecords(work, recs...); cerr != nil {
+						// Not fatal: the batch is durable, and redelivering it changes nothing.
+						log.Warn("offset commit failed; the batch will be redelivered", "err", cerr)
+					}
+				}
+				done <- err
+			}()
+			inflight = done
+		}
+		cl.AllowRebalance()
+	}
+}

@@ -1,0 +1,208 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+)
+
+// produceN writes n records numbered 0..n-1 to topic.
+func produceN(t *testing.T, brokers []string, topic string, n int) {
+	t.Helper()
+	cl, err := events.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: topic, Key: []byte(strconv.Itoa(i % 7)), Value: []byte(strconv.Itoa(i))}
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lagOf returns the group's uncommitted records on topic.
+func lagOf(t *testing.T, brokers []string, topic, group string) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	lag, err := events.Lag(context.Background(), kadm.NewClient(cl), topic, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lag
+}
+
+// TestConsumePipelined: every batch is persisted, then finished, one finish at a time and in
+// the order of persisting, the next batch's persist overlapping the finish; the offsets are all
+// committed when the loop stops. A failing finish stops the loop with its error and its batch
+// is redelivered to the next member.
+func TestConsumePipelined(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, brokers []string) {
+		const n = 300
+		topics := kafkatest.Topics(t, brokers)
+		group := topics.ConsumerGroup()
+		produceN(t, brokers, topics.Requested, n)
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+		type member struct {
+			mu        sync.Mutex
+			persisted int             // batches persisted
+			finished  int             // batches finished
+			seen      map[string]int  // record value -> times finished
+			failAt    int             // the finish of this batch (1-based) fails; 0: none
+			failed    map[string]bool // values of the failed batch
+			running   atomic.Int32    // finishes running now
+			overlaps  atomic.Int32    // persists that ran while a finish did
+			last      map[int32]int64 // partition -> last offset persisted
+			order     []int           // batch numbers in the order they were finished
+		}
+		run := func(m *member, until func() bool) error {
+			cl, err := events.NewGroupClient(brokers, group, topics.Requested)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() {
+				errc <- events.ConsumePipelined(ctx, cl, 25, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+					m.mu.Lock()
+					m.persisted++
+					batch := m.persisted
+					var vals []string
+					fs.EachRecord(func(r *kgo.Record) {
+						if last, ok := m.last[r.Partition]; ok && r.Offset <= last {
+							t.Errorf("partition %d: offset %d persisted after %d", r.Partition, r.Offset, last)
+						}
+						m.last[r.Partition] = r.Offset
+						vals = append(vals, string(r.Value))
+					})
+					m.mu.Unlock()
+					return func() error {
+						if m.running.Add(1) != 1 {
+							t.Errorf("batch %d: two finishes at once", batch)
+						}
+						defer m.running.Add(-1)
+						// The next batch's persist runs while this finish does (a loop that
+						// waited for the finish first would not get there in the second).
+						for wait := time.Now(); time.Since(wait) < time.Second; time.Sleep(time.Millisecond) {
+							m.mu.Lock()
+							next := m.persisted > batch
+							m.mu.Unlock()
+							if next {
+								m.overlaps.Add(1)
+								break
+							}
+						}
+						m.mu.Lock()
+						defer m.mu.Unlock()
+						m.order = append(m.order, batch)
+						if batch == m.failAt {
+							for _, v := range vals {
+								m.failed[v] = true
+							}
+							return fmt.Errorf("batch %d fails", batch)
+						}
+						m.finished++
+						for _, v := range vals {
+							m.seen[v]++
+						}
+						return nil
+					}, nil
+				})
+			}()
+			deadline := time.After(60 * time.Second)
+			for {
+				select {
+				case err := <-errc:
+					return err
+				case <-deadline:
+					t.Fatal("the loop did not get through the records in 60s")
+				case <-time.After(20 * time.Millisecond):
+				}
+				m.mu.Lock()
+				done := until()
+				m.mu.Unlock()
+				if done {
+					cancel()
+					return <-errc
+				}
+			}
+		}
+		newMember := func(failAt int) *member {
+			return &member{seen: map[string]int{}, failed: map[string]bool{}, last: map[int32]int64{}, failAt: failAt}
+		}
+
+		// A first member whose third finish fails.
+		first := newMember(3)
+		err := run(first, func() bool { return false })
+		if err == nil || err.Error() != "batch 3 fails" {
+			t.Fatalf("ConsumePipelined = %v, want the failing finish's error", err)
+		}
+		if len(first.failed) == 0 {
+			t.Fatal("the failing batch had no records")
+		}
+		for i, b := range first.order {
+			if b != i+1 {
+				t.Fatalf("finished in the order %v, want the order of persisting", first.order)
+			}
+		}
+		if first.persisted > 4 {
+			t.Errorf("%d batches persisted; a failing finish must stop the loop before the next finish", first.persisted)
+		}
+		if lag := lagOf(t, brokers, topics.Requested, group); lag < int64(len(first.failed)) {
+			t.Errorf("lag after the failure is %d, want at least the failed batch's %d records uncommitted", lag, len(first.failed))
+		}
+
+		// A second member gets the failed batch again, and everything else not committed.
+		second := newMember(0)
+		if err := run(second, func() bool { return allSeen(n, first.seen, second.seen) }); err != nil {
+			t.Fatalf("ConsumePipelined = %v after a clean stop, want nil", err)
+		}
+		for v := range first.failed {
+			if second.seen[v] == 0 {
+				t.Errorf("record %s of the failed batch was not redelivered", v)
+			}
+		}
+		if lag := lagOf(t, brokers, topics.Requested, group); lag != 0 {
+			t.Errorf("lag after a clean stop = %d, want 0: every finished batch commits", lag)
+		}
+		if second.overlaps.Load() == 0 {
+			t.Errorf("no persist ran while a finish did: the stages did not overlap")
+		}
+	})
+}
+
+// allSeen reports whether every record 0..n-1 was finished by one of the members.
+func allSeen(n int, seen ...map[string]int) bool {
+	for i := range n {
+		v := strconv.Itoa(i)
+		ok := false
+		for _, s := range seen {
+			ok = ok || s[v] > 0
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
