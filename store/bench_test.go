@@ -129,3 +129,41 @@ func selfCPU() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkConfirmOrdersReplay measures a replay, every order stored already, in batches of 500:
+// with the reads (sql=arrays) against the optimistic way (sql=optimistic), which must cost no
+// more than one failed attempt for the whole backlog:
+//
+//	go test -run '^$' -bench ConfirmOrdersReplay -benchtime 50000x ./store/
+func BenchmarkConfirmOrdersReplay(b *testing.B) {
+	for _, sql := range []string{"arrays", "optimistic"} {
+		b.Run("sql="+sql, func(b *testing.B) {
+			s := storetest.MustOpen(b, storetest.PostgresURL(b))
+			ctx := context.Background()
+			c := store.Campaign{ID: storetest.Name("bench"), Name: "bench", Stock: 1 << 40, PerUserLimit: 1 << 40, CreatedAtMs: time.Now().UnixMilli()}
+			if err := s.CreateCampaign(ctx, c); err != nil {
+				b.Fatal(err)
+			}
+			evs := make([]events.Event, b.N)
+			for i := range evs {
+				evs[i] = events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now(),
+					OrderID: events.NewOrderID(c.ID), CampaignID: c.ID, UserID: fmt.Sprintf("bench-buyer-%d", i%10000), Quantity: 1}
+			}
+			for i := 0; i < len(evs); i += 500 {
+				if _, err := s.ConfirmOrders(ctx, evs[i:min(i+500, len(evs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if sql == "arrays" {
+				store.UseReads(s)
+			}
+			b.ResetTimer()
+			for i := 0; i < len(evs); i += 500 {
+				if _, err := s.ConfirmOrders(ctx, evs[i:min(i+500, len(evs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "orders/s")
+		})
+	}
+}

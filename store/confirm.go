@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -29,23 +30,28 @@ import (
 // of defence.
 //
 // On PostgreSQL a batch first goes the optimistic way (confirmOptimistic), which skips the two
-// reads, and only a batch that finds it was wrong is done again as above.
+// reads, and only a batch that finds it was wrong is done again as above; the batches after it
+// go straight to the reads until one would have fitted the optimistic way.
 func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result, error) {
 	results := make([]Result, len(evs))
 	if len(evs) == 0 {
 		return results, nil
 	}
-	if !s.portable() && !s.noOptimistic {
+	optimistic := !s.portable() && !s.noOptimistic && !s.reading.Load()
+	if optimistic {
 		done, err := s.confirmOptimistic(ctx, evs, results)
 		if err != nil {
 			return nil, fmt.Errorf("confirm %d orders: %w", len(evs), err)
 		}
 		if done {
+			optimisticDone.Add(1)
 			return results, nil
 		}
 		clear(results)
 		optimisticRetries.Add(1)
+		s.reading.Store(true)
 	}
+	var fits bool // whether the optimistic way would have done the batch
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		b, err := s.loadBatch(ctx, tx, evs, false)
 		if err != nil {
@@ -55,6 +61,8 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 		if err := s.insertConfirmed(ctx, tx, evs, accepted, results); err != nil {
 			return err
 		}
+		fits = len(b.existing) == 0 && len(accepted)+len(repeats) == len(evs) &&
+			!slices.ContainsFunc(accepted, func(i int) bool { return results[i].Duplicate })
 		if err := s.addTotals(ctx, tx, evs, results); err != nil {
 			return err
 		}
@@ -69,11 +77,18 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 	if err != nil {
 		return nil, fmt.Errorf("confirm %d orders: %w", len(evs), err)
 	}
+	if !s.portable() && !s.noOptimistic {
+		// The next batch tries the optimistic way again once it would have done this one
+		// (no order stored before, none refused). Until then, batches like the one that failed
+		// it (a replay, a redelivered backlog) skip the attempt.
+		s.reading.Store(!fits)
+	}
 	return results, nil
 }
 
-// optimisticRetries counts the batches confirmOptimistic handed back, for tests.
-var optimisticRetries atomic.Int64
+// optimisticDone and optimisticRetries count the batches confirmOptimistic did and handed
+// back, for tests.
+var optimisticDone, optimisticRetries atomic.Int64
 
 // errRecheck rolls back an optimistic batch whose assumption did not hold.
 var errRecheck = errors.New("recheck the batch")

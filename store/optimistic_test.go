@@ -30,7 +30,7 @@ func TestConfirmOrdersOptimistic(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var sent []events.Event
-	retriesBefore := store.OptimisticRetries()
+	retriesBefore, doneBefore := store.OptimisticRetries(), store.OptimisticDone()
 	const batches = 150
 	for b := range batches {
 		var evs []events.Event
@@ -66,9 +66,10 @@ func TestConfirmOrdersOptimistic(t *testing.T) {
 			}
 		}
 	}
-	retries := store.OptimisticRetries() - retriesBefore
-	if retries == 0 || retries == batches {
-		t.Errorf("%d of %d batches done again with the reads: the test no longer covers both ways", retries, batches)
+	retries, done := store.OptimisticRetries()-retriesBefore, store.OptimisticDone()-doneBefore
+	if retries == 0 || done == 0 || done+retries == batches {
+		t.Errorf("of %d batches, %d done the optimistic way, %d done again with the reads, none straight with the reads: the test no longer covers every way",
+			batches, done, retries)
 	}
 	for _, c := range []string{small, big} {
 		co, oo, ho, err := optimistic.AuditView(ctx, c)
@@ -87,5 +88,44 @@ func TestConfirmOrdersOptimistic(t *testing.T) {
 			t.Errorf("campaign %s sold %d of %d: the test no longer sells it out", c, co.Sold, co.Stock)
 		}
 	}
-	t.Logf("%d of %d batches done again with the reads", retries, batches)
+	t.Logf("of %d batches, %d done the optimistic way, %d done again with the reads", batches, done, retries)
+}
+
+// TestConfirmOrdersRedeliveredBacklog: after a batch the optimistic way could not do (a
+// redelivery), the batches like it go straight to the reads, and the optimistic way comes back
+// with the first batch it would have done.
+func TestConfirmOrdersRedeliveredBacklog(t *testing.T) {
+	ctx := context.Background()
+	s := storetest.MustOpen(t, storetest.PostgresURL(t))
+	c := mustCampaign(t, s, 1000, 10)
+	fresh := func() []events.Event {
+		evs := make([]events.Event, 20)
+		for i := range evs {
+			evs[i] = newEvent(c.ID, fmt.Sprintf("u%d", i), 1)
+		}
+		return evs
+	}
+	counts := func() [2]int64 { return [2]int64{store.OptimisticDone(), store.OptimisticRetries()} }
+	step := func(what string, evs []events.Event, want [2]int64, dup bool) {
+		t.Helper()
+		before := counts()
+		rs := confirm(t, s, evs...)
+		for i, r := range rs {
+			if r.Status != events.Confirmed || r.Duplicate != dup {
+				t.Fatalf("%s: result %d = %+v, want confirmed, duplicate %v", what, i, r, dup)
+			}
+		}
+		if got := counts(); got[0]-before[0] != want[0] || got[1]-before[1] != want[1] {
+			t.Errorf("%s: %d optimistic, %d done again; want %d and %d", what, got[0]-before[0], got[1]-before[1], want[0], want[1])
+		}
+	}
+	batch := fresh()
+	step("first delivery", batch, [2]int64{1, 0}, false)
+	step("redelivery", batch, [2]int64{0, 1}, true)
+	step("second redelivery", batch, [2]int64{0, 0}, true) // straight to the reads
+	step("new orders after the backlog", fresh(), [2]int64{0, 0}, false)
+	step("and the next", fresh(), [2]int64{1, 0}, false)
+	if got, err := s.Campaign(ctx, c.ID); err != nil || got.Sold != 60 {
+		t.Errorf("sold = %d (%v), want 60", got.Sold, err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -26,6 +27,9 @@ type Store struct {
 	// parameter per value), and noOptimistic makes every batch read its known orders and
 	// buyers' totals first: for the tests and benchmarks that compare them.
 	portableSQL, noOptimistic bool
+	// reading is set while batches go straight to the reads, after one the optimistic way
+	// could not do (ConfirmOrders).
+	reading atomic.Bool
 }
 
 // Open connects to the database named by dsn: a postgres:// or postgresql:// URL, or
