@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/time/rate"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/failpoint"
@@ -26,6 +27,10 @@ type Config struct {
 	Group string
 	// BatchSize is the most events persisted in one transaction. Default: 500.
 	BatchSize int
+	// MaxRate is the most events persisted per second, the design's controlled pace: Kafka
+	// holds a burst and the database takes it at a rate it sustains beside everything else.
+	// 0: as fast as the database takes them.
+	MaxRate int
 	// Logger receives progress and errors. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -49,6 +54,9 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		return errors.New("consumer: no Kafka brokers")
+	}
+	if c.MaxRate < 0 {
+		return fmt.Errorf("consumer: max rate %d: want 0 (unpaced) or more events per second", c.MaxRate)
 	}
 	return nil
 }
@@ -98,8 +106,18 @@ func (c *Consumer) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 // finished and committed first. It returns nil after a clean stop.
 func (c *Consumer) Run(ctx context.Context) error {
 	log := c.cfg.Logger.With("role", "consumer", "group", c.cfg.Group)
-	log.Info("consuming", "topic", c.cfg.Topics.Requested, "batch_size", c.cfg.BatchSize)
-	return events.ConsumePipelined(ctx, c.cl, c.cfg.BatchSize, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+	log.Info("consuming", "topic", c.cfg.Topics.Requested, "batch_size", c.cfg.BatchSize, "max_rate", c.cfg.MaxRate)
+	batch, pace := c.cfg.BatchSize, rate.NewLimiter(rate.Inf, 0)
+	if c.cfg.MaxRate > 0 {
+		// A batch waits for its whole size at once, so no batch may be larger than a second's
+		// worth: a longer wait would hold the group's rebalances with it.
+		batch = min(batch, c.cfg.MaxRate)
+		pace = rate.NewLimiter(rate.Limit(c.cfg.MaxRate), batch)
+	}
+	return events.ConsumePipelined(ctx, c.cl, batch, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+		if err := pace.WaitN(stop, fs.NumRecords()); err != nil {
+			return nil, err // stopping: the batch is redelivered
+		}
 		finish, err := c.h.persist(work, stop, fs.Records())
 		if err != nil {
 			return nil, err

@@ -1,0 +1,105 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/consumer"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// confirmer records the batches the consumer confirms in Redis.
+type confirmer struct {
+	mu      sync.Mutex
+	largest int
+}
+
+func (c *confirmer) ConfirmAll(_ context.Context, ids []string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.largest = max(c.largest, len(ids))
+	return nil
+}
+
+// TestMaxRate checks the controlled pace: with --max-rate 200, 300 events already in Kafka take
+// at least the half second the last 100 must wait for, no batch holds more than a second's
+// worth, and every order is persisted once.
+func TestMaxRate(t *testing.T) {
+	const rate, n = 200, 300
+	ctx := context.Background()
+	st := storetest.MustOpen(t, storetest.SQLiteURL(t))
+	campaign := storetest.Name("pace")
+	now := time.Now().Add(-time.Minute)
+	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "pace", Stock: n, PerUserLimit: 1,
+		StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	cl, err := events.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range n {
+		rec, err := events.Record(topics.Requested, events.Event{Type: events.OrderRequested, Version: events.Version,
+			EventID: events.NewID(), OccurredAt: now.UTC(), OrderID: events.NewOrderID(campaign), CampaignID: campaign,
+			UserID: fmt.Sprintf("user-%d", i), Quantity: 1, Deadline: now.Add(time.Hour).UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.Produce(ctx, rec, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	conf := &confirmer{}
+	cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics, BatchSize: 500, MaxRate: rate}, st, conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- cons.Run(runCtx) }()
+	for {
+		c, err := st.Campaign(ctx, campaign)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Sold == n {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("after 30s %d of %d orders persisted", c.Sold, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// The first second's worth goes at once; the other 100 events wait 100/200 s for tokens.
+	if min := time.Second * (n - rate) / rate; elapsed < min {
+		t.Errorf("%d events at --max-rate %d persisted in %v, want at least %v", n, rate, elapsed, min)
+	}
+	if conf.largest > rate {
+		t.Errorf("a batch of %d events, want at most a second's worth (%d)", conf.largest, rate)
+	}
+	orders, err := st.Confirmed(ctx, campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orders) != n {
+		t.Errorf("%d confirmed orders, want %d", len(orders), n)
+	}
+}
