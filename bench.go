@@ -56,6 +56,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 	issuer := f.String("token-issuer", "", "iss claim of the minted JWTs (also given to the api)")
 	var apiFlags multiFlag
 	f.Var(&apiFlags, "api-flag", "extra flag for every api, repeatable: --api-flag=--user-rate=0")
+	consumerRate := f.Int("consumer-rate", bench.DefaultConsumerRate, "pace (orders/s) of the consumer beside the api in the HTTP scenarios, as its --max-rate; 0: unpaced")
 	binary := f.String("binary", "", "seckill binary to measure (default: go build of this module into the work dir)")
 	commitFlag := f.String("commit", "", "what --binary was built from, for the report (default: the module's git commit)")
 	out := f.String("out", "bench/results", "where the JSON result and the HTML report go")
@@ -115,7 +116,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 	}
 	cfg := bench.Config{
 		RedisURL: *redisURL, PostgresURL: *pgURL, Brokers: strings.Split(*brokers, ","),
-		Binary: *binary, Sizes: sz, Auth: *auth, APIFlags: apiFlags,
+		Binary: *binary, Sizes: sz, Auth: *auth, APIFlags: apiFlags, ConsumerRate: *consumerRate,
 		Identity: bench.Identity{Secret: []byte(*secret), Issuer: *issuer},
 		Profile:  *profile, WorkDir: *workDir, Keep: *keep, Command: benchCommand(f, set), Commit: commit,
 	}

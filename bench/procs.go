@@ -300,3 +300,56 @@ func FlagsOf(bin, command string) map[string]bool {
 func HasCommand(bin, command string) bool {
 	return exec.Command(bin, command, "--help").Run() == nil
 }
+
+// serviceNames names the test services' processes by their command: what the bench's CPU
+// accounting calls them. A java process counts as kafka only when its command line says so.
+var serviceNames = map[string]string{"redis-server": "redis", "postgres": "postgres", "java": "kafka"}
+
+// ServiceCPU returns the CPU time each local service (Redis, PostgreSQL with all its backends,
+// the Kafka broker) has used, per process: the services a scenario leans on are on the same
+// cores, so their share of each request belongs in the account. Services on other hosts are
+// not seen.
+func ServiceCPU() map[int]ProcCPU {
+	dirs, _ := os.ReadDir("/proc")
+	out := map[int]ProcCPU{}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			continue
+		}
+		name, ok := serviceNames[strings.TrimSpace(string(b))]
+		if !ok {
+			continue
+		}
+		if name == "kafka" {
+			if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || !bytes.Contains(cmd, []byte("kafka")) {
+				continue
+			}
+		}
+		if t, err := CPUTime(pid); err == nil {
+			out[pid] = ProcCPU{Name: name, CPU: t}
+		}
+	}
+	return out
+}
+
+// ProcCPU is one process's CPU time, under the name the bench gives it.
+type ProcCPU struct {
+	Name string
+	CPU  time.Duration
+}
+
+// ServiceCPUSince sums, per service, the CPU time used since before: a process that started
+// since counts whole, one that ended is missed (PostgreSQL backends of the bench's pools live
+// through a scenario).
+func ServiceCPUSince(before map[int]ProcCPU) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for pid, now := range ServiceCPU() {
+		out[now.Name] += now.CPU - before[pid].CPU
+	}
+	return out
+}

@@ -47,7 +47,7 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 		fmt.Fprintf(&b, "| %s | %s | %s %s | %s | %s | %s | %s | %s | %.1f |\n", s.Name, kind, rate(s.Throughput), s.Unit,
 			lat(l.P50), lat(l.P99), lat(l.P999), s.CPUString(), strings.ReplaceAll(s.Answers(), "|", "/"), s.LoadAvg)
 	}
-	b.WriteString("\nCPU per op: CPU time of each server process per request (per order for the drains), steadier than\nthroughput on a shared machine. load: the one-minute load average when the scenario started (2 cores).\n")
+	b.WriteString("\nCPU per op: CPU time of each server process per request (per order for the drains), the local\nRedis, PostgreSQL (all backends) and Kafka broker included: steadier than throughput on a shared\nmachine, and it shows where a request's cost lands. load: the one-minute load average when the scenario started (2 cores).\n")
 	for _, s := range r.Scenarios {
 		if f := s.Flash; f != nil {
 			fmt.Fprintf(&b, "\nflash-crowd: sold out after %.2fs; every confirmed order in PostgreSQL after %s. %s.\n",

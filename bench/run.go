@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,7 +78,10 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 		{ScSoldOut, r.soldOut},
 		{ScBareReserve, func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, BareReserve) }},
 		{ScRedisCeiling, r.redisCeiling},
-		{ScAllAccept, r.allAccept},
+		{ScAllAccept, func(ctx context.Context) (ScenarioResult, error) {
+			return r.allAccept(ctx, ScAllAccept, r.cfg.ConsumerRate)
+		}},
+		{ScAllAcceptUnpaced, func(ctx context.Context) (ScenarioResult, error) { return r.allAccept(ctx, ScAllAcceptUnpaced, 0) }},
 		{ScSyncDB, func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, SyncDB) }},
 		{ScFlashCrowd, func(ctx context.Context) (ScenarioResult, error) {
 			res, p, err := r.flashCrowd(ctx, cfg.wants(ScIdleConns))
@@ -209,8 +213,8 @@ func (r *runner) noteLogProblems() {
 }
 
 // startPipeline starts api, consumer and compensator on fresh topics and waits until each is
-// ready.
-func (r *runner) startPipeline(ctx context.Context, name string) (*pipeline, error) {
+// ready; the consumer persists at most pace orders/s (0: unpaced).
+func (r *runner) startPipeline(ctx context.Context, name string, pace int) (*pipeline, error) {
 	p := &pipeline{r: r, prefix: r.env.Prefix(name), admin: "admin-" + events.NewID()}
 	addrs := make([]string, 6)
 	for i := range addrs {
@@ -233,7 +237,8 @@ func (r *runner) startPipeline(ctx context.Context, name string) (*pipeline, err
 		p.stop()
 		return nil, err
 	}
-	if p.cons, err = r.role(name+"-consumer", p.consPprof, append([]string{"consumer", "--metrics-addr", p.consAdmin}, conn...)...); err != nil {
+	consArgs := []string{"consumer", "--metrics-addr", p.consAdmin, "--max-rate", strconv.Itoa(pace)}
+	if p.cons, err = r.role(name+"-consumer", p.consPprof, append(consArgs, conn...)...); err != nil {
 		p.stop()
 		return nil, err
 	}
@@ -307,12 +312,13 @@ func (p *pipeline) createCampaign(ctx context.Context, id string, stock, limit i
 
 // cpuMeter measures the CPU time processes use between start and stop.
 type cpuMeter struct {
-	procs map[string]int
-	start map[string]time.Duration
+	procs    map[string]int
+	start    map[string]time.Duration
+	services map[int]ProcCPU
 }
 
 func startCPU(procs map[string]int) *cpuMeter {
-	m := &cpuMeter{procs: procs, start: map[string]time.Duration{}}
+	m := &cpuMeter{procs: procs, start: map[string]time.Duration{}, services: ServiceCPU()}
 	m.start["bench"] = selfCPU()
 	for name, pid := range procs {
 		m.start[name], _ = CPUTime(pid)
@@ -322,6 +328,9 @@ func startCPU(procs map[string]int) *cpuMeter {
 
 func (m *cpuMeter) stop() map[string]float64 {
 	out := map[string]float64{"bench": (selfCPU() - m.start["bench"]).Seconds()}
+	for name, t := range ServiceCPUSince(m.services) {
+		out[name] = t.Seconds()
+	}
 	for name, pid := range m.procs {
 		if t, err := CPUTime(pid); err == nil {
 			out[name] = (t - m.start[name]).Seconds()

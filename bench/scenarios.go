@@ -91,7 +91,7 @@ func (r *runner) baseline(ctx context.Context, kind string) (ScenarioResult, err
 // soldOut measures purchases of a campaign whose stock is gone: the warm-up sells it.
 func (r *runner) soldOut(ctx context.Context) (ScenarioResult, error) {
 	sz := r.cfg.Sizes
-	p, err := r.startPipeline(ctx, ScSoldOut)
+	p, err := r.startPipeline(ctx, ScSoldOut, r.cfg.ConsumerRate)
 	if err != nil {
 		return ScenarioResult{}, err
 	}
@@ -110,32 +110,41 @@ func (r *runner) soldOut(ctx context.Context) (ScenarioResult, error) {
 	return httpResult(fmt.Sprintf("purchases after the stock (%d units) is gone", stock), false, m), err
 }
 
-// allAccept measures purchases that all succeed: every request runs the script and produces.
-func (r *runner) allAccept(ctx context.Context) (ScenarioResult, error) {
+// allAccept measures purchases that all succeed: every request runs the script and produces,
+// while the consumer beside the api persists at most pace orders/s (0: as fast as it can).
+func (r *runner) allAccept(ctx context.Context, name string, pace int) (ScenarioResult, error) {
 	sz := r.cfg.Sizes
-	p, err := r.startPipeline(ctx, ScAllAccept)
+	p, err := r.startPipeline(ctx, name, pace)
 	if err != nil {
 		return ScenarioResult{}, err
 	}
 	defer p.stop()
-	campaign := r.env.Campaign(ScAllAccept)
+	campaign := r.env.Campaign(name)
 	if err := p.createCampaign(ctx, campaign, sz.Requests+sz.Warmup, sz.Requests+sz.Warmup); err != nil {
 		return ScenarioResult{}, err
 	}
 	var before [2]float64
-	load := Load{Addr: p.apiAddr, Requests: sz.Requests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScAllAccept), r.id),
+	load := Load{Addr: p.apiAddr, Requests: sz.Requests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(name), r.id),
 		Started: func(time.Time) { before = p.produceStats(ctx) }}
-	m, err := r.measure(ctx, ScAllAccept,
-		Load{Addr: p.apiAddr, Requests: sz.Warmup, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScAllAccept+"-warm"), r.id)},
+	m, err := r.measure(ctx, name,
+		Load{Addr: p.apiAddr, Requests: sz.Warmup, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(name+"-warm"), r.id)},
 		load, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
 	r.addProfiles(m.profiles)
-	r.noteProduce(ScAllAccept, before, p.produceStats(ctx))
+	r.noteProduce(name, before, p.produceStats(ctx))
 	if sold, err := r.sold(ctx, campaign); err == nil && m.load != nil {
-		r.res.Notes = append(r.res.Notes, fmt.Sprintf("all-accept: when the load ended, %s of %s accepted orders were in PostgreSQL (the consumer runs beside the api)",
-			count(sold), count(m.load.Count("2")+sz.Warmup)))
+		r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: when the load ended, %s of %s accepted orders were in PostgreSQL (%s)",
+			name, count(sold), count(m.load.Count("2")+sz.Warmup), paceNote(pace)))
 	}
 	err = errors.Join(err, p.stop())
-	return httpResult("purchases that all succeed: the reserve script and the produce on every request", false, m), err
+	return httpResult("purchases that all succeed: the reserve script and the produce on every request; "+paceNote(pace), false, m), err
+}
+
+// paceNote says how fast the consumer beside the api persisted.
+func paceNote(pace int) string {
+	if pace <= 0 {
+		return "the consumer beside the api persists as fast as it can"
+	}
+	return fmt.Sprintf("the consumer beside the api persists at most %s orders/s (--max-rate)", count(int64(pace)))
 }
 
 func (r *runner) sold(ctx context.Context, campaign string) (int64, error) {
@@ -148,7 +157,7 @@ func (r *runner) sold(ctx context.Context, campaign string) (int64, error) {
 // exactly the stock was sold. With keep, the pipeline is returned running, for idle-conns.
 func (r *runner) flashCrowd(ctx context.Context, keep bool) (ScenarioResult, *pipeline, error) {
 	sz := r.cfg.Sizes
-	p, err := r.startPipeline(ctx, ScFlashCrowd)
+	p, err := r.startPipeline(ctx, ScFlashCrowd, r.cfg.ConsumerRate)
 	if err != nil {
 		return ScenarioResult{}, nil, err
 	}
