@@ -23,9 +23,9 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 	fmt.Fprintf(&b, "Latest run%s: %s on %d × %s (%d GiB), everything colocated; buyers named by %s.\n",
 		commit, r.Started.Format("2006-01-02"), r.Host.CPUs, r.Host.CPU, r.Host.MemoryGiB, r.Identity)
 	fmt.Fprintf(&b, "Produced by `%s`; full result in [`%s`](%s), report in [`%s`](%s).\n\n", r.Command, jsonPath, jsonPath, htmlPath, htmlPath)
-	b.WriteString("| target | got | want | |\n|---|--:|--:|---|\n")
+	b.WriteString("| target | got | want | | note |\n|---|--:|--:|---|---|\n")
 	for _, t := range r.Targets {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.GotString(), t.WantString(), t.Verdict())
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", t.Name, t.GotString(), t.WantString(), t.Verdict(), strings.ReplaceAll(t.Note, "|", "/"))
 	}
 	b.WriteString("\n| scenario | | throughput | p50 | p99 | p99.9 | CPU per op | answers | load |\n|---|---|--:|--:|--:|--:|---|---|--:|\n")
 	for _, s := range r.Scenarios {
