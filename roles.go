@@ -71,13 +71,14 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	linger := f.Duration("produce-linger", 0, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
 	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
+	parkAfter := f.Duration("idle-park-after", 250*time.Millisecond, "how long a keep-alive connection may wait for its next request inside net/http (about 17 KB) before it is parked outside (about 200 bytes; Linux); a request on a parked connection costs a goroutine's start more (negative: never park)")
 	guards := f.guards(false)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl}, guards.logArgs()...)...)
-	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, Logger: log}
+	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl, "idle_park_after", *parkAfter}, guards.logArgs()...)...)
+	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, IdleParkAfter: *parkAfter, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
 	}
