@@ -131,11 +131,11 @@ func TestParkIdleConnections(t *testing.T) {
 func TestParkKeepsEveryByte(t *testing.T) {
 	_, l := parkServer(t, 30*time.Millisecond, time.Minute)
 	c := dial(t, l)
-	c.send(t, get("/1")+get("/2")+get("/3")[:2]) // two and a bit, in one write
+	c.send(t, get("/1")+get("/2")+get("/3")[:3]) // two and a bit, in one write
 	c.expect(t, "ok /1")
 	c.expect(t, "ok /2")
-	time.Sleep(150 * time.Millisecond) // net/http holds "GE" of the third, in its buffer
-	c.send(t, get("/3")[2:])
+	time.Sleep(150 * time.Millisecond) // net/http holds "GET" of the third, in its buffer
+	c.send(t, get("/3")[3:])
 	c.expect(t, "ok /3")
 
 	time.Sleep(150 * time.Millisecond)
