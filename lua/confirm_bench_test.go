@@ -1,0 +1,110 @@
+package lua_test
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/lua/luatest"
+)
+
+// confirmOneSrc is the confirm script as it was before it took a batch: one order per call. The
+// tests keep it as the oracle the batch is checked against, and the benchmark as the baseline.
+//
+//go:embed testdata/confirm_one.lua
+var confirmOneSrc string
+
+var confirmOne = redis.NewScript(confirmOneSrc)
+
+// confirmOneByOne is the old ConfirmAll: one confirm-script call per order, pipelined. It
+// returns each order's reply.
+func confirmOneByOne(ctx context.Context, rdb redis.Cmdable, orderIDs []string) ([]*redis.Cmd, error) {
+	if err := confirmOne.Load(ctx, rdb).Err(); err != nil {
+		return nil, err
+	}
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(orderIDs))
+	for i, id := range orderIDs {
+		campaign, ok := events.CampaignOf(id)
+		if !ok {
+			return nil, fmt.Errorf("malformed order id %q", id)
+		}
+		k := lua.KeysOf(campaign)
+		cmds[i] = pipe.EvalSha(ctx, confirmOne.Hash(), []string{k.Res, k.Pending}, id)
+	}
+	pipe.Exec(ctx) // each command carries its own error
+	return cmds, nil
+}
+
+// BenchmarkConfirmAll confirms batches of 500 pending reservations of one campaign, one script
+// call per order (the old ConfirmAll) beside one call per batch (the new one), on the test Redis.
+// The reservations are written back to pending between iterations, outside the timer.
+func BenchmarkConfirmAll(b *testing.B) {
+	const batch = 500
+	ctx := context.Background()
+	rdb := luatest.MustRedis(b)
+	r := lua.New(rdb)
+	if err := r.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	campaign := "bench-" + events.NewID()[14:]
+	k := lua.KeysOf(campaign)
+	b.Cleanup(func() { rdb.Del(context.Background(), k.Res, k.Pending) })
+	ids := make([]string, batch)
+	pending := make([]any, 0, 2*batch)
+	members := make([]redis.Z, batch)
+	deadline := time.Now().Add(time.Hour).UnixMilli()
+	for i := range ids {
+		ids[i] = events.NewOrderID(campaign)
+		pending = append(pending, ids[i], "pending|1|"+strconv.FormatInt(deadline, 10)+"|user"+strconv.Itoa(i))
+		members[i] = redis.Z{Score: float64(deadline), Member: ids[i]}
+	}
+	reset := func(b *testing.B) {
+		b.StopTimer()
+		pipe := rdb.Pipeline()
+		pipe.HSet(ctx, k.Res, pending...)
+		pipe.ZAdd(ctx, k.Pending, members...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	check := func(b *testing.B) {
+		if n := rdb.ZCard(ctx, k.Pending).Val(); n != 0 {
+			b.Fatalf("%d reservations still pending", n)
+		}
+	}
+	run := func(name string, confirm func() error) {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				reset(b)
+				if err := confirm(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			check(b)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/order")
+		})
+	}
+	run("one-call-per-order", func() error {
+		cmds, err := confirmOneByOne(ctx, rdb, ids)
+		if err != nil {
+			return err
+		}
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	run("batched", func() error { return r.ConfirmAll(ctx, ids) })
+}
