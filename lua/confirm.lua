@@ -1,19 +1,29 @@
--- confirm: mark a pending reservation confirmed once the store holds its order, so the sweeper
--- stops looking at it. The units stay taken.
--- KEYS: 1 res, 2 pending
--- ARGV: 1 order id
--- Returns {outcome, state} like release.
-local rec = redis.call('HGET', KEYS[1], ARGV[1])
-if not rec then
-  return {'unknown', ''}
+-- confirm: mark pending reservations confirmed once the store holds their orders, so the sweeper
+-- stops looking at them. The units stay taken. One order is a batch of one.
+-- KEYS: 1 res, 2 pending (one campaign's: one hash slot)
+-- ARGV: the order ids, each confirmed in turn exactly as if it were alone
+-- Returns, per order, flattened, {outcome, state} like release: "done" with "confirmed",
+-- "unchanged" with the current state, "unknown" with "" when there is no such reservation, or
+-- "malformed" with the error for a record it cannot parse (which stops nothing else).
+local function confirm(id)
+  local rec = redis.call('HGET', KEYS[1], id)
+  if not rec then
+    return 'unknown', ''
+  end
+  local _, _, state, rest = string.find(rec, '^(%a+)|(.*)$')
+  if not state then
+    return 'malformed', 'malformed reservation ' .. id
+  end
+  if state ~= 'pending' then
+    return 'unchanged', state
+  end
+  redis.call('HSET', KEYS[1], id, 'confirmed|' .. rest)
+  redis.call('ZREM', KEYS[2], id)
+  return 'done', 'confirmed'
 end
-local _, _, state, rest = string.find(rec, '^(%a+)|(.*)$')
-if not state then
-  return redis.error_reply('malformed reservation ' .. ARGV[1])
+
+local out = {}
+for i, id in ipairs(ARGV) do
+  out[2 * i - 1], out[2 * i] = confirm(id)
 end
-if state ~= 'pending' then
-  return {'unchanged', state}
-end
-redis.call('HSET', KEYS[1], ARGV[1], 'confirmed|' .. rest)
-redis.call('ZREM', KEYS[2], ARGV[1])
-return {'done', 'confirmed'}
+return out

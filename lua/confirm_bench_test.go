@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,15 @@ import (
 var confirmOneSrc string
 
 var confirmOne = redis.NewScript(confirmOneSrc)
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // confirmOneByOne is the old ConfirmAll: one confirm-script call per order, pipelined. It
 // returns each order's reply.
@@ -84,14 +94,18 @@ func BenchmarkConfirmAll(b *testing.B) {
 	run := func(name string, confirm func() error) {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
+			var cpu time.Duration // this process's, the client's: the consumer's share
 			for b.Loop() {
 				reset(b)
+				before := cpuTime(b)
 				if err := confirm(); err != nil {
 					b.Fatal(err)
 				}
+				cpu += cpuTime(b) - before
 			}
 			check(b)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/order")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*batch), "client-cpu-ns/order")
 		})
 	}
 	run("one-call-per-order", func() error {

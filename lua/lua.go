@@ -223,7 +223,7 @@ func (r *Redis) release(ctx context.Context, orderID, from, to string) (Outcome,
 	return Outcome{Changed: v[0] == "done", State: v[1]}, nil
 }
 
-// Confirm marks a pending reservation confirmed.
+// Confirm marks a pending reservation confirmed: ConfirmAll's script with a batch of one.
 func (r *Redis) Confirm(ctx context.Context, orderID string) (Outcome, error) {
 	campaign, ok := events.CampaignOf(orderID)
 	if !ok {
@@ -236,6 +236,9 @@ func (r *Redis) Confirm(ctx context.Context, orderID string) (Outcome, error) {
 	}
 	if len(v) != 2 {
 		return Outcome{}, fmt.Errorf("confirm order %s: unexpected reply %q", orderID, v)
+	}
+	if v[0] == "malformed" {
+		return Outcome{}, fmt.Errorf("confirm order %s: %s", orderID, v[1])
 	}
 	return Outcome{Changed: v[0] == "done", State: v[1]}, nil
 }
@@ -297,18 +300,30 @@ func (r *Redis) Remaining(ctx context.Context, campaign string) (int64, bool, er
 	return n, true, nil
 }
 
-// ConfirmAll confirms many pending reservations in one pipelined round trip: the consumer's
-// batch, which would otherwise wait on one round trip per order.
+// confirmBatch bounds the orders of one confirm call, so that one call cannot hold Redis long.
+const confirmBatch = 500
+
+// ConfirmAll confirms many pending reservations, each exactly as Confirm would, in one round
+// trip: one script call per campaign (a campaign's keys share one hash slot) and per
+// confirmBatch orders, pipelined. The consumer confirms its batches this way. A record the
+// script cannot parse is an error, after every other order has been confirmed.
 func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
+	groups, err := byCampaign(orderIDs)
+	if err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		pipe := r.rdb.Pipeline()
-		for _, id := range orderIDs {
-			campaign, ok := events.CampaignOf(id)
-			if !ok {
-				return events.Errorf(events.Invalid, "malformed order id %q", id)
+		cmds := make([]*redis.Cmd, 0, len(groups))
+		for _, g := range groups {
+			k := KeysOf(g.campaign)
+			keys := []string{k.Res, k.Pending}
+			for len(g.ids) > 0 {
+				n := min(len(g.ids), confirmBatch)
+				// A []string argument goes out as one argument per id.
+				cmds = append(cmds, pipe.EvalSha(ctx, confirmScript.Hash(), keys, g.ids[:n]))
+				g.ids = g.ids[n:]
 			}
-			k := KeysOf(campaign)
-			pipe.EvalSha(ctx, confirmScript.Hash(), []string{k.Res, k.Pending}, id)
 		}
 		_, err := pipe.Exec(ctx)
 		if err != nil && strings.Contains(err.Error(), "NOSCRIPT") && attempt == 0 {
@@ -321,6 +336,55 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
 		}
+		for _, cmd := range cmds {
+			v, err := cmd.Slice()
+			if err != nil {
+				return fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
+			}
+			for i := 0; i+1 < len(v); i += 2 {
+				if v[i] == "malformed" {
+					return fmt.Errorf("confirm %d orders: %v", len(orderIDs), v[i+1])
+				}
+			}
+		}
 		return nil
 	}
+}
+
+// campaignOrders are the orders of one campaign, in the order given.
+type campaignOrders struct {
+	campaign string
+	ids      []string
+}
+
+// byCampaign groups order ids by their campaign, keeping the order of the ids within each
+// campaign; the common batch, all of one campaign, is one group without a copy.
+func byCampaign(orderIDs []string) ([]campaignOrders, error) {
+	var groups []campaignOrders
+	var index map[string]int // campaign -> groups index, once there is a second campaign
+	for i, id := range orderIDs {
+		campaign, ok := events.CampaignOf(id)
+		if !ok {
+			return nil, events.Errorf(events.Invalid, "malformed order id %q", id)
+		}
+		switch {
+		case len(groups) == 0:
+			groups = append(groups, campaignOrders{campaign, orderIDs[:1:1]})
+		case index == nil && campaign == groups[0].campaign:
+			groups[0].ids = orderIDs[: i+1 : i+1]
+		default:
+			if index == nil {
+				// groups[0].ids has no room past its ids: appending copies, orderIDs stays.
+				index = map[string]int{groups[0].campaign: 0}
+			}
+			g, ok := index[campaign]
+			if !ok {
+				g = len(groups)
+				index[campaign] = g
+				groups = append(groups, campaignOrders{campaign: campaign})
+			}
+			groups[g].ids = append(groups[g].ids, id)
+		}
+	}
+	return groups, nil
 }
