@@ -27,9 +27,10 @@ import (
 // would have. A parked connection costs the socket and about 200 bytes.
 //
 // Only a read net/http makes to wait for the next request, with nothing buffered, may park:
-// parkConn knows the wait from the StateIdle hook, which net/http runs just before it, and an
-// empty buffer from the read's length, which is the whole buffer only when it is empty (bufio
-// moves what it holds to the front). So no byte of a pipelined request is ever dropped.
+// parkConn knows the wait from the StateIdle hook and the deadlines net/http sets around it
+// (see wait), and an empty buffer from the read's length, which is the whole buffer only when
+// it is empty (bufio moves what it holds to the front). So no byte of a pipelined request is
+// ever dropped.
 
 // parked counts the parked connections of every server in the process.
 var parked atomic.Int64
@@ -148,20 +149,32 @@ func (l *parkListener) Close() error {
 // to wait for its next request.
 func parkConnState(c net.Conn, st http.ConnState) {
 	if pc, ok := c.(*parkConn); ok && st == http.StateIdle {
-		pc.idle.Store(true)
+		pc.mu.Lock()
+		pc.wait = waitHooked
+		pc.mu.Unlock()
 	}
 }
+
+// wait follows net/http's wait for the next request: the StateIdle hook, then the idle timeout's
+// SetReadDeadline, then a read only if fewer than 4 bytes are buffered, then the header
+// timeout's SetReadDeadline. Only a read between the two deadlines is the wait: when the buffer
+// held enough, the second deadline disarms it before readRequest reads on.
+const (
+	waitNone   = iota
+	waitHooked // StateIdle ran
+	waitArmed  // and the idle deadline was set: the next read, if any before the next deadline, is the wait
+)
 
 // parkConn is a TCP connection as net/http sees it.
 type parkConn struct {
 	*net.TCPConn
 	l *parkListener
 
-	idle    atomic.Bool // net/http's next read waits for a request
-	maxRead int         // the longest read asked for: the read buffer's size; reads are serial
-	parking bool        // the read gave up to park: Close parks; set and read by net/http's goroutine
+	maxRead int  // the longest read asked for: the read buffer's size; reads are serial
+	parking bool // the read gave up to park: Close parks; set and read by net/http's goroutine
 
 	mu       sync.Mutex
+	wait     int       // waitNone, waitHooked or waitArmed
 	deadline time.Time // the read deadline net/http asked for
 	gen      uint64    // counts SetReadDeadline and SetDeadline calls
 }
@@ -169,23 +182,36 @@ type parkConn struct {
 func (c *parkConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.deadline, c.gen = t, c.gen+1
+	c.setDeadline(t)
 	return c.TCPConn.SetReadDeadline(t)
 }
 
 func (c *parkConn) SetDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.deadline, c.gen = t, c.gen+1
+	c.setDeadline(t)
 	return c.TCPConn.SetDeadline(t)
+}
+
+// setDeadline records a read deadline net/http set, and moves the wait on; c.mu is held.
+func (c *parkConn) setDeadline(t time.Time) {
+	c.deadline, c.gen = t, c.gen+1
+	if c.wait == waitHooked {
+		c.wait = waitArmed
+	} else {
+		c.wait = waitNone
+	}
 }
 
 func (c *parkConn) Read(p []byte) (int, error) {
 	c.maxRead = max(c.maxRead, len(p))
-	if !c.idle.Swap(false) || len(p) < c.maxRead {
+	c.mu.Lock()
+	waiting := c.wait == waitArmed
+	c.wait = waitNone
+	if !waiting || len(p) < c.maxRead {
+		c.mu.Unlock()
 		return c.TCPConn.Read(p)
 	}
-	c.mu.Lock()
 	deadline, gen := c.deadline, c.gen
 	parkAt := time.Now().Add(c.l.after)
 	if !deadline.IsZero() && !deadline.After(parkAt) {
