@@ -2,9 +2,11 @@
 -- stops looking at them. The units stay taken. One order is a batch of one.
 -- KEYS: 1 res, 2 pending (one campaign's: one hash slot)
 -- ARGV: the order ids, each confirmed in turn exactly as if it were alone
--- Returns, per order, flattened, {outcome, state} like release: "done" with "confirmed",
--- "unchanged" with the current state, "unknown" with "" when there is no such reservation, or
--- "malformed" with the error for a record it cannot parse (which stops nothing else).
+-- Returns {confirmed, ...}: how many orders this call confirmed, then, for each order it did
+-- not, its position in ARGV and {outcome, state} like release: "unchanged" with the current
+-- state, "unknown" with "" when there is no such reservation, or "malformed" with the error for
+-- a record it cannot parse (which stops nothing else). An order not listed was confirmed: "done"
+-- with "confirmed". The consumer's batches are mostly pending orders: its replies stay short.
 local function confirm(id)
   local rec = redis.call('HGET', KEYS[1], id)
   if not rec then
@@ -22,8 +24,15 @@ local function confirm(id)
   return 'done', 'confirmed'
 end
 
-local out = {}
+local out = {0}
 for i, id in ipairs(ARGV) do
-  out[2 * i - 1], out[2 * i] = confirm(id)
+  local outcome, state = confirm(id)
+  if outcome == 'done' then
+    out[1] = out[1] + 1
+  else
+    out[#out + 1] = i
+    out[#out + 1] = outcome
+    out[#out + 1] = state
+  end
 end
 return out

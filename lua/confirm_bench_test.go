@@ -76,6 +76,15 @@ func BenchmarkConfirmAll(b *testing.B) {
 		pending = append(pending, ids[i], "pending|1|"+strconv.FormatInt(deadline, 10)+"|user"+strconv.Itoa(i))
 		members[i] = redis.Z{Score: float64(deadline), Member: ids[i]}
 	}
+	// A sale's res hash holds every order of the campaign: thousands, past any listpack limit
+	// (Redis keeps a small hash in one list it scans), so the batch's orders join others.
+	confirmed := make([]any, 0, 2*5000)
+	for i := range 5000 {
+		confirmed = append(confirmed, events.NewOrderID(campaign), "confirmed|1|"+strconv.FormatInt(deadline, 10)+"|old"+strconv.Itoa(i))
+	}
+	if err := rdb.HSet(ctx, k.Res, confirmed...).Err(); err != nil {
+		b.Fatal(err)
+	}
 	reset := func(b *testing.B) {
 		b.StopTimer()
 		pipe := rdb.Pipeline()

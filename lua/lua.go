@@ -230,17 +230,57 @@ func (r *Redis) Confirm(ctx context.Context, orderID string) (Outcome, error) {
 		return Outcome{}, events.Errorf(events.Invalid, "malformed order id %q", orderID)
 	}
 	k := KeysOf(campaign)
-	v, err := confirmScript.Run(ctx, r.rdb, []string{k.Res, k.Pending}, orderID).StringSlice()
+	v, err := confirmScript.Run(ctx, r.rdb, []string{k.Res, k.Pending}, orderID).Slice()
 	if err != nil {
 		return Outcome{}, fmt.Errorf("confirm order %s: %w", orderID, err)
 	}
-	if len(v) != 2 {
-		return Outcome{}, fmt.Errorf("confirm order %s: unexpected reply %q", orderID, v)
+	outcomes, err := confirmOutcomes(v, 1)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("confirm order %s: %w", orderID, err)
 	}
-	if v[0] == "malformed" {
-		return Outcome{}, fmt.Errorf("confirm order %s: %s", orderID, v[1])
+	o := outcomes[0]
+	if o.outcome == "malformed" {
+		return Outcome{}, fmt.Errorf("confirm order %s: %s", orderID, o.state)
 	}
-	return Outcome{Changed: v[0] == "done", State: v[1]}, nil
+	return Outcome{Changed: o.outcome == "done", State: o.state}, nil
+}
+
+// confirmOutcome is one order's {outcome, state} in a confirm reply, as confirm.lua names them.
+type confirmOutcome struct{ outcome, state string }
+
+// confirmOutcomes decodes the reply of the confirm script over n orders: the orders it lists
+// with their outcome, every other one "done", "confirmed".
+func confirmOutcomes(v []any, n int) ([]confirmOutcome, error) {
+	out := make([]confirmOutcome, n)
+	for i := range out {
+		out[i] = confirmOutcome{"done", "confirmed"}
+	}
+	err := confirmListed(v, n, func(i int, o confirmOutcome) { out[i] = o })
+	return out, err
+}
+
+// confirmListed checks the reply of the confirm script over n orders and calls listed with
+// each order it lists (by index from 0): the ones it did not confirm.
+func confirmListed(v []any, n int, listed func(i int, o confirmOutcome)) error {
+	bad := func() error { return fmt.Errorf("unexpected reply %v to %d orders", v, n) }
+	if len(v) == 0 || (len(v)-1)%3 != 0 {
+		return bad()
+	}
+	if done, ok := v[0].(int64); !ok || int(done)+(len(v)-1)/3 != n {
+		return bad()
+	}
+	last := int64(0) // positions come in ARGV's order, so each order is listed once at most
+	for j := 1; j < len(v); j += 3 {
+		i, ok1 := v[j].(int64)
+		outcome, ok2 := v[j+1].(string)
+		state, ok3 := v[j+2].(string)
+		if !ok1 || !ok2 || !ok3 || i <= last || i > int64(n) {
+			return bad()
+		}
+		last = i
+		listed(int(i-1), confirmOutcome{outcome, state})
+	}
+	return nil
 }
 
 // Expired returns up to limit pending order ids of campaign whose deadline has passed.
@@ -315,6 +355,7 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
 	for attempt := 0; ; attempt++ {
 		pipe := r.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, 0, len(groups))
+		sizes := make([]int, 0, len(groups)) // orders per call
 		for _, g := range groups {
 			k := KeysOf(g.campaign)
 			keys := []string{k.Res, k.Pending}
@@ -322,6 +363,7 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
 				n := min(len(g.ids), confirmBatch)
 				// A []string argument goes out as one argument per id.
 				cmds = append(cmds, pipe.EvalSha(ctx, confirmScript.Hash(), keys, g.ids[:n]))
+				sizes = append(sizes, n)
 				g.ids = g.ids[n:]
 			}
 		}
@@ -336,16 +378,23 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
 		}
-		for _, cmd := range cmds {
+		// A reply lists only the orders its call did not confirm; the malformed ones are errors.
+		var malformed error
+		for c, cmd := range cmds {
 			v, err := cmd.Slice()
+			if err == nil {
+				err = confirmListed(v, sizes[c], func(_ int, o confirmOutcome) {
+					if o.outcome == "malformed" && malformed == nil {
+						malformed = errors.New(o.state)
+					}
+				})
+			}
 			if err != nil {
 				return fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
 			}
-			for i := 0; i+1 < len(v); i += 2 {
-				if v[i] == "malformed" {
-					return fmt.Errorf("confirm %d orders: %v", len(orderIDs), v[i+1])
-				}
-			}
+		}
+		if malformed != nil {
+			return fmt.Errorf("confirm %d orders: %w", len(orderIDs), malformed)
 		}
 		return nil
 	}
