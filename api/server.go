@@ -77,6 +77,10 @@ type Config struct {
 	// IdleTimeout is how long a keep-alive connection may stay idle, parked or not, before the
 	// server closes it. Default: 90s.
 	IdleTimeout time.Duration
+	// ReleaseWhenQuiet is how long the server must go without a request or a new connection
+	// before it returns the memory a burst left (when over 16 MB) to the OS, once per quiet
+	// spell: a garbage collection then. Negative never does. Default: 1s.
+	ReleaseWhenQuiet time.Duration
 	// ShutdownTimeout bounds the drain of in-flight requests at shutdown. Default: 15s.
 	ShutdownTimeout time.Duration
 	// Logger receives errors. Default: slog.Default().
@@ -130,6 +134,9 @@ func (c *Config) setDefaults() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 90 * time.Second
 	}
+	if c.ReleaseWhenQuiet == 0 {
+		c.ReleaseWhenQuiet = time.Second
+	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
 	}
@@ -166,6 +173,7 @@ type Server struct {
 	soldOut   *soldOut
 	kafka     *breaker      // fails purchases fast while Kafka is down
 	known     sync.Map      // campaign ids the store knows: see notInRedis
+	active    activity      // requests served and connections opened, for releaseWhenQuiet
 	stopping  chan struct{} // closed when shutdown starts: event streams end
 	stopOnce  sync.Once
 }
@@ -250,9 +258,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    16 << 10,
-		ConnState:         parkConnState,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			parkConnState(c, st)
+			if st == http.StateNew || st == http.StateIdle {
+				s.active.add()
+			}
+		},
 	}
 	ln = parkIdle(ln, s.cfg.IdleParkAfter)
+	rctx, stopRelease := context.WithCancel(ctx)
+	defer stopRelease()
+	go releaseWhenQuiet(rctx, &s.active, s.cfg.ReleaseWhenQuiet, freeOSMemory)
 	srv.RegisterOnShutdown(s.stop)
 	if s.redis != nil {
 		if err := LoadScripts(ctx, s.redis.Client()); err != nil {
