@@ -145,7 +145,7 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// maxLimiterKeys bounds the buckets of each rate limiter: about 100 bytes each.
+// maxLimiterKeys bounds the buckets of each rate limiter: about 36 bytes each beside the key.
 const maxLimiterKeys = 100_000
 
 // Store is the part of the store the api reads and writes: campaigns, and orders for reads.
