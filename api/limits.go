@@ -29,7 +29,7 @@ type Limit struct {
 // lenient side instead of growing without bound.
 //
 // A bucket is 16 bytes in the map beside its key (36 bytes a key with the map's own, measured,
-// plus the key's bytes; a *rate.Limiter was about 140): 100,000 buyers of a flash crowd cost
+// plus the key's bytes; a *rate.Limiter and its entry were 99): 100,000 buyers of a flash crowd cost
 // about 5 MB, returned a period or two after they leave. A timer
 // turns the generations over while any are held, so the memory comes back on an idle server
 // too.
