@@ -28,11 +28,10 @@ type Limit struct {
 // then forgotten before their buckets are full, so under a flood of keys the limit errs on the
 // lenient side instead of growing without bound.
 //
-// A bucket is 16 bytes in the map beside its key (36 bytes a key with the map's own, measured,
-// plus the key's bytes; a *rate.Limiter and its entry were 99): 100,000 buyers of a flash crowd cost
-// about 5 MB, returned a period or two after they leave. A timer
-// turns the generations over while any are held, so the memory comes back on an idle server
-// too.
+// A bucket is 16 bytes in the map beside its key: 36 bytes a key with the map's own, measured,
+// plus the key's bytes (a *rate.Limiter and its entry were 99). 100,000 buyers of a flash crowd
+// cost about 5 MB, returned a period or two after they leave. A timer turns the generations
+// over while any are held, so the memory comes back on an idle server too.
 type limiter struct {
 	limit   Limit
 	maxKeys int
