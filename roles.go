@@ -71,8 +71,8 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	linger := f.Duration("produce-linger", 0, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
 	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
-	parkAfter := f.Duration("idle-park-after", 250*time.Millisecond, "how long a keep-alive connection may wait for its next request inside net/http (about 17 KB) before it is parked outside (about 200 bytes; Linux); a request on a parked connection costs a goroutine's start more (negative: never park)")
-	releaseQuiet := f.Duration("release-when-quiet", time.Second, "after this long without a request or a new connection, return the memory a burst left (over 16 MB) to the OS, once per quiet spell (negative: never; GOMEMLIMIT still applies)")
+	parkAfter := f.Duration("idle-park-after", 250*time.Millisecond, "how long a keep-alive connection may wait for its next request inside net/http (about 17 KB) before it is parked outside (about 200 bytes; Linux); a request on a parked connection costs a goroutine's start more (negative, e.g. -1s: never park)")
+	releaseQuiet := f.Duration("release-when-quiet", time.Second, "after this long without a request or a new connection, return the memory a burst left (over 16 MB) to the OS, once per quiet spell (negative, e.g. -1s: never; GOMEMLIMIT still applies)")
 	guards := f.guards(false)
 	if err := f.parse(args); err != nil {
 		return err
