@@ -320,27 +320,10 @@ func (p *jsonParser) audience() bool {
 		return ok
 	}
 	p.i++
-	p.ws()
-	if p.peek() == ']' {
-		p.i++
-		return true
-	}
-	for {
-		if _, ok := p.stringValue(); !ok {
-			return false
-		}
-		p.ws()
-		switch p.peek() {
-		case ',':
-			p.i++
-			p.ws()
-		case ']':
-			p.i++
-			return true
-		default:
-			return false
-		}
-	}
+	return p.list(']', func() bool {
+		_, ok := p.stringValue()
+		return ok
+	})
 }
 
 // jsonParser reads the JSON of a token's segments with encoding/json's grammar and string
@@ -372,38 +355,54 @@ func (p *jsonParser) object(member func(key []byte) bool) bool {
 		return false
 	}
 	p.i++
-	p.ws()
-	if p.peek() == '}' {
-		p.i++
-	} else {
-		for {
-			key, ok := p.stringValue()
-			if !ok {
-				return false
-			}
-			p.ws()
-			if p.peek() != ':' {
-				return false
-			}
-			p.i++
-			p.ws()
-			if !member(key) {
-				return false
-			}
-			p.ws()
-			c := p.peek()
-			p.i++
-			if c == '}' {
-				break
-			}
-			if c != ',' {
-				return false
-			}
-			p.ws()
-		}
+	if !p.members(member) {
+		return false
 	}
 	p.ws()
 	return p.i == len(p.b) // nothing after the object
+}
+
+// members reads an object's members after its '{', through its '}', as object does.
+func (p *jsonParser) members(member func(key []byte) bool) bool {
+	return p.list('}', func() bool {
+		key, ok := p.stringValue()
+		if !ok {
+			return false
+		}
+		p.ws()
+		if p.peek() != ':' {
+			return false
+		}
+		p.i++
+		p.ws()
+		return member(key)
+	})
+}
+
+// list reads the comma-separated items of an array or object after its opening bracket,
+// through the closing one; item consumes one item and reports whether it is acceptable.
+func (p *jsonParser) list(closing byte, item func() bool) bool {
+	p.ws()
+	if p.peek() == closing {
+		p.i++
+		return true
+	}
+	for {
+		if !item() {
+			return false
+		}
+		p.ws()
+		switch p.peek() {
+		case ',':
+			p.i++
+			p.ws()
+		case closing:
+			p.i++
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // null consumes a null literal if one is next.
@@ -568,59 +567,10 @@ func (p *jsonParser) skipValue() bool {
 		return ok
 	case '{':
 		p.i++
-		p.ws()
-		if p.peek() == '}' {
-			p.i++
-			return true
-		}
-		for {
-			if _, ok := p.stringValue(); !ok {
-				return false
-			}
-			p.ws()
-			if p.peek() != ':' {
-				return false
-			}
-			p.i++
-			p.ws()
-			if !p.skipValue() {
-				return false
-			}
-			p.ws()
-			switch p.peek() {
-			case ',':
-				p.i++
-				p.ws()
-			case '}':
-				p.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return p.members(func([]byte) bool { return p.skipValue() })
 	case '[':
 		p.i++
-		p.ws()
-		if p.peek() == ']' {
-			p.i++
-			return true
-		}
-		for {
-			if !p.skipValue() {
-				return false
-			}
-			p.ws()
-			switch p.peek() {
-			case ',':
-				p.i++
-				p.ws()
-			case ']':
-				p.i++
-				return true
-			default:
-				return false
-			}
-		}
+		return p.list(']', p.skipValue)
 	case 't', 'f', 'n':
 		for _, lit := range [...]string{"true", "false", "null"} {
 			if bytes.HasPrefix(p.b[p.i:], []byte(lit)) {
