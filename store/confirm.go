@@ -61,16 +61,13 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 		if err := s.insertConfirmed(ctx, tx, evs, accepted, results); err != nil {
 			return err
 		}
-		fits = len(b.existing) == 0 && len(accepted)+len(repeats) == len(evs) &&
-			!slices.ContainsFunc(accepted, func(i int) bool { return results[i].Duplicate })
-		if err := s.addTotals(ctx, tx, evs, results); err != nil {
+		// Orders the compensator stored meanwhile are duplicates now, adding nothing.
+		inserted := slices.DeleteFunc(slices.Clone(accepted), func(i int) bool { return results[i].Duplicate })
+		fits = len(b.existing) == 0 && len(accepted)+len(repeats) == len(evs) && len(inserted) == len(accepted)
+		if err := s.addTotals(ctx, tx, sumTotals(evs, inserted)); err != nil {
 			return err
 		}
-		// An event repeated within the batch gets its first event's result.
-		for i, j := range repeats {
-			results[i] = results[j]
-			results[i].Duplicate = results[j].Status != ""
-		}
+		copyRepeats(results, repeats)
 		failpoint.Inject(failpoint.StoreBeforeConfirmCommit)
 		return nil
 	})
@@ -113,30 +110,7 @@ func (s *Store) confirmOptimistic(ctx context.Context, evs []events.Event, resul
 			// A refusal: the order may be stored already (a redelivery), which the reads tell.
 			return errRecheck
 		}
-		n := len(accepted)
-		ids, campaigns, users := make([]string, n), make([]string, n), make([]string, n)
-		qty, created := make([]int64, n), make([]int64, n)
-		sold := map[string]int64{}
-		bought := make(map[[2]string]int64, n)
-		for k, i := range accepted {
-			e := &evs[i]
-			ids[k], campaigns[k], users[k], qty[k], created[k] = e.OrderID, e.CampaignID, e.UserID, int64(e.Quantity), e.OccurredAt.UnixMilli()
-			sold[e.CampaignID] += int64(e.Quantity)
-			bought[[2]string{e.CampaignID, e.UserID}] += int64(e.Quantity)
-		}
-		soldIDs := make([]string, 0, len(sold))
-		for id := range sold {
-			soldIDs = append(soldIDs, id)
-		}
-		sort.Strings(soldIDs)
-		soldN := make([]int64, len(soldIDs))
-		for k, id := range soldIDs {
-			soldN[k] = sold[id]
-		}
-		pc, pu, pn := make([]string, 0, len(bought)), make([]string, 0, len(bought)), make([]int64, 0, len(bought))
-		for key, q := range bought {
-			pc, pu, pn = append(pc, key[0]), append(pu, key[1]), append(pn, q)
-		}
+		t := sumTotals(evs, accepted)
 		// The orders' insert has no ON CONFLICT: a stored order fails the statement, which is
 		// then done again with the reads, and a new order costs one primary key descent, not
 		// a check and then an insert.
@@ -157,8 +131,8 @@ func (s *Store) confirmOptimistic(ctx context.Context, evs []events.Event, resul
 				RETURNING campaign_id, bought)
 			SELECT (SELECT count(*) FROM upd) AS updated,
 				(SELECT count(*) FROM tot JOIN campaigns c ON c.id = tot.campaign_id WHERE tot.bought > c.per_user_limit) AS over`,
-			pq.StringArray(ids), pq.StringArray(campaigns), pq.StringArray(users), pq.Int64Array(qty), pq.Int64Array(created), time.Now().UnixMilli(),
-			pq.StringArray(soldIDs), pq.Int64Array(soldN), pq.StringArray(pc), pq.StringArray(pu), pq.Int64Array(pn))
+			append(orderColumns(evs, accepted), time.Now().UnixMilli(),
+				pq.StringArray(t.campaigns), pq.Int64Array(t.sold), pq.StringArray(t.buyerCampaigns), pq.StringArray(t.buyers), pq.Int64Array(t.bought))...)
 		switch {
 		case isUniqueViolation(err):
 			return errRecheck
@@ -166,13 +140,10 @@ func (s *Store) confirmOptimistic(ctx context.Context, evs []events.Event, resul
 			return err
 		case got.Over > 0:
 			return errRecheck
-		case got.Updated != len(soldIDs): // impossible while the rows are locked: stop rather than oversell
-			return fmt.Errorf("campaigns %v: sold exceeds the stock under the batch's lock", soldIDs)
+		case got.Updated != len(t.campaigns): // impossible while the rows are locked: stop rather than oversell
+			return fmt.Errorf("campaigns %v: sold exceeds the stock under the batch's lock", t.campaigns)
 		}
-		for i, j := range repeats {
-			results[i] = results[j]
-			results[i].Duplicate = results[j].Status != ""
-		}
+		copyRepeats(results, repeats)
 		failpoint.Inject(failpoint.StoreBeforeConfirmCommit)
 		return nil
 	})
@@ -323,16 +294,10 @@ func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, evs []events.E
 			return err
 		}
 	} else if len(accepted) > 0 {
-		ids, campaigns, users := make([]string, len(accepted)), make([]string, len(accepted)), make([]string, len(accepted))
-		qty, created := make([]int64, len(accepted)), make([]int64, len(accepted))
-		for n, i := range accepted {
-			e := &evs[i]
-			ids[n], campaigns[n], users[n], qty[n], created[n] = e.OrderID, e.CampaignID, e.UserID, int64(e.Quantity), e.OccurredAt.UnixMilli()
-		}
 		rs, err := tx.QueryxContext(ctx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, updated_at_ms, status, reason)
 			SELECT o.*, $6::bigint, 'confirmed', '' FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS o
 			ON CONFLICT (order_id) DO NOTHING RETURNING order_id`,
-			pq.StringArray(ids), pq.StringArray(campaigns), pq.StringArray(users), pq.Int64Array(qty), pq.Int64Array(created), now)
+			append(orderColumns(evs, accepted), now)...)
 		if err != nil {
 			return err
 		}
@@ -357,50 +322,86 @@ func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, evs []events.E
 	return nil
 }
 
-// addTotals adds the inserted orders to their campaigns' sold and their buyers' bought.
-func (s *Store) addTotals(ctx context.Context, tx *sqlx.Tx, evs []events.Event, results []Result) error {
-	sold := map[string]int64{}
-	bought := map[[2]string]int64{}
-	for i, e := range evs {
-		if r := results[i]; r.Status == events.Confirmed && !r.Duplicate {
-			sold[e.CampaignID] += int64(e.Quantity)
-			bought[[2]string{e.CampaignID, e.UserID}] += int64(e.Quantity)
-		}
-	}
-	ids := make([]string, 0, len(sold))
-	for id := range sold {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`UPDATE campaigns SET sold = sold + ? WHERE id = ? AND sold + ? <= stock`), sold[id], id, sold[id]))
+// addTotals adds the inserted orders' units to their campaigns' sold and their buyers' bought.
+func (s *Store) addTotals(ctx context.Context, tx *sqlx.Tx, t totals) error {
+	for k, id := range t.campaigns {
+		n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`UPDATE campaigns SET sold = sold + ? WHERE id = ? AND sold + ? <= stock`), t.sold[k], id, t.sold[k]))
 		if err != nil {
 			return err
 		}
 		if n == 0 { // impossible while the campaign row is locked: stop rather than oversell
-			return fmt.Errorf("campaign %s: sold + %d exceeds the stock under the batch's lock", id, sold[id])
+			return fmt.Errorf("campaign %s: sold + %d exceeds the stock under the batch's lock", id, t.sold[k])
 		}
 	}
+	if len(t.buyers) == 0 {
+		return nil
+	}
 	if s.portable() {
-		rows := make([][]any, 0, len(bought))
-		for key, n := range bought {
-			rows = append(rows, []any{key[0], key[1], n})
+		rows := make([][]any, len(t.buyers))
+		for k := range t.buyers {
+			rows[k] = []any{t.buyerCampaigns[k], t.buyers[k], t.bought[k]}
 		}
 		return s.insertValues(ctx, tx, `INSERT INTO purchases (campaign_id, user_id, bought) VALUES `, ``,
 			` ON CONFLICT (campaign_id, user_id) DO UPDATE SET bought = purchases.bought + excluded.bought`, rows, nil)
 	}
-	if len(bought) == 0 {
-		return nil
-	}
-	campaigns, users, ns := make([]string, 0, len(bought)), make([]string, 0, len(bought)), make([]int64, 0, len(bought))
-	for key, n := range bought {
-		campaigns, users, ns = append(campaigns, key[0]), append(users, key[1]), append(ns, n)
-	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO purchases (campaign_id, user_id, bought)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
 		ON CONFLICT (campaign_id, user_id) DO UPDATE SET bought = purchases.bought + excluded.bought`,
-		pq.StringArray(campaigns), pq.StringArray(users), pq.Int64Array(ns))
+		pq.StringArray(t.buyerCampaigns), pq.StringArray(t.buyers), pq.Int64Array(t.bought))
 	return err
+}
+
+// totals are the units a set of orders adds, as columns: to each campaign's sold (campaigns in
+// id order, the order rows are locked and updated in) and to each buyer's bought.
+type totals struct {
+	campaigns []string
+	sold      []int64
+	// buyerCampaigns[k] and buyers[k] name a buyer, who bought bought[k] more units.
+	buyerCampaigns, buyers []string
+	bought                 []int64
+}
+
+// sumTotals adds up the units of the orders evs[i], i in idx.
+func sumTotals(evs []events.Event, idx []int) totals {
+	sold := map[string]int64{}
+	bought := make(map[[2]string]int64, len(idx))
+	for _, i := range idx {
+		e := &evs[i]
+		sold[e.CampaignID] += int64(e.Quantity)
+		bought[[2]string{e.CampaignID, e.UserID}] += int64(e.Quantity)
+	}
+	var t totals
+	for id := range sold {
+		t.campaigns = append(t.campaigns, id)
+	}
+	sort.Strings(t.campaigns)
+	for _, id := range t.campaigns {
+		t.sold = append(t.sold, sold[id])
+	}
+	for key, n := range bought {
+		t.buyerCampaigns, t.buyers, t.bought = append(t.buyerCampaigns, key[0]), append(t.buyers, key[1]), append(t.bought, n)
+	}
+	return t
+}
+
+// orderColumns returns the orders evs[i], i in idx, as the first five arguments of an insert
+// from unnest($1::text[], …, $5::bigint[]): order id, campaign, user, quantity, created at.
+func orderColumns(evs []events.Event, idx []int) []any {
+	ids, campaigns, users := make([]string, len(idx)), make([]string, len(idx)), make([]string, len(idx))
+	qty, created := make([]int64, len(idx)), make([]int64, len(idx))
+	for n, i := range idx {
+		e := &evs[i]
+		ids[n], campaigns[n], users[n], qty[n], created[n] = e.OrderID, e.CampaignID, e.UserID, int64(e.Quantity), e.OccurredAt.UnixMilli()
+	}
+	return []any{pq.StringArray(ids), pq.StringArray(campaigns), pq.StringArray(users), pq.Int64Array(qty), pq.Int64Array(created)}
+}
+
+// copyRepeats gives an event repeated within the batch its first event's result.
+func copyRepeats(results []Result, repeats map[int]int) {
+	for i, j := range repeats {
+		results[i] = results[j]
+		results[i].Duplicate = results[j].Status != ""
+	}
 }
 
 // portable reports whether a batch goes out as statements SQLite understands, with one
