@@ -15,39 +15,16 @@ import (
 // returns nil: at-least-once, so handle must be idempotent. handle gets two contexts: work, for
 // its I/O, which is not canceled so a batch in hand finishes (the drain), and stop, canceled
 // with ctx, which tells retry loops to give up. ConsumeLoop returns nil when ctx is canceled,
-// and handle's error if it fails while ctx is live.
+// and handle's error if it fails while ctx is live. It is ConsumePipelined with nothing left
+// to finish but the offset commit.
 func ConsumeLoop(ctx context.Context, cl *kgo.Client, max int, log *slog.Logger,
 	handle func(work, stop context.Context, fs kgo.Fetches) error) error {
-	defer cl.AllowRebalance()
-	work := context.WithoutCancel(ctx)
-	for {
-		fetches := cl.PollRecords(ctx, max)
-		if ctx.Err() != nil && fetches.NumRecords() == 0 {
-			return nil
+	return ConsumePipelined(ctx, cl, max, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+		if err := handle(work, stop, fs); err != nil {
+			return nil, err
 		}
-		var fatal error
-		fetches.EachError(func(topic string, p int32, err error) {
-			if fatal == nil && errors.Is(err, kgo.ErrClientClosed) {
-				fatal = err
-			}
-		})
-		if fatal != nil {
-			return fatal
-		}
-		if fetches.NumRecords() > 0 {
-			if err := handle(work, ctx, fetches); err != nil {
-				if ctx.Err() != nil {
-					return nil // stopped while a dependency was down: the batch is redelivered
-				}
-				return err
-			}
-			if err := cl.CommitRecords(work, fetches.Records()...); err != nil {
-				// Not fatal: the batch is durable, and redelivering it changes nothing.
-				log.Warn("offset commit failed; the batch will be redelivered", "err", err)
-			}
-		}
-		cl.AllowRebalance()
-	}
+		return func() error { return nil }, nil
+	})
 }
 
 // Retry calls fn until it succeeds or stop is done, backing off from 100ms to 5s, and logs each
@@ -69,14 +46,14 @@ func Retry(stop context.Context, log *slog.Logger, what string, fn func() error)
 	}
 }
 
-// ConsumePipelined is ConsumeLoop for work done in two stages, the second overlapping the next
-// batch: persist makes a batch durable (the store's commit) and returns finish, which completes
-// it (confirmations, announcements); finish of batch N runs, and then batch N's offsets are
-// committed, while batch N+1 is polled and persisted. Batches are finished one at a time in
-// order, and a batch's offsets are committed only after its finish returned nil, so every
-// committed offset covers records whose persist and finish both succeeded: at-least-once as in
-// ConsumeLoop, and both stages must be idempotent. A finish that fails stops the loop before
-// another finish starts; the batches persisted meanwhile are redelivered.
+// ConsumePipelined runs a group consumer (see ConsumeLoop) whose work is done in two stages, the
+// second overlapping the next batch: persist makes a batch durable (the store's commit) and
+// returns finish, which completes it (confirmations, announcements); finish of batch N runs,
+// and then batch N's offsets are committed, while batch N+1 is polled and persisted. Batches are
+// finished one at a time in order, and a batch's offsets are committed only after its finish
+// returned nil, so every committed offset covers records whose persist and finish both
+// succeeded: at-least-once, so both stages must be idempotent. A finish that fails stops the
+// loop before another finish starts; the batches persisted meanwhile are redelivered.
 //
 // A rebalance may revoke the partitions of the batch being finished: its late commit is then at
 // worst an older offset than the new owner's, and a regressed offset only redelivers work that
