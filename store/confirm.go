@@ -294,15 +294,10 @@ func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, evs []events.E
 			return err
 		}
 	} else if len(accepted) > 0 {
-		rs, err := tx.QueryxContext(ctx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, updated_at_ms, status, reason)
+		err := queryEach(ctx, tx, each, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, updated_at_ms, status, reason)
 			SELECT o.*, $6::bigint, 'confirmed', '' FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS o
 			ON CONFLICT (order_id) DO NOTHING RETURNING order_id`,
 			append(orderColumns(evs, accepted), now)...)
-		if err != nil {
-			return err
-		}
-		err = each(rs)
-		rs.Close()
 		if err != nil {
 			return err
 		}
@@ -440,17 +435,21 @@ func (s *Store) insertValues(ctx context.Context, tx *sqlx.Tx, head, constants, 
 			}
 			continue
 		}
-		rs, err := tx.QueryxContext(ctx, tx.Rebind(q.String()), args...)
-		if err != nil {
-			return err
-		}
-		err = each(rs)
-		rs.Close()
-		if err != nil {
+		if err := queryEach(ctx, tx, each, tx.Rebind(q.String()), args...); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// queryEach runs query and hands its rows to each.
+func queryEach(ctx context.Context, tx *sqlx.Tx, each func(*sqlx.Rows) error, query string, args ...any) error {
+	rs, err := tx.QueryxContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rs.Close()
+	return each(rs)
 }
 
 // selectIn runs a query whose (?) placeholders take slices.
