@@ -3,51 +3,78 @@ package lua
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua/luatest"
 )
 
-// BenchmarkReserveCoalesced runs the reserve script from 256 goroutines, one round trip per
-// purchase against the coalescer's pipelines, side by side:
+// BenchmarkReserveCoalesced reserves from 256 goroutines, one script call and round trip per
+// purchase (Alone) beside the coalescer's batched calls, with Redis's own CPU per purchase:
 //
 //	go test -run '^$' -bench ReserveCoalesced ./lua/
 func BenchmarkReserveCoalesced(b *testing.B) {
-	r := New(luatest.MustRedis(b))
+	rdb := luatest.MustRedis(b)
+	r := New(rdb)
 	defer r.Close()
 	ctx := context.Background()
-	for _, mode := range []string{"one-round-trip-each", "coalesced"} {
+	if err := r.Load(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"alone", "coalesced"} {
 		b.Run(mode, func(b *testing.B) {
 			campaign := "bc-" + events.NewID()[14:]
 			if _, err := r.LoadCampaign(ctx, Campaign{ID: campaign, Remaining: 1 << 40, Limit: 1 << 40, StartsAt: time.Now().Add(-time.Minute)}); err != nil {
 				b.Fatal(err)
 			}
 			k := KeysOf(campaign)
-			keys := []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta}
+			defer rdb.Del(ctx, k.Stock, k.Buyers, k.Res, k.Pending, k.Meta)
+			rr := r
+			if mode == "alone" {
+				rr = r.Alone()
+			}
 			var n atomic.Int64
+			cpu0 := redisCPU(b, rdb)
 			b.SetParallelism(128) // 256 goroutines on 2 cores, as the flash-crowd scenario
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					i := n.Add(1)
-					args := []any{fmt.Sprintf("%s.%d", campaign, i), fmt.Sprint(i % 100000), 1, 60000}
-					var err error
-					if mode == "coalesced" {
-						err = r.run(ctx, reserveScript, keys, args...).Err()
-					} else {
-						err = reserveScript.Run(ctx, r.rdb, keys, args...).Err()
-					}
-					if err != nil {
+					if _, err := rr.Reserve(ctx, campaign, fmt.Sprintf("%s.%d", campaign, i), strconv.FormatInt(i%100000, 10), 1, time.Minute); err != nil {
 						b.Error(err)
 						return
 					}
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reserves/s")
+			b.ReportMetric(float64((redisCPU(b, rdb)-cpu0).Microseconds())/float64(b.N), "redis-µs/reserve")
 		})
 	}
+}
+
+// redisCPU is the CPU time the Redis server has used, from INFO cpu.
+func redisCPU(tb testing.TB, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total time.Duration
+	for _, line := range strings.Split(info, "\n") {
+		name, value, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			s, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				tb.Fatalf("INFO cpu: %s", line)
+			}
+			total += time.Duration(s * float64(time.Second))
+		}
+	}
+	return total
 }
 
 // TestCoalescerCanceled: a caller whose context ends stops waiting at once.
@@ -56,20 +83,23 @@ func TestCoalescerCanceled(t *testing.T) {
 	defer r.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := r.run(ctx, confirmScript, []string{"a", "b"}, "c.x").Err(); err != context.Canceled {
+	if _, err := r.Reserve(ctx, "c", "c.x", "u", 1, time.Minute); err == nil || !strings.Contains(err.Error(), context.Canceled.Error()) {
 		t.Errorf("canceled call: %v", err)
 	}
-	// After Close, a call gets the closed client's error: it never hangs.
+	// After Close, a purchase gets the closed client's error: it never hangs.
 	r2 := New(luatest.MustRedis(t))
 	r2.Close()
 	done := make(chan error, 1)
-	go func() { done <- r2.run(context.Background(), confirmScript, []string{"{x}a", "{x}b"}, "c.x").Err() }()
+	go func() {
+		_, err := r2.Reserve(context.Background(), "c", "c.x", "u", 1, time.Minute)
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err == nil {
-			t.Error("a call after Close succeeded")
+			t.Error("a purchase after Close succeeded")
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a call after Close hangs")
+		t.Fatal("a purchase after Close hangs")
 	}
 }

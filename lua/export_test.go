@@ -2,6 +2,8 @@ package lua
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -27,4 +29,28 @@ func ConfirmReplies(ctx context.Context, rdb redis.Scripter, campaign string, or
 		pairs = append(pairs, o.outcome, o.state)
 	}
 	return pairs, nil
+}
+
+// Purchase is one purchase for ReserveReplies.
+type Purchase struct {
+	OrderID, User string
+	Qty           int
+}
+
+// ReserveReplies runs the reserve script once over purchases, all of campaign, and returns each
+// one's reply as "status remaining deadline record".
+func ReserveReplies(ctx context.Context, rdb redis.Scripter, campaign string, ttl time.Duration, purchases []Purchase) ([]string, error) {
+	ps := make([]*purchase, len(purchases))
+	for i, p := range purchases {
+		ps[i] = &purchase{campaign: campaign, orderID: p.OrderID, user: p.User, qty: p.Qty, ttlMs: ttl.Milliseconds()}
+	}
+	replies, err := reserveGroup(ctx, rdb, ps).finish(rdb)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(replies))
+	for i, v := range replies {
+		out[i] = fmt.Sprintf("%s %d %d %s", v.status, v.remaining, v.deadline, v.record)
+	}
+	return out, nil
 }

@@ -63,7 +63,7 @@ func KeysOf(campaign string) Keys {
 // Redis runs the scripts on one Redis deployment.
 type Redis struct {
 	rdb   redis.UniversalClient
-	calls chan *call // to the coalescer (coalesce.go)
+	queue chan *purchase // to the coalescer (coalesce.go); nil: each purchase alone
 }
 
 // New returns a Redis over rdb.
@@ -72,6 +72,11 @@ func New(rdb redis.UniversalClient) *Redis {
 	r.startCoalescer()
 	return r
 }
+
+// Alone returns a Redis over r's client that sends each purchase in a script call and a round
+// trip of its own, with no coalescer: what a handler does that calls the reserve script once
+// per request, the bench's bare-reserve baseline.
+func (r *Redis) Alone() *Redis { return &Redis{rdb: r.rdb} }
 
 // Client returns the underlying client.
 func (r *Redis) Client() redis.UniversalClient { return r.rdb }
@@ -144,32 +149,23 @@ type Reservation struct {
 // on Redis's clock. Reserving an order id again changes nothing and returns the first
 // reservation. Refusals are *events.Error with the code the client sees.
 func (r *Redis) Reserve(ctx context.Context, campaign, orderID, user string, qty int, ttl time.Duration) (Reservation, error) {
-	k := KeysOf(campaign)
-	v, err := r.run(ctx, reserveScript, []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta},
-		orderID, user, qty, ttl.Milliseconds()).Slice()
+	v, err := r.reserve(ctx, &purchase{campaign: campaign, orderID: orderID, user: user, qty: qty, ttlMs: ttl.Milliseconds()})
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve campaign %s: %w", campaign, err)
 	}
-	if len(v) < 3 {
-		return Reservation{}, fmt.Errorf("reserve campaign %s: unexpected reply %v", campaign, v)
-	}
-	status, _ := v[0].(string)
-	deadline, _ := v[2].(int64)
-	res := Reservation{OrderID: orderID, Campaign: campaign, User: user, Quantity: qty, State: "pending", Deadline: time.UnixMilli(deadline)}
-	switch status {
+	res := Reservation{OrderID: orderID, Campaign: campaign, User: user, Quantity: qty, State: "pending", Deadline: time.UnixMilli(v.deadline)}
+	switch v.status {
 	case "ok":
 		return res, nil
 	case "duplicate":
 		// A retry may disagree with the first request; the first one is what Redis holds.
-		if len(v) < 4 {
-			return Reservation{}, fmt.Errorf("reserve campaign %s: unexpected reply %v", campaign, v)
-		}
-		rec, _ := v[3].(string)
-		first, err := parseReservation(campaign, orderID, rec)
+		first, err := parseReservation(campaign, orderID, v.record)
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserve campaign %s: %w", campaign, err)
 		}
 		return first, nil
+	case "malformed":
+		return Reservation{}, fmt.Errorf("reserve campaign %s: order %s: malformed record %q", campaign, orderID, v.record)
 	case "frozen":
 		return res, events.Errorf(events.Unavailable, "campaign %q is paused while its stock is restored; try again in a few seconds", campaign)
 	case string(events.CampaignNotFound):
@@ -185,7 +181,7 @@ func (r *Redis) Reserve(ctx context.Context, campaign, orderID, user string, qty
 	case string(events.Invalid):
 		return res, events.Errorf(events.Invalid, "quantity %d is not between 1 and the campaign's per-user limit", qty)
 	}
-	return res, fmt.Errorf("reserve campaign %s: unexpected reply %v", campaign, v)
+	return res, fmt.Errorf("reserve campaign %s: unexpected reply %+v", campaign, v)
 }
 
 // Outcome is what a state transition did.
