@@ -28,8 +28,9 @@ import (
 const (
 	// Constant answers every purchase with a fixed JSON body: the HTTP stack alone.
 	Constant = "constant"
-	// BareReserve runs the reserve script once per purchase (lua.Redis.Reserve) and nothing
-	// else: no Kafka.
+	// BareReserve runs the reserve script once per purchase, each in a script call and a round
+	// trip of its own (lua.Redis.Alone), and nothing else: one go-redis EVALSHA per request, no
+	// coalescer, no Kafka.
 	BareReserve = "bare-reserve"
 	// SyncDB is the naive design: one PostgreSQL transaction per purchase that takes a unit of
 	// stock with a conditional update, checks the buyer's limit and inserts the order.
@@ -71,10 +72,11 @@ func (b Baseline) Handler() (http.Handler, error) {
 		if ttl <= 0 {
 			ttl = 2 * time.Minute
 		}
+		alone := b.Redis.Alone()
 		h = func(c echo.Context) error {
 			campaign := c.Param("id")
 			orderID := events.NewOrderID(campaign)
-			if _, err := b.Redis.Reserve(c.Request().Context(), campaign, orderID, buyer(c.Request()), 1, ttl); err != nil {
+			if _, err := alone.Reserve(c.Request().Context(), campaign, orderID, buyer(c.Request()), 1, ttl); err != nil {
 				return refuse(c, err)
 			}
 			return c.JSON(http.StatusAccepted, map[string]string{"order_id": orderID, "status": "pending"})
