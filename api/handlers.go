@@ -403,7 +403,7 @@ func (s *Server) purchase(c echo.Context) error {
 		return s.cancelled(c, idem, orderID)
 	}
 	failpoint.Inject(failpoint.APIAfterProduce)
-	reservations.WithLabelValues("reserved").Inc()
+	reservedCount.Inc()
 	return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
 }
 
@@ -434,6 +434,9 @@ func purchaseFingerprint(campaign string, qty int) []byte {
 // soldOutRefusals counts purchases refused as sold out; looked up once, as every refusal of a
 // sold-out campaign counts here.
 var soldOutRefusals = reservations.WithLabelValues(string(events.SoldOut))
+
+// reservedCount counts the purchases that reserved units and were queued.
+var reservedCount = reservations.WithLabelValues("reserved")
 
 // soldOutAnswer is a sold-out refusal, kept for the next buyer of the same quantity.
 type soldOutAnswer struct {

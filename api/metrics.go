@@ -2,6 +2,7 @@ package api
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,26 @@ func countRequests(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err) // write the response now, so its status is known
 		}
-		requests.WithLabelValues(c.Path(), strconv.Itoa(c.Response().Status)).Inc()
+		requestCounter(c.Path(), c.Response().Status).Inc()
 		return nil
 	}
+}
+
+// routeStatus is one series of requests.
+type routeStatus struct {
+	route  string
+	status int
+}
+
+// requestCounters holds the series of requests already looked up: WithLabelValues hashes the
+// labels and formats the status for every request, while there are a few dozen series in all.
+var requestCounters sync.Map // routeStatus -> prometheus.Counter
+
+func requestCounter(route string, status int) prometheus.Counter {
+	key := routeStatus{route, status}
+	if c, ok := requestCounters.Load(key); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := requestCounters.LoadOrStore(key, requests.WithLabelValues(route, strconv.Itoa(status)))
+	return c.(prometheus.Counter)
 }
