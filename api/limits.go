@@ -66,10 +66,13 @@ func newLimiter(l Limit, maxKeys int, what string) *limiter {
 		cur: map[string]bucket{}, prev: map[string]bucket{}}
 }
 
+// off reports whether the limiter lets everything through.
+func (l *limiter) off() bool { return l == nil || l.limit.Rate <= 0 }
+
 // allow takes a token from key's bucket. When there is none, it reports how long until there
 // will be.
 func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
-	if l == nil || l.limit.Rate <= 0 {
+	if l.off() {
 		return true, 0
 	}
 	l.mu.Lock()
@@ -153,8 +156,8 @@ func (l *limiter) charge(c echo.Context, key string) error {
 // operators' endpoints are left alone, so probes and scrapes are never refused.
 func (s *Server) byAddress(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if !strings.HasPrefix(c.Request().URL.Path, "/v1/") {
-			return next(c)
+		if s.ipLimit.off() || !strings.HasPrefix(c.Request().URL.Path, "/v1/") {
+			return next(c) // and no RealIP, which reads the forwarding headers, for nothing
 		}
 		if err := s.ipLimit.charge(c, c.RealIP()); err != nil {
 			return err

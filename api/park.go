@@ -230,7 +230,12 @@ func (c *parkConn) Read(p []byte) (int, error) {
 		c.parking = true
 		return 0, errParked
 	}
-	c.TCPConn.SetReadDeadline(deadline)
+	// With the 4 bytes net/http peeks for, its readRequest sets the header deadline before
+	// anything else: putting the idle one back would be a second timer change per request for
+	// nothing. With fewer, it reads again first, and that read must wait as net/http asked.
+	if n < 4 {
+		c.TCPConn.SetReadDeadline(deadline)
+	}
 	return n, err
 }
 

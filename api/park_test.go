@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -145,6 +146,16 @@ func TestParkKeepsEveryByte(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	c.send(t, "Host: x\r\n\r\n")
 	c.expect(t, "ok /5")
+
+	// The wait for a request reads its first bytes, then the rest comes after more than the
+	// park delay: fewer than the 4 bytes net/http peeks for, and more.
+	for i, cut := range []int{2, 6} {
+		req := get(fmt.Sprintf("/5.%d", i))
+		c.send(t, req[:cut])
+		time.Sleep(150 * time.Millisecond)
+		c.send(t, req[cut:])
+		c.expect(t, fmt.Sprintf("ok /5.%d", i))
+	}
 
 	time.Sleep(150 * time.Millisecond)
 	waitFor(t, "the connection to park", func() bool { return l.parked() == 1 })
