@@ -103,3 +103,23 @@ func TestCoalescerCanceled(t *testing.T) {
 		t.Fatal("a purchase after Close hangs")
 	}
 }
+
+// TestByCall: purchases of one campaign and ttl share a call, in the order they came.
+func TestByCall(t *testing.T) {
+	p := func(campaign string, ttl int64) *purchase { return &purchase{campaign: campaign, ttlMs: ttl} }
+	batch := []*purchase{p("a", 1), p("b", 1), p("a", 1), p("a", 2), p("b", 1), p("a", 1)}
+	groups := byCall(nil, batch)
+	want := [][]*purchase{{batch[0], batch[2], batch[5]}, {batch[1], batch[4]}, {batch[3]}}
+	if len(groups) != len(want) {
+		t.Fatalf("%d calls, want %d", len(groups), len(want))
+	}
+	for i := range want {
+		if fmt.Sprint(groups[i]) != fmt.Sprint(want[i]) {
+			t.Errorf("call %d: %v, want %v", i, groups[i], want[i])
+		}
+	}
+	// Reused for the next batch: nothing of the last one stays.
+	if again := byCall(groups, batch[:1]); len(again) != 1 || len(again[0]) != 1 || again[0][0] != batch[0] {
+		t.Errorf("the next batch's calls: %v", again)
+	}
+}

@@ -1206,3 +1206,53 @@ func BenchmarkReserve(b *testing.B) {
 	b.StopTimer()
 	wantRemaining(b, r, id, stock-int64(b.N))
 }
+
+// TestCoalescerMixesCampaigns has buyers of three campaigns, with two reservation ttls, reserve
+// at once on a real Redis, so that the coalescer's pipelines mix them: each campaign must end
+// with its invariants whole, and each reservation must hold its own ttl.
+func TestCoalescerMixesCampaigns(t *testing.T) {
+	const (
+		stock     = 300
+		limit     = 2
+		purchases = 1500
+	)
+	rdb := luatest.MustRedis(t)
+	var calls, roundTrips atomic.Int64
+	rdb.AddHook(countEvals{&calls, &roundTrips})
+	r := lua.New(rdb)
+	ctx := t.Context()
+	var ids []string
+	for range 3 {
+		ids = append(ids, load(t, r, lua.Campaign{Remaining: stock, Limit: limit, StartsAt: time.Now().Add(-time.Hour)}))
+	}
+	ttls := []time.Duration{time.Minute, 2 * time.Minute}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range 64 {
+		wg.Go(func() {
+			for i := next.Add(1); i <= purchases; i = next.Add(1) {
+				id, ttl := ids[i%3], ttls[i%2]
+				before := time.Now()
+				res, err := r.Reserve(ctx, id, events.NewOrderID(id), "u"+strconv.Itoa(rand.IntN(400)), 1, ttl)
+				switch code := events.ErrorCode(err); {
+				case err == nil:
+					if d := res.Deadline; d.Before(before.Add(ttl).Add(-time.Second)) || d.After(time.Now().Add(ttl).Add(time.Second)) {
+						t.Errorf("a reservation with ttl %v has deadline %v, %v after its purchase began", ttl, d, d.Sub(before))
+					}
+				case code != events.SoldOut && code != events.LimitExceeded:
+					t.Errorf("Reserve: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		recs := checkInvariants(t, rdb, id, stock, limit)
+		if len(recs) == 0 {
+			t.Errorf("campaign %s sold nothing", id)
+		}
+	}
+	t.Logf("%d purchases in %d script calls, %d round trips", purchases, calls.Load(), roundTrips.Load())
+}
