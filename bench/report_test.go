@@ -74,6 +74,24 @@ func TestTargets(t *testing.T) {
 	if got := r.Targets[0].Got; got != 0.5 {
 		t.Errorf("all-accept / bare-reserve = %v, want 0.5", got)
 	}
+	// The targets no handler can beat on the machine say what the HTTP stack alone reached.
+	notes := map[string]string{}
+	for _, tg := range r.Targets {
+		notes[tg.Name] = tg.Note
+	}
+	for name, want := range map[string]string{
+		"flash-crowd / sync-db": "constant / sync-db = 20.00×",
+		"flash-crowd p99":       "at concurrency 256; the HTTP stack's own p99 here (constant): 5.0 ms",
+	} {
+		if !strings.HasSuffix(notes[name], want) {
+			t.Errorf("%s note %q, want it to end %q", name, notes[name], want)
+		}
+	}
+	r.Sizes.Rate = 20000
+	r.ComputeTargets()
+	if got := r.Targets[5].Note; !strings.HasPrefix(got, "open loop at 20,000 requests/s;") {
+		t.Errorf("flash-crowd p99 note with --rate: %q", got)
+	}
 	empty := &Result{}
 	empty.ComputeTargets()
 	for _, tg := range empty.Targets {
