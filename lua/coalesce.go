@@ -3,7 +3,6 @@ package lua
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -56,7 +55,8 @@ func (r *Redis) Close() error { return r.rdb.Close() }
 // have run); the caller stops waiting at once.
 func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) {
 	if r.queue == nil {
-		replies, err := reserveGroup(ctx, r.rdb, []*purchase{p}).finish(r.rdb)
+		v, err := reserveCall(ctx, r.rdb, []*purchase{p}).reply(ctx, r.rdb)
+		replies, err := reserveReplies(v, err, 1)
 		if err != nil {
 			return reserveReply{}, err
 		}
@@ -93,13 +93,14 @@ func (r *Redis) pipelineLoop() {
 		}
 		groups = byCall(groups, batch)
 		pipe := r.rdb.Pipeline()
-		calls := make([]reserveCall, len(groups))
+		calls := make([]scriptCall, len(groups))
 		for i, g := range groups {
-			calls[i] = reserveGroup(ctx, pipe, g)
+			calls[i] = reserveCall(ctx, pipe, g)
 		}
-		pipe.Exec(ctx) // each command carries its own error
+		pipe.Exec(ctx) // each call carries its own error
 		for i, c := range calls {
-			replies, err := c.finish(r.rdb)
+			v, err := c.reply(ctx, r.rdb)
+			replies, err := reserveReplies(v, err, len(groups[i]))
 			for j, p := range groups[i] {
 				p.err = err
 				if err == nil {
@@ -129,49 +130,35 @@ next:
 	return groups
 }
 
-// reserveCall is one reserve script call, sent or queued in a pipeline.
-type reserveCall struct {
-	ctx  context.Context
-	cmd  *redis.Cmd
-	keys []string
-	args []any
-	n    int
-}
-
-// reserveGroup sends (or queues, on a pipeline) one reserve call for ps, all of one campaign and
+// reserveCall makes (or queues, on a pipeline) one reserve call for ps, all of one campaign and
 // one ttl.
-func reserveGroup(ctx context.Context, rdb redis.Scripter, ps []*purchase) reserveCall {
+func reserveCall(ctx context.Context, rdb redis.Scripter, ps []*purchase) scriptCall {
 	k := KeysOf(ps[0].campaign)
 	args := make([]any, 1, 1+3*len(ps))
 	args[0] = ps[0].ttlMs
 	for _, p := range ps {
 		args = append(args, p.orderID, p.user, p.qty)
 	}
-	keys := []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta}
-	return reserveCall{ctx: ctx, cmd: rdb.EvalSha(ctx, reserveScript.Hash(), keys, args...), keys: keys, args: args, n: len(ps)}
+	return callScript(ctx, rdb, reserveScript, []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta}, args...)
 }
 
-// finish reads the call's replies, one per purchase. When Redis has lost its scripts (a
-// restart), it makes the call again on rdb as an EVAL with the script's text, which caches it.
-func (c reserveCall) finish(rdb redis.Scripter) ([]reserveReply, error) {
-	v, err := c.cmd.Slice()
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		v, err = reserveScript.Eval(c.ctx, rdb, c.keys, c.args...).Slice()
-	}
+// reserveReplies reads the reserve script's reply v (or its error) to n purchases: one
+// reserveReply per purchase.
+func reserveReplies(v []any, err error, n int) ([]reserveReply, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(v) != 4*c.n {
-		return nil, fmt.Errorf("unexpected reply %v to %d purchases", v, c.n)
+	if len(v) != 4*n {
+		return nil, fmt.Errorf("unexpected reply %v to %d purchases", v, n)
 	}
-	out := make([]reserveReply, c.n)
+	out := make([]reserveReply, n)
 	for i := range out {
 		status, ok1 := v[4*i].(string)
 		remaining, ok2 := v[4*i+1].(int64)
 		deadline, ok3 := v[4*i+2].(int64)
 		record, ok4 := v[4*i+3].(string)
 		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return nil, fmt.Errorf("unexpected reply %v to %d purchases", v[4*i:4*i+4], c.n)
+			return nil, fmt.Errorf("unexpected reply %v to %d purchases", v[4*i:4*i+4], n)
 		}
 		out[i] = reserveReply{status, remaining, deadline, record}
 	}

@@ -62,3 +62,29 @@ func testConfirmAll(t *testing.T, rdb *redis.Client, flush bool) {
 		t.Errorf("remaining %d, want 6", remaining)
 	}
 }
+
+// TestReserveAfterScriptFlush: when Redis has forgotten its scripts (as after a restart), a
+// purchase still reserves, through the coalescer's pipeline and alone. miniredis, since
+// flushing the shared server's scripts would break every other test.
+func TestReserveAfterScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	r := lua.New(redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()}))
+	defer r.Close()
+	campaign := "rf-" + events.NewID()[14:]
+	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: 10, Limit: 5, StartsAt: time.Now().Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, rr := range []*lua.Redis{r, r.Alone()} {
+		if err := r.Client().ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		id := events.NewOrderID(campaign)
+		res, err := rr.Reserve(ctx, campaign, id, "u", 1, time.Hour)
+		if err != nil || res.OrderID != id || res.State != "pending" {
+			t.Fatalf("reserve #%d after a script flush: %+v, %v", i+1, res, err)
+		}
+	}
+	if remaining, _, _ := r.Remaining(ctx, campaign); remaining != 8 {
+		t.Errorf("remaining %d, want 8", remaining)
+	}
+}

@@ -44,7 +44,8 @@ func ReserveReplies(ctx context.Context, rdb redis.Scripter, campaign string, tt
 	for i, p := range purchases {
 		ps[i] = &purchase{campaign: campaign, orderID: p.OrderID, user: p.User, qty: p.Qty, ttlMs: ttl.Milliseconds()}
 	}
-	replies, err := reserveGroup(ctx, rdb, ps).finish(rdb)
+	v, err := reserveCall(ctx, rdb, ps).reply(ctx, rdb)
+	replies, err := reserveReplies(v, err, len(ps))
 	if err != nil {
 		return nil, err
 	}

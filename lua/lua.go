@@ -348,52 +348,63 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
 	if err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
-		pipe := r.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, 0, len(groups))
-		sizes := make([]int, 0, len(groups)) // orders per call
-		for _, g := range groups {
-			k := KeysOf(g.campaign)
-			keys := []string{k.Res, k.Pending}
-			for len(g.ids) > 0 {
-				n := min(len(g.ids), confirmBatch)
-				// A []string argument goes out as one argument per id.
-				cmds = append(cmds, pipe.EvalSha(ctx, confirmScript.Hash(), keys, g.ids[:n]))
-				sizes = append(sizes, n)
-				g.ids = g.ids[n:]
-			}
+	pipe := r.rdb.Pipeline()
+	calls := make([]scriptCall, 0, len(groups))
+	sizes := make([]int, 0, len(groups)) // orders per call
+	for _, g := range groups {
+		k := KeysOf(g.campaign)
+		keys := []string{k.Res, k.Pending}
+		for len(g.ids) > 0 {
+			n := min(len(g.ids), confirmBatch)
+			// A []string argument goes out as one argument per id.
+			calls = append(calls, callScript(ctx, pipe, confirmScript, keys, g.ids[:n]))
+			sizes = append(sizes, n)
+			g.ids = g.ids[n:]
 		}
-		_, err := pipe.Exec(ctx)
-		if err != nil && strings.Contains(err.Error(), "NOSCRIPT") && attempt == 0 {
-			// Redis lost its scripts (a restart): load them and go again; confirm is idempotent.
-			if err := r.Load(ctx); err != nil {
-				return err
-			}
-			continue
+	}
+	pipe.Exec(ctx) // each call carries its own error
+	// A reply lists only the orders its call did not confirm; the malformed ones are errors.
+	var malformed error
+	for c, call := range calls {
+		v, err := call.reply(ctx, r.rdb)
+		if err == nil {
+			err = confirmListed(v, sizes[c], func(_ int, o confirmOutcome) {
+				if o.outcome == "malformed" && malformed == nil {
+					malformed = errors.New(o.state)
+				}
+			})
 		}
-		if err != nil && !errors.Is(err, redis.Nil) {
+		if err != nil {
 			return fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
 		}
-		// A reply lists only the orders its call did not confirm; the malformed ones are errors.
-		var malformed error
-		for c, cmd := range cmds {
-			v, err := cmd.Slice()
-			if err == nil {
-				err = confirmListed(v, sizes[c], func(_ int, o confirmOutcome) {
-					if o.outcome == "malformed" && malformed == nil {
-						malformed = errors.New(o.state)
-					}
-				})
-			}
-			if err != nil {
-				return fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
-			}
-		}
-		if malformed != nil {
-			return fmt.Errorf("confirm %d orders: %w", len(orderIDs), malformed)
-		}
-		return nil
 	}
+	if malformed != nil {
+		return fmt.Errorf("confirm %d orders: %w", len(orderIDs), malformed)
+	}
+	return nil
+}
+
+// scriptCall is one script call by EVALSHA, made or queued on a pipeline.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+func callScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, keys []string, args ...any) scriptCall {
+	return scriptCall{script: script, keys: keys, args: args, cmd: rdb.EvalSha(ctx, script.Hash(), keys, args...)}
+}
+
+// reply returns the call's reply. An EVALSHA refused with NOSCRIPT ran nothing, so when Redis has
+// lost its scripts (a restart) the call is made again on rdb as an EVAL with the script's text,
+// which caches it: go-redis's Script.Run does the same, but not for calls a pipeline carried.
+func (c scriptCall) reply(ctx context.Context, rdb redis.Scripter) ([]any, error) {
+	v, err := c.cmd.Slice()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		v, err = c.script.Eval(ctx, rdb, c.keys, c.args...).Slice()
+	}
+	return v, err
 }
 
 // campaignOrders are the orders of one campaign, in the order given.
