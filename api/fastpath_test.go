@@ -55,9 +55,12 @@ func TestPurchaseResponseJSON(t *testing.T) {
 		{OrderID: events.NewOrderID("camp_1-x"), Status: events.Pending},
 		{OrderID: KeyedOrderID("c", "alice", "key-1"), Status: events.Pending},
 	} {
-		want, _ := json.Marshal(p)
-		if got := p.appendJSON(nil); string(got) != string(want) {
-			t.Errorf("appendJSON = %s, json.Marshal = %s", got, want)
+		var want bytes.Buffer // what c.JSON writes
+		if err := json.NewEncoder(&want).Encode(p); err != nil {
+			t.Fatal(err)
+		}
+		if got := p.appendJSON(nil); string(got) != want.String() {
+			t.Errorf("appendJSON = %q, encoding/json %q", got, want.String())
 		}
 	}
 }

@@ -227,14 +227,14 @@ type purchaseResponse struct {
 	Status  events.Status `json:"status"`
 }
 
-// appendJSON encodes the answer without reflection. Order ids and statuses are made of
-// letters, digits, '.', '-' and '_', which JSON strings hold as they are.
+// appendJSON encodes the answer as c.JSON does, newline included, without reflection. Order ids
+// and statuses are made of letters, digits, '.', '-' and '_', which JSON strings hold as they are.
 func (p purchaseResponse) appendJSON(b []byte) []byte {
 	b = append(b, `{"order_id":"`...)
 	b = append(b, p.OrderID...)
 	b = append(b, `","status":"`...)
 	b = append(b, p.Status...)
-	return append(b, `"}`...)
+	return append(b, "\"}\n"...)
 }
 
 // decodePurchase reads a purchase's body and returns its quantity.
@@ -511,18 +511,12 @@ func (s *Server) cancelled(c echo.Context, idem *idemRecord, orderID string) err
 	return s.answer(c, idem, http.StatusServiceUnavailable, body)
 }
 
+// jsonAnswer is an answer that encodes itself as c.JSON would: purchaseResponse and errorBody.
+type jsonAnswer interface{ appendJSON([]byte) []byte }
+
 // answer writes v as the JSON answer and, for a keyed purchase, remembers its exact bytes.
-func (s *Server) answer(c echo.Context, idem *idemRecord, status int, v any) error {
-	var b []byte
-	if p, ok := v.(purchaseResponse); ok {
-		b = p.appendJSON(make([]byte, 0, 128))
-	} else {
-		var err error
-		if b, err = json.Marshal(v); err != nil {
-			return fmt.Errorf("encode answer: %w", err)
-		}
-	}
-	b = append(b, '\n')
+func (s *Server) answer(c echo.Context, idem *idemRecord, status int, v jsonAnswer) error {
+	b := v.appendJSON(make([]byte, 0, 128))
 	if idem != nil {
 		if err := idem.finish(context.WithoutCancel(c.Request().Context()), status, echo.MIMEApplicationJSON, b); err != nil {
 			// The lease runs out, and a retry finds the same order through its derived id.
