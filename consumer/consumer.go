@@ -197,21 +197,25 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 		case res.Reason != "":
 			out = append(out, events.DeadLetter(h.cfg.Topics.DLQ, srcs[i], res.Reason))
 			deadLettered.WithLabelValues(res.Reason).Inc()
-			persisted.WithLabelValues("dead_lettered").Inc()
+			persistedDeadLettered.Inc()
 		case res.Status == events.Confirmed:
 			// A redelivered confirmed order is confirmed in Redis again: the first time may
 			// have crashed between the store's commit and that call.
 			confirmed = append(confirmed, e.OrderID)
 			// Announced again on redelivery: the first time may have died before it, and
 			// readers key on order_id, so a repeat costs them nothing.
-			persisted.WithLabelValues(map[bool]string{true: "duplicate", false: "confirmed"}[res.Duplicate]).Inc()
+			if res.Duplicate {
+				persistedDuplicate.Inc()
+			} else {
+				persistedConfirmed.Inc()
+			}
 			rec, err := events.Record(h.cfg.Topics.Results, e.New(events.OrderConfirmed, now))
 			if err != nil {
 				return err
 			}
 			out = append(out, rec)
 		default: // the compensator resolved it first
-			persisted.WithLabelValues("duplicate").Inc()
+			persistedDuplicate.Inc()
 		}
 	}
 	// Redis and Kafka are independent of each other here: one round trip's wait, not two.

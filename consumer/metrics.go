@@ -24,3 +24,10 @@ var (
 		Help: "Events sent to the dead-letter topic, by reason.",
 	}, []string{"reason"})
 )
+
+// The results of persisted, looked up once: every order of every batch counts in one of them.
+var (
+	persistedConfirmed    = persisted.WithLabelValues("confirmed")
+	persistedDuplicate    = persisted.WithLabelValues("duplicate")
+	persistedDeadLettered = persisted.WithLabelValues("dead_lettered")
+)
