@@ -58,9 +58,13 @@ func FetchProfile(ctx context.Context, base, kind string, seconds int) ([]byte, 
 	if kind == "allocs" {
 		path = "/debug/pprof/allocs"
 	}
-	url := fmt.Sprintf("%s%s?seconds=%d", base, path, seconds)
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+30*time.Second)
 	defer cancel()
+	return fetch(ctx, fmt.Sprintf("%s%s?seconds=%d", base, path, seconds))
+}
+
+// fetch GETs url and returns the body of a 200 answer; any other answer is an error.
+func fetch(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err

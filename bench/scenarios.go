@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -385,25 +383,12 @@ func (r *runner) idleConns(ctx context.Context, p *pipeline) (ScenarioResult, er
 // memStats reads runtime.MemStats as /debug/pprof/heap?debug=1 prints them ("# HeapInuse = 123"),
 // and the goroutine count from /debug/pprof/goroutine?debug=1 ("goroutine profile: total 123").
 func memStats(ctx context.Context, base string) (map[string]int64, error) {
-	get := func(path string) (string, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-		if err != nil {
-			return "", err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return string(b), err
-	}
-	heap, err := get("/debug/pprof/heap?debug=1")
+	heap, err := fetch(ctx, base+"/debug/pprof/heap?debug=1")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]int64{}
-	for _, line := range strings.Split(heap, "\n") {
+	for _, line := range strings.Split(string(heap), "\n") {
 		k, v, ok := strings.Cut(strings.TrimPrefix(line, "# "), " = ")
 		if !ok || strings.ContainsAny(k, " []") {
 			continue
@@ -419,9 +404,9 @@ func memStats(ctx context.Context, base string) (map[string]int64, error) {
 	if out["HeapInuse"] == 0 {
 		return nil, fmt.Errorf("%s: no MemStats in the heap profile", base)
 	}
-	if g, err := get("/debug/pprof/goroutine?debug=1"); err == nil {
+	if g, err := fetch(ctx, base+"/debug/pprof/goroutine?debug=1"); err == nil {
 		var n int64
-		if _, err := fmt.Sscanf(g, "goroutine profile: total %d", &n); err == nil {
+		if _, err := fmt.Sscanf(string(g), "goroutine profile: total %d", &n); err == nil {
 			out["goroutines"] = n
 		}
 	}
