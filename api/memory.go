@@ -15,8 +15,9 @@ import (
 // MB resident that the machine's other tenants (here Redis, PostgreSQL and Kafka) could use.
 // So once the server has been quiet for a while, no request served and no connection opened,
 // and the heap holds more than minFreeHeap above what was live at the last collection (free
-// pages and garbage), it collects and returns the free pages to the OS (debug.FreeOSMemory), once per quiet spell: a collection of the live heap, a few ms of CPU
-// when there is nothing else to do. GOMEMLIMIT still applies as the runtime's own bound.
+// pages and garbage), it collects and returns the free pages to the OS (debug.FreeOSMemory),
+// once per quiet spell: a collection of the live heap, a few ms of CPU when there is nothing
+// else to do. GOMEMLIMIT still applies as the runtime's own bound.
 
 // minFreeHeap is the reclaimable heap below which a quiet server keeps its memory.
 const minFreeHeap = 16 << 20
