@@ -169,8 +169,13 @@ func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
 
 // Campaign returns the campaign with id, or an events.CampaignNotFound error.
 func (s *Store) Campaign(ctx context.Context, id string) (Campaign, error) {
+	return s.campaignOn(ctx, s.db, id)
+}
+
+// campaignOn is Campaign on q: the database, or a transaction (AuditView).
+func (s *Store) campaignOn(ctx context.Context, q sqlx.QueryerContext, id string) (Campaign, error) {
 	var c Campaign
-	err := s.db.GetContext(ctx, &c, s.db.Rebind(`SELECT * FROM campaigns WHERE id = ?`), id)
+	err := sqlx.GetContext(ctx, q, &c, s.db.Rebind(`SELECT * FROM campaigns WHERE id = ?`), id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
 	}
@@ -191,11 +196,16 @@ func (s *Store) Campaigns(ctx context.Context) ([]Campaign, error) {
 
 // Holdings returns the units each buyer holds in confirmed orders of a campaign.
 func (s *Store) Holdings(ctx context.Context, campaign string) (map[string]int64, error) {
+	return s.holdingsOn(ctx, s.db, campaign)
+}
+
+// holdingsOn is Holdings on q: the database, or a transaction (AuditView).
+func (s *Store) holdingsOn(ctx context.Context, q sqlx.QueryerContext, campaign string) (map[string]int64, error) {
 	var rows []struct {
 		User   string `db:"user_id"`
 		Bought int64  `db:"bought"`
 	}
-	err := s.db.SelectContext(ctx, &rows, s.db.Rebind(`SELECT user_id, bought FROM purchases WHERE campaign_id = ? AND bought > 0`), campaign)
+	err := sqlx.SelectContext(ctx, q, &rows, s.db.Rebind(`SELECT user_id, bought FROM purchases WHERE campaign_id = ? AND bought > 0`), campaign)
 	if err != nil {
 		return nil, fmt.Errorf("holdings of %s: %w", campaign, err)
 	}
@@ -291,8 +301,13 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 
 // Orders returns every order row of a campaign.
 func (s *Store) Orders(ctx context.Context, campaign string) ([]Order, error) {
+	return s.ordersOn(ctx, s.db, campaign)
+}
+
+// ordersOn is Orders on q: the database, or a transaction (AuditView).
+func (s *Store) ordersOn(ctx context.Context, q sqlx.QueryerContext, campaign string) ([]Order, error) {
 	var os []Order
-	if err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ?`), campaign); err != nil {
+	if err := sqlx.SelectContext(ctx, q, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ?`), campaign); err != nil {
 		return nil, fmt.Errorf("orders of %s: %w", campaign, err)
 	}
 	return os, nil
@@ -311,28 +326,16 @@ func (s *Store) AuditView(ctx context.Context, campaign string) (Campaign, []Ord
 		return Campaign{}, nil, nil, fmt.Errorf("audit view of %s: %w", campaign, err)
 	}
 	defer tx.Rollback()
-	var (
-		c      Campaign
-		orders []Order
-		rows   []struct {
-			User   string `db:"user_id"`
-			Bought int64  `db:"bought"`
-		}
-	)
-	if err := tx.GetContext(ctx, &c, tx.Rebind(`SELECT * FROM campaigns WHERE id = ?`), campaign); err != nil {
-		return c, nil, nil, fmt.Errorf("audit view of %s: %w", campaign, err)
+	c, err := s.campaignOn(ctx, tx, campaign)
+	if err != nil {
+		return c, nil, nil, err
 	}
-	if err := tx.SelectContext(ctx, &orders, tx.Rebind(`SELECT * FROM orders WHERE campaign_id = ?`), campaign); err != nil {
-		return c, nil, nil, fmt.Errorf("audit view of %s: %w", campaign, err)
+	orders, err := s.ordersOn(ctx, tx, campaign)
+	if err != nil {
+		return c, nil, nil, err
 	}
-	if err := tx.SelectContext(ctx, &rows, tx.Rebind(`SELECT user_id, bought FROM purchases WHERE campaign_id = ? AND bought > 0`), campaign); err != nil {
-		return c, nil, nil, fmt.Errorf("audit view of %s: %w", campaign, err)
-	}
-	holdings := make(map[string]int64, len(rows))
-	for _, r := range rows {
-		holdings[r.User] = r.Bought
-	}
-	return c, orders, holdings, nil
+	holdings, err := s.holdingsOn(ctx, tx, campaign)
+	return c, orders, holdings, err
 }
 
 // Confirmed returns the confirmed orders of a campaign, for rebuilding Redis.
