@@ -170,13 +170,20 @@ func TestParkKeepsEveryByte(t *testing.T) {
 	c.expect(t, "ok /7")
 }
 
+// parkedClient dials l, has one request served and waits until the connection is parked.
+func parkedClient(t *testing.T, l *parkListener) *client {
+	t.Helper()
+	c := dial(t, l)
+	c.send(t, get("/a"))
+	c.expect(t, "ok /a")
+	waitFor(t, "the connection to park", func() bool { return l.parked() == 1 })
+	return c
+}
+
 func TestParkedConnectionsClose(t *testing.T) {
 	t.Run("idle timeout", func(t *testing.T) {
 		_, l := parkServer(t, 20*time.Millisecond, 300*time.Millisecond)
-		c := dial(t, l)
-		c.send(t, get("/a"))
-		c.expect(t, "ok /a")
-		waitFor(t, "the connection to park", func() bool { return l.parked() == 1 })
+		c := parkedClient(t, l)
 		c.c.SetReadDeadline(time.Now().Add(3 * time.Second))
 		start := time.Now()
 		if _, err := c.br.ReadByte(); !errors.Is(err, io.EOF) {
@@ -189,19 +196,13 @@ func TestParkedConnectionsClose(t *testing.T) {
 	})
 	t.Run("peer hangs up", func(t *testing.T) {
 		_, l := parkServer(t, 20*time.Millisecond, time.Minute)
-		c := dial(t, l)
-		c.send(t, get("/a"))
-		c.expect(t, "ok /a")
-		waitFor(t, "the connection to park", func() bool { return l.parked() == 1 })
+		c := parkedClient(t, l)
 		c.c.Close()
 		waitFor(t, "the connection to be let go", func() bool { return l.parked() == 0 })
 	})
 	t.Run("shutdown", func(t *testing.T) {
 		srv, l := parkServer(t, 20*time.Millisecond, time.Minute)
-		c := dial(t, l)
-		c.send(t, get("/a"))
-		c.expect(t, "ok /a")
-		waitFor(t, "the connection to park", func() bool { return l.parked() == 1 })
+		c := parkedClient(t, l)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
