@@ -60,6 +60,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 		redis: lua.New(rdb),
 		spec:  apitest.LoadSpec(t),
 	}
+	t.Cleanup(func() { p.redis.Close() })
 	p.mustRun(t, "migrate")
 	p.store = storetest.MustOpen(t, pgURL)
 

@@ -41,56 +41,84 @@ import (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	binary.once.Do(func() {}) // waits for a build still running (buildEarly)
-	if binary.dir != "" {
-		os.RemoveAll(binary.dir)
+	for _, b := range []*builtBinary{&binary, &raceBinary} {
+		b.once.Do(func() {}) // waits for a build still running (buildEarly)
+		if b.dir != "" {
+			os.RemoveAll(b.dir)
+		}
 	}
 	os.Exit(code)
 }
 
-// binary is the seckill binary with failpoints compiled in, built once per test run.
-var binary struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
+// builtBinary is the seckill binary with failpoints compiled in, built once per test run.
+type builtBinary struct {
+	flags []string // go build's, beside -tags failpoints
+	once  sync.Once
+	dir   string
+	path  string
+	err   error
 }
+
+var (
+	binary = builtBinary{}
+	// raceBinary is built with the race detector: a story run on it fails on a race that only
+	// the processes' concurrency shows (see raceReports).
+	raceBinary = builtBinary{flags: []string{"-race"}}
+)
 
 // buildEarly starts building the binary in the background: a fault test calls it before
 // t.Parallel, so the build runs beside the sequential tests instead of after them.
-func buildEarly() { go binary.once.Do(build) }
+func buildEarly() { go binary.once.Do(binary.build) }
 
-// seckillBinary returns the path of `go build -tags failpoints` of this module.
-func seckillBinary(t *testing.T) string {
+// seckillBinary returns the path of `go build -tags failpoints` of this module, with the race
+// detector when race is set.
+func seckillBinary(t *testing.T, race bool) string {
 	t.Helper()
-	binary.once.Do(build)
-	if binary.err != nil {
-		t.Fatal(binary.err)
+	b := &binary
+	if race {
+		b = &raceBinary
 	}
-	return binary.path
+	b.once.Do(b.build)
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
 }
 
 // build compiles the binary into a directory named after this process. TestMain removes it;
 // one left by a test binary that died (a -timeout panic runs no cleanup) is removed by the next
 // build, once its process is gone.
-func build() {
+func (b *builtBinary) build() {
 	const prefix = "seckill-faults-"
 	stale, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 	for _, dir := range stale {
-		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), prefix))
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(dir), prefix), "-", 2)[0])
 		if err == nil && syscall.Kill(pid, 0) == syscall.ESRCH {
 			os.RemoveAll(dir)
 		}
 	}
-	binary.dir = filepath.Join(os.TempDir(), prefix+strconv.Itoa(os.Getpid()))
-	if binary.err = os.MkdirAll(binary.dir, 0o755); binary.err != nil {
+	b.dir = filepath.Join(os.TempDir(), prefix+strconv.Itoa(os.Getpid())+strings.Join(b.flags, ""))
+	if b.err = os.MkdirAll(b.dir, 0o755); b.err != nil {
 		return
 	}
-	binary.path = filepath.Join(binary.dir, "seckill")
-	cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", binary.path, ".")
+	b.path = filepath.Join(b.dir, "seckill")
+	args := append([]string{"build", "-tags", "failpoints"}, b.flags...)
+	cmd := exec.Command("go", append(args, "-o", b.path, ".")...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		binary.err = fmt.Errorf("go build -tags failpoints: %v\n%s", err, out)
+		b.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+}
+
+// raceReports returns the race detector's reports in a role's log: none unless the role ran on
+// raceBinary.
+func raceReports(logPath string) []string {
+	data, _ := os.ReadFile(logPath)
+	var out []string
+	for _, r := range strings.Split(string(data), "WARNING: DATA RACE")[1:] {
+		end, _, _ := strings.Cut(r, "==================")
+		out = append(out, "WARNING: DATA RACE"+end)
+	}
+	return out
 }
 
 // ---------------------------------------------------------------------------- processes --
@@ -470,6 +498,7 @@ type clusterOptions struct {
 	sweepInterval  time.Duration // default 200ms
 	rebuildGrace   time.Duration // default 2s
 	batchSize      int           // default 100
+	race           bool          // run the roles on raceBinary
 }
 
 func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
@@ -497,7 +526,7 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 		w.brokers = kafkatest.Real(t)
 	}
 	c := &cluster{
-		bin:    seckillBinary(t),
+		bin:    seckillBinary(t, o.race),
 		logDir: t.TempDir(),
 		topics: kafkatest.Topics(t, w.brokers),
 		where:  w,
@@ -524,6 +553,7 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	c.redis = lua.New(rdb)
+	t.Cleanup(func() { c.redis.Close() })
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(w.brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -551,6 +581,9 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 			_, _, exits := r.counts()
 			for _, e := range exits {
 				t.Error(e)
+			}
+			for _, race := range raceReports(filepath.Join(c.logDir, r.name+".log")) {
+				t.Errorf("%s: %s", r.name, race)
 			}
 		}
 		if t.Failed() {
@@ -1013,3 +1046,18 @@ func lines(s, sub string) int {
 
 // isRefused reports whether err is a connection the api refused: it is down, being restarted.
 func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// TestRaceReports: a race report in a role's log is found whole, and a clean log has none.
+func TestRaceReports(t *testing.T) {
+	dir := t.TempDir()
+	clean, racy := filepath.Join(dir, "clean.log"), filepath.Join(dir, "racy.log")
+	os.WriteFile(clean, []byte("level=INFO msg=\"api listening\"\n"), 0o644)
+	os.WriteFile(racy, []byte("level=INFO msg=started\n==================\nWARNING: DATA RACE\nWrite at 0x00c by goroutine 7:\n  main.f()\n==================\nlevel=INFO msg=stopped\n"), 0o644)
+	if got := raceReports(clean); len(got) != 0 {
+		t.Errorf("clean log: %q", got)
+	}
+	got := raceReports(racy)
+	if len(got) != 1 || !strings.Contains(got[0], "Write at 0x00c by goroutine 7") || strings.Contains(got[0], "stopped") {
+		t.Errorf("racy log: %q", got)
+	}
+}

@@ -53,6 +53,7 @@ func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 	rdb.AddHook(h.commands)
 	t.Cleanup(func() { rdb.Close() })
 	h.redis = lua.New(rdb)
+	t.Cleanup(func() { h.redis.Close() })
 	h.brokers = kafkatest.Fake(t)
 	h.topics = kafkatest.Topics(t, h.brokers)
 	h.cfg = api.Config{

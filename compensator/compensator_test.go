@@ -34,6 +34,7 @@ type env struct {
 func newEnv(t *testing.T, stock, limit int64) *env {
 	t.Helper()
 	e := &env{ctx: context.Background(), r: lua.New(luatest.MustRedis(t)), stock: stock}
+	t.Cleanup(func() { e.r.Close() })
 	e.st = storetest.MustOpen(t, storetest.PostgresURL(t))
 	e.brokers = kafkatest.Fake(t)
 	e.topics = kafkatest.Topics(t, e.brokers)

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -37,18 +38,48 @@ type reserveReply struct {
 	record              string
 }
 
-// startCoalescer starts the pipeline workers. They live as long as the process: stopping them
-// would race with a purchase already queued (which nobody would then answer), while idle workers
-// cost nothing, and after Close they answer every purchase with the closed client's error.
+// ErrClosed answers a purchase made after Close.
+var ErrClosed = errors.New("lua: closed")
+
+// startCoalescer starts the pipeline workers; Close stops them.
 func (r *Redis) startCoalescer() {
 	r.queue = make(chan *purchase, maxBatch*pipelines)
 	for range pipelines {
-		go r.pipelineLoop()
+		r.workers.Go(r.pipelineLoop)
 	}
 }
 
-// Close closes the client.
-func (r *Redis) Close() error { return r.rdb.Close() }
+// Close stops the coalescer once every purchase already queued has its answer, then closes the
+// client. A purchase made after Close gets ErrClosed.
+func (r *Redis) Close() error {
+	if r.queue != nil {
+		// The write lock waits for every enqueue in progress (they hold the read lock), so no
+		// purchase lands in the queue after it is closed; the workers drain it and return.
+		r.mu.Lock()
+		if !r.closed {
+			r.closed = true
+			close(r.queue)
+		}
+		r.mu.Unlock()
+		r.workers.Wait()
+	}
+	return r.rdb.Close()
+}
+
+// enqueue hands p to the coalescer.
+func (r *Redis) enqueue(ctx context.Context, p *purchase) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return ErrClosed
+	}
+	select {
+	case r.queue <- p:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // reserve runs the reserve script for p: through the coalescer, or in a call of its own when r
 // has none (Alone). A pipeline runs to its end even if ctx is canceled (the script may already
@@ -63,10 +94,8 @@ func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) 
 		return replies[0], nil
 	}
 	p.done = make(chan struct{})
-	select {
-	case r.queue <- p:
-	case <-ctx.Done():
-		return reserveReply{}, ctx.Err()
+	if err := r.enqueue(ctx, p); err != nil {
+		return reserveReply{}, err
 	}
 	select {
 	case <-p.done:
@@ -80,12 +109,15 @@ func (r *Redis) pipelineLoop() {
 	ctx := context.Background()
 	batch := make([]*purchase, 0, maxBatch)
 	var groups [][]*purchase
-	for {
-		batch = append(batch[:0], <-r.queue)
+	for first := range r.queue {
+		batch = append(batch[:0], first)
 	fill:
 		for len(batch) < maxBatch {
 			select {
-			case p := <-r.queue:
+			case p, ok := <-r.queue:
+				if !ok {
+					break fill
+				}
 				batch = append(batch, p)
 			default:
 				break fill

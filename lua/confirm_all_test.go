@@ -24,6 +24,7 @@ func TestConfirmAll(t *testing.T) {
 func testConfirmAll(t *testing.T, rdb *redis.Client, flush bool) {
 	ctx := context.Background()
 	r := lua.New(rdb)
+	defer r.Close()
 	campaign := "ca-" + events.NewID()[14:]
 	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: 10, Limit: 5, StartsAt: time.Now().Add(-time.Minute)}); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ func BenchmarkConfirmAll(b *testing.B) {
 	ctx := context.Background()
 	rdb := luatest.MustRedis(b)
 	r := lua.New(rdb)
+	defer r.Close()
 	if err := r.Load(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 func TestLock(t *testing.T) {
 	ctx := context.Background()
 	r := lua.New(luatest.MustRedis(t))
+	defer r.Close()
 	name := "test-" + events.NewID()
 
 	a, err := r.TryLock(ctx, name, time.Second)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,9 +65,13 @@ func KeysOf(campaign string) Keys {
 type Redis struct {
 	rdb   redis.UniversalClient
 	queue chan *purchase // to the coalescer (coalesce.go); nil: each purchase alone
+
+	mu      sync.RWMutex // held for reading while a purchase enters queue, for writing by Close
+	closed  bool         // queue is closed
+	workers sync.WaitGroup
 }
 
-// New returns a Redis over rdb.
+// New returns a Redis over rdb. Close stops the goroutines it starts and closes rdb.
 func New(rdb redis.UniversalClient) *Redis {
 	r := &Redis{rdb: rdb}
 	r.startCoalescer()

@@ -36,6 +36,7 @@ func openRedis(t *testing.T) *backend {
 	t.Helper()
 	rdb := luatest.MustRedis(t)
 	b := &backend{rdb: rdb, r: lua.New(rdb)}
+	t.Cleanup(func() { b.r.Close() })
 	if err := b.r.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +51,7 @@ func openMiniredis(t *testing.T) *backend {
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	b := &backend{rdb: rdb, r: lua.New(rdb), mr: mr, at: at}
+	t.Cleanup(func() { b.r.Close() })
 	if err := b.r.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -827,6 +829,7 @@ func TestReserveRace(t *testing.T) {
 	)
 	rdb := luatest.MustRedis(t)
 	r := lua.New(rdb)
+	t.Cleanup(func() { r.Close() })
 	ctx := t.Context()
 	id := load(t, r, lua.Campaign{Remaining: stock, Limit: limit, StartsAt: time.Now().Add(-time.Hour)})
 
@@ -1004,6 +1007,7 @@ func TestLoadCampaignRace(t *testing.T) {
 	)
 	rdb := luatest.MustRedis(t)
 	r := lua.New(rdb)
+	t.Cleanup(func() { r.Close() })
 	ctx := t.Context()
 	for range rounds {
 		id := newCampaignID()
@@ -1097,6 +1101,7 @@ func FuzzReserveRelease(f *testing.F) {
 	}
 	rdb := luatest.MustRedis(f)
 	r := lua.New(rdb)
+	f.Cleanup(func() { r.Close() })
 	users := []string{"ann", "b|o:b", "ĉé|"}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
@@ -1187,6 +1192,7 @@ func FuzzReserveRelease(f *testing.F) {
 func BenchmarkReserve(b *testing.B) {
 	rdb := luatest.MustRedis(b)
 	r := lua.New(rdb)
+	b.Cleanup(func() { r.Close() })
 	if err := r.Load(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -1220,6 +1226,7 @@ func TestCoalescerMixesCampaigns(t *testing.T) {
 	var calls, roundTrips atomic.Int64
 	rdb.AddHook(countEvals{&calls, &roundTrips})
 	r := lua.New(rdb)
+	t.Cleanup(func() { r.Close() })
 	ctx := t.Context()
 	var ids []string
 	for range 3 {
