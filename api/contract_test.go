@@ -41,16 +41,19 @@ type harness struct {
 	cfg     api.Config
 	// commands counts the Redis commands the server sent, pipelined or not.
 	commands *commandCounter
+	// gate holds the server's Redis pipelines while it is shut.
+	gate *pipelineGate
 }
 
 // newHarness starts a server; options change its configuration before it starts.
 func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 	t.Helper()
-	h := &harness{spec: apitest.LoadSpec(t), admin: "admin-" + events.NewID(), commands: &commandCounter{}}
+	h := &harness{spec: apitest.LoadSpec(t), admin: "admin-" + events.NewID(), commands: &commandCounter{}, gate: &pipelineGate{}}
 	h.store = storetest.MustOpen(t, storetest.SQLiteURL(t))
 	h.mr = miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: h.mr.Addr(), MaxRetries: -1, DialerRetries: 1}) // fail fast once Redis is stopped
 	rdb.AddHook(h.commands)
+	rdb.AddHook(h.gate)
 	t.Cleanup(func() { rdb.Close() })
 	h.redis = lua.New(rdb)
 	t.Cleanup(func() { h.redis.Close() })

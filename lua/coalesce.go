@@ -68,6 +68,9 @@ func (r *Redis) Close() error {
 
 // enqueue hands p to the coalescer.
 func (r *Redis) enqueue(ctx context.Context, p *purchase) error {
+	if err := ctx.Err(); err != nil {
+		return err // a caller gone already reserves nothing (the select below picks at random)
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.closed {
@@ -82,10 +85,13 @@ func (r *Redis) enqueue(ctx context.Context, p *purchase) error {
 }
 
 // reserve runs the reserve script for p: through the coalescer, or in a call of its own when r
-// has none (Alone). A pipeline runs to its end even if ctx is canceled (the script may already
-// have run); the caller stops waiting at once.
+// has none (Alone). ctx bounds only the wait for a place in the queue: once p is queued its
+// script may run at any moment, so reserve waits for the answer whatever ctx says (go-redis's
+// own timeouts bound that wait). A caller that stopped waiting would leave units reserved for
+// an order nobody queues, held until the sweeper's deadline while buyers are told "sold out".
 func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) {
 	if r.queue == nil {
+		ctx := context.WithoutCancel(ctx)
 		v, err := reserveCall(ctx, r.rdb, []*purchase{p}).reply(ctx, r.rdb)
 		replies, err := reserveReplies(v, err, 1)
 		if err != nil {
@@ -97,12 +103,8 @@ func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) 
 	if err := r.enqueue(ctx, p); err != nil {
 		return reserveReply{}, err
 	}
-	select {
-	case <-p.done:
-		return p.reply, p.err
-	case <-ctx.Done():
-		return reserveReply{}, ctx.Err()
-	}
+	<-p.done
+	return p.reply, p.err
 }
 
 func (r *Redis) pipelineLoop() {

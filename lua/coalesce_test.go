@@ -78,7 +78,8 @@ func redisCPU(tb testing.TB, rdb *redis.Client) time.Duration {
 	return total
 }
 
-// TestCoalescerCanceled: a caller whose context ends stops waiting at once.
+// TestCoalescerCanceled: a caller whose context has ended before its purchase is queued gets
+// its context's error at once, and reserves nothing.
 func TestCoalescerCanceled(t *testing.T) {
 	r := New(luatest.MustRedis(t))
 	defer r.Close()

@@ -1,0 +1,148 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/events"
+)
+
+// pipelineGate is a go-redis hook that holds every pipeline while it is shut, so a test can
+// act while purchases wait on Redis.
+type pipelineGate struct {
+	mu   sync.Mutex
+	shut chan struct{} // nil while open
+	held atomic.Int64  // pipelines that waited at the gate
+}
+
+func (g *pipelineGate) close() { g.mu.Lock(); g.shut = make(chan struct{}); g.mu.Unlock() }
+
+func (g *pipelineGate) open() {
+	g.mu.Lock()
+	close(g.shut)
+	g.shut = nil
+	g.mu.Unlock()
+}
+
+func (g *pipelineGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *pipelineGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *pipelineGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		g.mu.Lock()
+		shut := g.shut
+		g.mu.Unlock()
+		if shut != nil {
+			g.held.Add(1)
+			<-shut
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestHangUpsKeepNoStock: 300 buyers whose clients hang up while their purchases wait on Redis.
+// Every unit their purchases took belongs to an order on its way to the consumer (an
+// OrderRequested event), so none is held for the sweeper's deadline, and the stock nobody took
+// still sells to the next buyers to the last unit.
+func TestHangUpsKeepNoStock(t *testing.T) {
+	const stock, buyers = 1000, 300
+	h := newHarness(t, func(c *api.Config) { c.ReservationTTL = time.Hour }) // only an order can account for a unit
+	h.createCampaign(t, fmt.Sprintf(`{"id":"hang","name":"Hang-ups","stock":%d,"per_user_limit":1}`, stock))
+
+	var started, ctxDone atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		go func() { <-r.Context().Done(); ctxDone.Add(1) }()
+		h.srv.Handler().ServeHTTP(w, r)
+	}))
+	h.gate.close()
+	ctx, hangUp := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range buyers {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/campaigns/hang/purchases", strings.NewReader(`{"quantity":1}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-User-ID", fmt.Sprintf("hung-%d", i))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		})
+	}
+	for started.Load() < buyers || h.gate.held.Load() == 0 { // every purchase is on the server, some wait on Redis
+		time.Sleep(time.Millisecond)
+	}
+	hangUp()
+	wg.Wait()
+	for ctxDone.Load() < buyers { // the server has seen every client go
+		time.Sleep(time.Millisecond)
+	}
+	h.gate.open()
+	srv.Close() // waits for every handler to finish
+
+	snap, err := h.redis.Snapshot(context.Background(), "hang")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := requestedOrders(t, h)
+	held := 0
+	for _, r := range snap.Reservations {
+		held += r.Quantity
+		if !queued[r.OrderID] {
+			t.Errorf("order %s holds %d units but was never queued: nobody gets them until its deadline", r.OrderID, r.Quantity)
+		}
+	}
+	if snap.Remaining+int64(held) != stock {
+		t.Errorf("remaining %d + reserved %d != stock %d", snap.Remaining, held, stock)
+	}
+	t.Logf("%d hung-up buyers: %d units reserved, every one queued as an order; remaining %d", buyers, held, snap.Remaining)
+	for i := range snap.Remaining { // the rest sells to the last unit
+		h.buy(t, "hang", fmt.Sprintf("next-%d", i), 1)
+	}
+	h.fail(t, request("POST", "/v1/campaigns/hang/purchases", `{"quantity":1}`, user("late")...), http.StatusConflict, events.SoldOut)
+}
+
+// requestedOrders returns the order ids of every OrderRequested event on the harness's topic.
+func requestedOrders(t *testing.T, h *harness) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.brokers...), kgo.ConsumeTopics(h.topics.Requested),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, h.topics.Requested)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int64
+	ends.Each(func(o kadm.ListedOffset) { want += o.Offset })
+	out := map[string]bool{}
+	for n := int64(0); n < want; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d events on %s", n, want, h.topics.Requested)
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			n++
+			ev, err := events.Decode(rec.Value)
+			if err != nil {
+				t.Fatalf("decode %s: %v", rec.Value, err)
+			}
+			out[ev.OrderID] = true
+		})
+	}
+	return out
+}
