@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/failpoint"
 	"github.com/seckill/seckill/lua"
@@ -133,6 +134,9 @@ type campaignResponse struct {
 	Sold         int64      `json:"sold"`
 }
 
+// createTimeout bounds each step of a campaign's creation.
+const createTimeout = 5 * time.Second
+
 // maxStock bounds stock so that every sum of units fits Lua's doubles exactly.
 const maxStock = 1 << 40
 
@@ -167,23 +171,25 @@ func (s *Server) createCampaign(c echo.Context) error {
 		}
 		camp.EndsAtMs = req.EndsAt.UnixMilli()
 	}
-	ctx := c.Request().Context()
+	// Both steps run to their end whether or not the admin waits: a campaign stored but not on
+	// sale would answer every buyer "being restored".
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), createTimeout)
+	defer cancel()
 	if err := s.store.CreateCampaign(ctx, camp); err != nil {
 		return err
 	}
-	if _, err := s.redis.LoadCampaign(ctx, redisCampaign(camp)); err != nil {
-		// The campaign is in the store; every api start loads what Redis lacks.
-		return events.Errorf(events.Unavailable, "campaign %s stored but not yet on sale: %v", camp.ID, err)
+	if _, err := s.redis.LoadCampaign(ctx, compensator.RedisCampaign(camp)); err != nil {
+		s.cfg.Logger.Warn("campaign stored but not put on sale; undoing the creation", "campaign", camp.ID, "err", err)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+		defer cancel()
+		if _, derr := s.store.DeleteUnsoldCampaign(uctx, camp.ID); derr != nil {
+			// The compensator's reconciler puts it on sale once Redis answers.
+			s.cfg.Logger.Error("undo a campaign's creation; the compensator puts it on sale later", "campaign", camp.ID, "err", derr)
+			return events.Errorf(events.Unavailable, "campaign %s was created but is not on sale yet; it will be within a minute", camp.ID)
+		}
+		return events.Errorf(events.Unavailable, "the campaign could not be put on sale, so nothing was created; try again shortly")
 	}
 	return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock))
-}
-
-func redisCampaign(c store.Campaign) lua.Campaign {
-	rc := lua.Campaign{ID: c.ID, Remaining: c.Stock - c.Sold, Limit: c.PerUserLimit, StartsAt: time.UnixMilli(c.StartsAtMs)}
-	if c.EndsAtMs > 0 {
-		rc.EndsAt = time.UnixMilli(c.EndsAtMs)
-	}
-	return rc
 }
 
 func (s *Server) campaignResponse(c store.Campaign, remaining int64) campaignResponse {

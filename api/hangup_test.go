@@ -19,12 +19,22 @@ import (
 	"github.com/seckill/seckill/events"
 )
 
-// pipelineGate is a go-redis hook that holds every pipeline while it is shut, so a test can
-// act while purchases wait on Redis.
+// pipelineGate is a go-redis hook that holds every command and pipeline while it is shut, so a
+// test can act while a request waits on Redis.
 type pipelineGate struct {
 	mu   sync.Mutex
 	shut chan struct{} // nil while open
-	held atomic.Int64  // pipelines that waited at the gate
+	held atomic.Int64  // commands and pipelines that waited at the gate
+}
+
+func (g *pipelineGate) wait() {
+	g.mu.Lock()
+	shut := g.shut
+	g.mu.Unlock()
+	if shut != nil {
+		g.held.Add(1)
+		<-shut
+	}
 }
 
 func (g *pipelineGate) close() { g.mu.Lock(); g.shut = make(chan struct{}); g.mu.Unlock() }
@@ -36,17 +46,16 @@ func (g *pipelineGate) open() {
 	g.mu.Unlock()
 }
 
-func (g *pipelineGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (g *pipelineGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *pipelineGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *pipelineGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		g.wait()
+		return next(ctx, cmd)
+	}
+}
 func (g *pipelineGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		g.mu.Lock()
-		shut := g.shut
-		g.mu.Unlock()
-		if shut != nil {
-			g.held.Add(1)
-			<-shut
-		}
+		g.wait()
 		return next(ctx, cmds)
 	}
 }
@@ -60,35 +69,12 @@ func TestHangUpsKeepNoStock(t *testing.T) {
 	h := newHarness(t, func(c *api.Config) { c.ReservationTTL = time.Hour }) // only an order can account for a unit
 	h.createCampaign(t, fmt.Sprintf(`{"id":"hang","name":"Hang-ups","stock":%d,"per_user_limit":1}`, stock))
 
-	var started, ctxDone atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		started.Add(1)
-		go func() { <-r.Context().Done(); ctxDone.Add(1) }()
-		h.srv.Handler().ServeHTTP(w, r)
-	}))
-	h.gate.close()
-	ctx, hangUp := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for i := range buyers {
-		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/campaigns/hang/purchases", strings.NewReader(`{"quantity":1}`))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-User-ID", fmt.Sprintf("hung-%d", i))
-			if resp, err := http.DefaultClient.Do(req); err == nil {
-				resp.Body.Close()
-			}
-		})
-	}
-	for started.Load() < buyers || h.gate.held.Load() == 0 { // every purchase is on the server, some wait on Redis
-		time.Sleep(time.Millisecond)
-	}
-	hangUp()
-	wg.Wait()
-	for ctxDone.Load() < buyers { // the server has seen every client go
-		time.Sleep(time.Millisecond)
-	}
-	h.gate.open()
-	srv.Close() // waits for every handler to finish
+	hangUpWhileOnRedis(t, h, buyers, func(ctx context.Context, base string, i int) *http.Request {
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/campaigns/hang/purchases", strings.NewReader(`{"quantity":1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-User-ID", fmt.Sprintf("hung-%d", i))
+		return req
+	})
 
 	snap, err := h.redis.Snapshot(context.Background(), "hang")
 	if err != nil {
@@ -145,4 +131,68 @@ func requestedOrders(t *testing.T, h *harness) map[string]bool {
 		})
 	}
 	return out
+}
+
+// hangUpWhileOnRedis sends n requests made by req to a server over h, hangs every client up
+// once all n are being served and at least one waits on Redis, and returns once every handler
+// has finished.
+func hangUpWhileOnRedis(t *testing.T, h *harness, n int, req func(ctx context.Context, base string, i int) *http.Request) {
+	t.Helper()
+	var started, ctxDone atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		go func() { <-r.Context().Done(); ctxDone.Add(1) }()
+		h.srv.Handler().ServeHTTP(w, r)
+	}))
+	h.gate.close()
+	ctx, hangUp := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if resp, err := http.DefaultClient.Do(req(ctx, srv.URL, i)); err == nil {
+				resp.Body.Close()
+			}
+		})
+	}
+	for started.Load() < int64(n) || h.gate.held.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	hangUp()
+	wg.Wait()
+	for ctxDone.Load() < int64(n) { // the server has seen every client go
+		time.Sleep(time.Millisecond)
+	}
+	h.gate.open()
+	srv.Close() // waits for every handler to finish
+}
+
+// TestCreateCampaignAllOrNothing: a campaign's creation ends with the campaign on sale, or with
+// nothing stored, whether its client hangs up or Redis is down.
+func TestCreateCampaignAllOrNothing(t *testing.T) {
+	t.Run("the admin hangs up", func(t *testing.T) {
+		h := newHarness(t)
+		hangUpWhileOnRedis(t, h, 1, func(ctx context.Context, base string, _ int) *http.Request {
+			req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/campaigns", strings.NewReader(`{"id":"gone","name":"Hung up","stock":5,"per_user_limit":1}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+h.admin)
+			return req
+		})
+		wantField(t, h.do(t, request("GET", "/v1/campaigns/gone", ""), http.StatusOK), "remaining", 5)
+		h.buy(t, "gone", "alice", 1)
+	})
+	t.Run("redis is down", func(t *testing.T) {
+		h := newHarness(t)
+		addr := h.mr.Addr()
+		h.mr.Close()
+		body := `{"id":"later","name":"Later","stock":5,"per_user_limit":1}`
+		h.fail(t, request("POST", "/v1/campaigns", body, h.bearer()...), http.StatusServiceUnavailable, events.Unavailable)
+		if _, err := h.store.Campaign(context.Background(), "later"); events.ErrorCode(err) != events.CampaignNotFound {
+			t.Fatalf("a creation that failed left the campaign in the store: %v", err)
+		}
+		if err := h.mr.StartAddr(addr); err != nil {
+			t.Fatal(err)
+		}
+		h.createCampaign(t, body) // not 409 campaign_exists: nothing was left behind
+		h.buy(t, "later", "alice", 1)
+	})
 }

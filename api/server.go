@@ -151,6 +151,7 @@ const maxLimiterKeys = 100_000
 // Store is the part of the store the api reads and writes: campaigns, and orders for reads.
 type Store interface {
 	CreateCampaign(ctx context.Context, c store.Campaign) error
+	DeleteUnsoldCampaign(ctx context.Context, id string) (bool, error)
 	Campaign(ctx context.Context, id string) (store.Campaign, error)
 	Order(ctx context.Context, id string) (store.Order, error)
 	Ping(ctx context.Context) error

@@ -338,3 +338,48 @@ func TestRebuild(t *testing.T) {
 		t.Errorf("refund after rebuild: remaining %d, want %d", after, remaining+int64(evs[0].Quantity))
 	}
 }
+
+// TestReconcile: a campaign the store has and Redis was never given (its creation stopped half
+// way) goes on sale by the guard's next round; one that has ended stays out of Redis.
+func TestReconcile(t *testing.T) {
+	e := newEnv(t, 10, 2)
+	now := time.Now()
+	live, ended := storetest.Name("half"), storetest.Name("over")
+	for _, c := range []store.Campaign{
+		{ID: live, Name: "half made", Stock: 7, PerUserLimit: 2, StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()},
+		{ID: ended, Name: "over", Stock: 7, PerUserLimit: 2, StartsAtMs: now.Add(-time.Hour).UnixMilli(), EndsAtMs: now.Add(-time.Minute).UnixMilli(),
+			CreatedAtMs: now.Add(-time.Hour).UnixMilli()}, // first in the guard's round, so the check below follows it
+	} {
+		if err := e.st.CreateCampaign(e.ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.compensator(t, compensator.Config{GuardInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		remaining, ok, err := e.r.Remaining(e.ctx, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if remaining != 7 {
+				t.Errorf("remaining %d, want 7", remaining)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store's campaign never went on sale")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := e.r.Reserve(e.ctx, live, events.NewOrderID(live), "ann", 2, time.Minute); err != nil {
+		t.Errorf("buy from the reconciled campaign: %v", err)
+	}
+	if _, ok, err := e.r.Remaining(e.ctx, ended); err != nil || ok {
+		t.Errorf("the ended campaign was loaded (%v, %v)", ok, err)
+	}
+}

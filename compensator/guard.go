@@ -26,7 +26,11 @@ func (c *Compensator) guard(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.GuardInterval)
 	defer t.Stop()
 	for {
-		if err := c.checkEpoch(ctx); err != nil && ctx.Err() == nil {
+		intact, err := c.checkEpoch(ctx)
+		if err == nil && intact {
+			err = c.reconcile(ctx, time.Now())
+		}
+		if err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("redis guard", "err", err)
 		}
 		select {
@@ -38,23 +42,24 @@ func (c *Compensator) guard(ctx context.Context) error {
 }
 
 // checkEpoch rebuilds Redis if its epoch is not its own server's, unless another compensator is
-// rebuilding already.
-func (c *Compensator) checkEpoch(ctx context.Context) error {
+// rebuilding already. It reports whether the epoch was intact: Redis has every campaign it was
+// given.
+func (c *Compensator) checkEpoch(ctx context.Context) (intact bool, err error) {
 	runID, epoch, err := c.rebuilder.Identity(ctx, c.cfg.Topics.Prefix)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if strings.HasPrefix(epoch, runID+":") {
-		return nil
+		return true, nil
 	}
 	lock, err := c.locker.TryLock(ctx, c.cfg.Topics.Prefix+".rebuild", 10*time.Second)
 	if errors.Is(err, lua.ErrLockHeld) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
-	return lock.Hold(ctx, func(ctx context.Context) error {
+	return false, lock.Hold(ctx, func(ctx context.Context) error {
 		// Another compensator may have finished a rebuild between the check and the lock.
 		if _, epoch, err := c.rebuilder.Identity(ctx, c.cfg.Topics.Prefix); err != nil || strings.HasPrefix(epoch, runID+":") {
 			return err
@@ -76,8 +81,43 @@ func (c *Compensator) checkEpoch(ctx context.Context) error {
 	})
 }
 
+// reconcile puts on sale every campaign the store has and Redis was never given: one whose
+// creation stopped between its two steps (an api that died, a Redis that did not answer).
+// Loading changes nothing where Redis has the campaign, frozen or not. A campaign that has ended
+// is left alone: its keys leave Redis once it is over.
+func (c *Compensator) reconcile(ctx context.Context, now time.Time) error {
+	cs, err := c.snapshots.Campaigns(ctx)
+	if err != nil {
+		return err
+	}
+	for _, camp := range cs {
+		if camp.EndsAtMs > 0 && camp.EndsAtMs <= now.UnixMilli() {
+			continue
+		}
+		lc := RedisCampaign(camp)
+		loaded, err := c.rebuilder.LoadCampaign(ctx, lc)
+		if err != nil {
+			return err
+		}
+		if loaded {
+			c.cfg.Logger.Warn("campaign was in the store but not in redis: put on sale", "campaign", camp.ID, "remaining", lc.Remaining)
+		}
+	}
+	return nil
+}
+
+// RedisCampaign is the campaign c as Redis sells it: its units not yet sold, its limit and window.
+func RedisCampaign(c store.Campaign) lua.Campaign {
+	lc := lua.Campaign{ID: c.ID, Remaining: c.Stock - c.Sold, Limit: c.PerUserLimit, StartsAt: time.UnixMilli(c.StartsAtMs)}
+	if c.EndsAtMs > 0 {
+		lc.EndsAt = time.UnixMilli(c.EndsAtMs)
+	}
+	return lc
+}
+
 // Rebuilder is the part of Redis a rebuild writes.
 type Rebuilder interface {
+	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
 	Identity(ctx context.Context, prefix string) (runID, epoch string, err error)
 	SetEpoch(ctx context.Context, prefix, epoch string) error
 	Freeze(ctx context.Context, campaigns ...string) error
@@ -145,11 +185,8 @@ func (c *Compensator) Rebuild(ctx context.Context) (int, error) {
 		for i, o := range orders {
 			confirmed[i] = lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity)}
 		}
-		lc := lua.Campaign{ID: camp.ID, Remaining: camp.Stock - camp.Sold, Limit: camp.PerUserLimit,
-			StartsAt: time.UnixMilli(camp.StartsAtMs), Holdings: holdings}
-		if camp.EndsAtMs > 0 {
-			lc.EndsAt = time.UnixMilli(camp.EndsAtMs)
-		}
+		lc := RedisCampaign(camp)
+		lc.Holdings = holdings
 		if err := c.rebuilder.Restore(ctx, lc, confirmed); err != nil {
 			return 0, err
 		}

@@ -167,6 +167,21 @@ func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
 	return nil
 }
 
+// DeleteUnsoldCampaign deletes the campaign with id if no order names it: what undoes a
+// creation that could not put the campaign on sale. It reports whether it deleted.
+func (s *Store) DeleteUnsoldCampaign(ctx context.Context, id string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.db.Rebind(`DELETE FROM campaigns WHERE id = ? AND sold = 0
+		AND NOT EXISTS (SELECT 1 FROM orders WHERE campaign_id = ?)`), id, id)
+	if err != nil {
+		return false, fmt.Errorf("delete campaign %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("delete campaign %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
 // Campaign returns the campaign with id, or an events.CampaignNotFound error.
 func (s *Store) Campaign(ctx context.Context, id string) (Campaign, error) {
 	return s.campaignOn(ctx, s.db, id)
