@@ -71,15 +71,15 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	linger := f.Duration("produce-linger", 0, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
 	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
-	parkAfter := f.Duration("idle-park-after", 250*time.Millisecond, "how long a keep-alive connection may wait for its next request inside net/http (about 17 KB) before it is parked outside (about 200 bytes; Linux); a request on a parked connection costs a goroutine's start more (negative, e.g. -1s: never park)")
-	releaseQuiet := f.Duration("release-when-quiet", time.Second, "after this long without a request or a new connection, return the memory a burst left (over 16 MB) to the OS, once per quiet spell (negative, e.g. -1s: never; GOMEMLIMIT still applies)")
+	maxConns := f.Int("max-conns", api.DefaultMaxConns(), "connections held at once; one more is closed on accept (0: no cap; the default is the open-file limit less 1024)")
+	maxConnsPerAddr := f.Int("max-conns-per-addr", 1000, "connections from one client address (an IPv6 /64); behind a load balancer raise it, or 0 for no cap")
 	guards := f.guards(false)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl, "idle_park_after", *parkAfter, "release_when_quiet", *releaseQuiet}, guards.logArgs()...)...)
-	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, IdleParkAfter: *parkAfter, ReleaseWhenQuiet: *releaseQuiet, Logger: log}
+	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr}, guards.logArgs()...)...)
+	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
 	}

@@ -67,20 +67,17 @@ type Config struct {
 	// ProduceTimeout bounds the wait for Kafka's acknowledgement of a purchase; a purchase
 	// that runs out of it is cancelled (503) and Kafka counts as down for a second. Default: 3s.
 	ProduceTimeout time.Duration
-	// IdleParkAfter is how long a keep-alive connection may wait for its next request inside
-	// net/http (a goroutine, 8 KB of buffers, its stack: about 17 KB) before it is parked
-	// outside (about 200 bytes, Linux only; see park.go). A client whose next request comes
-	// sooner, a busy one, is never parked; a request on a parked connection costs a few
-	// microseconds more (a goroutine's start, two epoll_ctl). Negative never parks.
-	// Default: 250ms.
-	IdleParkAfter time.Duration
-	// IdleTimeout is how long a keep-alive connection may stay idle, parked or not, before the
-	// server closes it. Default: 90s.
+	// IdleTimeout is how long a keep-alive connection may stay idle before the server closes
+	// it. Idle keep-alives of a crowd are best held by the load balancer in front. Default: 90s.
 	IdleTimeout time.Duration
-	// ReleaseWhenQuiet is how long the server must go without a request or a new connection
-	// before it returns the memory a burst left (when over 16 MB) to the OS, once per quiet
-	// spell: a garbage collection then. Negative never does. Default: 1s.
-	ReleaseWhenQuiet time.Duration
+	// MaxConns caps the connections the server holds at once; one more is closed as soon as it
+	// is accepted, so the process never runs out of file descriptors. Default: 0, no cap (the
+	// api command sets DefaultMaxConns).
+	MaxConns int
+	// MaxConnsPerAddr caps the connections from one client address (an IPv6 /64), so one
+	// client cannot take them all. Behind a load balancer every connection comes from its few
+	// addresses: raise it or set 0. Default: 0, no cap (the api command sets 1,000).
+	MaxConnsPerAddr int
 	// ShutdownTimeout bounds the drain of in-flight requests at shutdown. Default: 15s.
 	ShutdownTimeout time.Duration
 	// Logger receives errors. Default: slog.Default().
@@ -96,6 +93,8 @@ func (c Config) Validate() error {
 		return errors.New("buyers cannot authenticate: set a JWT secret (or, in development only, the insecure user header)")
 	case c.UserLimit.Rate < 0 || c.IPLimit.Rate < 0:
 		return errors.New("rate limits cannot be negative")
+	case c.MaxConns < 0 || c.MaxConnsPerAddr < 0:
+		return errors.New("connection caps cannot be negative")
 	}
 	return nil
 }
@@ -128,14 +127,8 @@ func (c *Config) setDefaults() {
 	if c.ProduceTimeout <= 0 {
 		c.ProduceTimeout = 3 * time.Second
 	}
-	if c.IdleParkAfter == 0 {
-		c.IdleParkAfter = 250 * time.Millisecond
-	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 90 * time.Second
-	}
-	if c.ReleaseWhenQuiet == 0 {
-		c.ReleaseWhenQuiet = time.Second
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
@@ -174,7 +167,6 @@ type Server struct {
 	soldOut   *soldOut
 	kafka     *breaker      // fails purchases fast while Kafka is down
 	known     sync.Map      // campaign ids the store knows: see notInRedis
-	active    activity      // requests served and connections opened, for releaseWhenQuiet
 	stopping  chan struct{} // closed when shutdown starts: event streams end
 	stopOnce  sync.Once
 }
@@ -259,17 +251,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    16 << 10,
-		ConnState: func(c net.Conn, st http.ConnState) {
-			parkConnState(c, st)
-			if st == http.StateNew || st == http.StateIdle {
-				s.active.add()
-			}
-		},
 	}
-	ln = parkIdle(ln, s.cfg.IdleParkAfter)
-	rctx, stopRelease := context.WithCancel(ctx)
-	defer stopRelease()
-	go releaseWhenQuiet(rctx, &s.active, s.cfg.ReleaseWhenQuiet, freeOSMemory)
+	ln = limitConns(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerAddr)
 	srv.RegisterOnShutdown(s.stop)
 	if s.redis != nil {
 		if err := LoadScripts(ctx, s.redis.Client()); err != nil {

@@ -61,7 +61,7 @@ func TestTargets(t *testing.T) {
 	want := map[string]string{
 		"all-accept / bare-reserve": "FAIL", "all-accept / redis-ceiling": "FAIL", "flash-crowd / sync-db": "FAIL",
 		"sold-out / constant": "PASS", "drain / row-at-a-time": "PASS", "flash-crowd p99": "PASS", "flash-crowd sold": "PASS",
-		"drain": "FAIL", "drain campaign updates per batch": "FAIL", "api RSS with idle connections": "PASS",
+		"drain": "FAIL", "drain campaign updates per batch": "FAIL", "api RSS per idle connection": "PASS",
 	}
 	if len(r.Targets) != len(want) {
 		t.Fatalf("%d targets, want %d", len(r.Targets), len(want))

@@ -229,7 +229,8 @@ func (r *runner) startPipeline(ctx context.Context, name string, pace int) (*pip
 	conn := r.connArgs(p.prefix)
 	var err error
 	apiArgs := append([]string{"api", "--addr", p.apiAddr, "--admin-token", p.admin,
-		"--partitions", fmt.Sprint(r.cfg.Sizes.Partitions), "--replication", "1"}, r.apiFlags...)
+		"--partitions", fmt.Sprint(r.cfg.Sizes.Partitions), "--replication", "1",
+		"--max-conns-per-addr", "0"}, r.apiFlags...) // the load comes from one address
 	if p.api, err = r.role(name+"-api", p.apiPprof, append(apiArgs, conn...)...); err != nil {
 		return nil, err
 	}

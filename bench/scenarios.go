@@ -364,7 +364,7 @@ func (r *runner) idleConns(ctx context.Context, p *pipeline) (ScenarioResult, er
 	if failed > 0 {
 		return ScenarioResult{}, fmt.Errorf("%d of %d connections failed: %v", failed, n, firstErr)
 	}
-	time.Sleep(2 * time.Second) // let the server settle: every connection is parked in its read
+	time.Sleep(2 * time.Second) // let the server settle: every connection waits in its read
 	after, peak, err := RSS(pid)
 	if err != nil {
 		return ScenarioResult{}, err

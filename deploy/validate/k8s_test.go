@@ -175,8 +175,10 @@ func checkPod(m manifest, tmpl *corev1.PodTemplateSpec, b *bundle, used map[stri
 				probs.addf("%s: no %s request", where, r)
 			}
 		}
-		if _, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok {
+		if limit, ok := c.Resources.Limits[corev1.ResourceMemory]; !ok {
 			probs.addf("%s: no memory limit", where)
+		} else if !isJob && imageName(c.Image) == "seckill" {
+			probs = append(probs, checkMemLimit(where, c, limit.Value())...)
 		}
 
 		if !isJob && (c.ReadinessProbe == nil || c.LivenessProbe == nil) {
@@ -251,6 +253,38 @@ func checkPod(m manifest, tmpl *corev1.PodTemplateSpec, b *bundle, used map[stri
 
 // checkService checks that a Service selects pods and that each of its target
 // ports is a port of every pod it selects.
+// checkMemLimit: a long-running seckill container sets GOMEMLIMIT to 75–95% of its memory limit, so
+// the garbage collector works harder before the kernel's OOM killer would act.
+func checkMemLimit(where string, c corev1.Container, limit int64) problems {
+	var probs problems
+	for _, e := range c.Env {
+		if e.Name != "GOMEMLIMIT" {
+			continue
+		}
+		n, err := goMemLimit(e.Value)
+		if err != nil {
+			probs.addf("%s: GOMEMLIMIT %q: %v", where, e.Value, err)
+		} else if n < limit*75/100 || n > limit*95/100 {
+			probs.addf("%s: GOMEMLIMIT %q is not 75-95%% of the memory limit (%d bytes)", where, e.Value, limit)
+		}
+		return probs
+	}
+	probs.addf("%s: no GOMEMLIMIT beside its memory limit", where)
+	return probs
+}
+
+// goMemLimit parses a GOMEMLIMIT value as the Go runtime does: bytes, with an optional B, KiB,
+// MiB, GiB or TiB suffix.
+func goMemLimit(v string) (int64, error) {
+	for i, unit := range []string{"TiB", "GiB", "MiB", "KiB", "B"} {
+		if num, ok := strings.CutSuffix(v, unit); ok {
+			n, err := strconv.ParseInt(num, 10, 64)
+			return n << (10 * (4 - i)), err
+		}
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
 func checkService(m manifest, b *bundle) problems {
 	var probs problems
 	svc := m.obj.(*corev1.Service)

@@ -1,0 +1,142 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/api"
+)
+
+// hog opens n keep-alive connections from local (an address on the loopback network), each
+// after one GET /healthz, and returns those the server kept and the number it closed at once.
+func hog(t *testing.T, addr, local string, n int) (kept []net.Conn, refused int) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 10 * time.Second}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan struct{})
+	for range 32 {
+		wg.Go(func() {
+			for range next {
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					mu.Lock()
+					refused++
+					mu.Unlock()
+					continue
+				}
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				_, err = fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+				var status string
+				if err == nil {
+					status, err = bufio.NewReader(c).ReadString('\n')
+				}
+				mu.Lock()
+				if err == nil && strings.Contains(status, " 200 ") {
+					kept = append(kept, c)
+				} else {
+					refused++
+					c.Close()
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	wg.Wait()
+	return kept, refused
+}
+
+// healthy asks for /healthz from local on a connection of its own.
+func healthy(t *testing.T, addr, local string) bool {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}).DialContext}}
+	resp, err := c.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func closeAll(cs []net.Conn) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// serve runs a server over h's dependencies with cfg's connection caps on a loopback port.
+func serve(t *testing.T, maxConns, perAddr int) string {
+	t.Helper()
+	h := newHarness(t, func(c *api.Config) { c.MaxConns, c.MaxConnsPerAddr = maxConns, perAddr })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestConnectionCaps: one client holding thousands of idle keep-alives (the 20,000 hit
+// the process's file limit; here 3,000 against a cap of 1,000 per address, the api's default)
+// neither starves another client nor outlasts its own hang-up.
+func TestConnectionCaps(t *testing.T) {
+	t.Run("per address", func(t *testing.T) {
+		addr := serve(t, 0, 1000)
+		kept, refused := hog(t, addr, "127.0.0.1", 3000)
+		defer closeAll(kept)
+		if len(kept) != 1000 || refused != 2000 {
+			t.Errorf("the hog kept %d connections and was refused %d; want 1000 and 2000", len(kept), refused)
+		}
+		if !healthy(t, addr, "127.0.0.2") {
+			t.Error("another client is not served while the hog holds its connections")
+		}
+		closeAll(kept)
+		// Its places are free again once the server has seen the hang-ups: the hog is served.
+		for deadline := time.Now().Add(20 * time.Second); !healthy(t, addr, "127.0.0.1"); {
+			if time.Now().After(deadline) {
+				t.Fatal("the hog's address is still refused after it hung up")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	t.Run("in total", func(t *testing.T) {
+		addr := serve(t, 500, 0)
+		var all []net.Conn
+		defer func() { closeAll(all) }()
+		refusedAll := 0
+		for _, local := range []string{"127.0.0.3", "127.0.0.4", "127.0.0.5"} {
+			kept, refused := hog(t, addr, local, 300)
+			all, refusedAll = append(all, kept...), refusedAll+refused
+		}
+		if len(all) != 500 || refusedAll != 400 {
+			t.Errorf("the server kept %d connections and refused %d; want 500 and 400", len(all), refusedAll)
+		}
+		closeAll(all)
+		for deadline := time.Now().Add(20 * time.Second); !healthy(t, addr, "127.0.0.6"); {
+			if time.Now().After(deadline) {
+				t.Fatal("still refused after every connection closed")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
