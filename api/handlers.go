@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -154,22 +155,25 @@ func (s *Server) createCampaign(c echo.Context) error {
 		return events.Errorf(events.Invalid, "id must be 1 to 64 letters, digits, '-' or '_', starting with a letter or digit")
 	}
 	switch {
-	case camp.Name == "" || utf8.RuneCountInString(camp.Name) > 200:
-		return events.Errorf(events.Invalid, "name must be 1 to 200 characters")
+	case camp.Name == "" || utf8.RuneCountInString(camp.Name) > 200 || strings.ContainsFunc(camp.Name, unicode.IsControl):
+		return events.Errorf(events.Invalid, "name must be 1 to 200 characters, none of them a control character")
 	case req.Stock == nil || *req.Stock < 0 || *req.Stock > maxStock:
 		return events.Errorf(events.Invalid, "stock must be a whole number from 0 to %d", int64(maxStock))
 	case req.PerUserLimit == nil || *req.PerUserLimit < 1 || *req.PerUserLimit > maxStock:
 		return events.Errorf(events.Invalid, "per_user_limit must be a whole number from 1 to %d", int64(maxStock))
 	}
 	camp.Stock, camp.PerUserLimit = *req.Stock, *req.PerUserLimit
+	// Times are kept to the millisecond, and 0 means "no end": a time at or before 1970 or a
+	// window under a millisecond could not be kept as given.
 	if req.StartsAt != nil {
-		camp.StartsAtMs = req.StartsAt.UnixMilli()
+		if camp.StartsAtMs = req.StartsAt.UnixMilli(); camp.StartsAtMs <= 0 {
+			return events.Errorf(events.Invalid, "starts_at must be after 1970-01-01T00:00:00Z")
+		}
 	}
 	if req.EndsAt != nil {
-		if !req.EndsAt.After(time.UnixMilli(camp.StartsAtMs)) {
-			return events.Errorf(events.Invalid, "ends_at must be after starts_at")
+		if camp.EndsAtMs = req.EndsAt.UnixMilli(); camp.EndsAtMs <= camp.StartsAtMs {
+			return events.Errorf(events.Invalid, "ends_at must be at least a millisecond after starts_at")
 		}
-		camp.EndsAtMs = req.EndsAt.UnixMilli()
 	}
 	// Both steps run to their end whether or not the admin waits: a campaign stored but not on
 	// sale would answer every buyer "being restored".
