@@ -68,7 +68,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 	var wg sync.WaitGroup
 	codes := make(chan string, 3)
 	for _, role := range [][]string{
-		{"api", "--addr", strings.TrimPrefix(p.base, "http://"), "--admin-token", p.admin, "--insecure-user-header", "--partitions", "3", "--replication", "1", "--reservation-ttl", "1m",
+		{"api", "--addr", strings.TrimPrefix(p.base, "http://"), "--metrics-addr", "127.0.0.1:0", "--admin-token", p.admin, "--insecure-user-header", "--partitions", "3", "--replication", "1", "--reservation-ttl", "1m",
 			"--jwt-secret", p.secret, "--jwt-issuer", e2eIssuer},
 		{"consumer", "--metrics-addr", "127.0.0.1:0", "--batch-size", "100"},
 		{"compensator", "--metrics-addr", "127.0.0.1:0", "--sweep-interval", "200ms", "--rebuild-grace", "500ms"},

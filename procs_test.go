@@ -562,7 +562,7 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 	c.kcl, c.adm = kcl, kadm.NewClient(kcl)
 
 	c.api = &role{name: "api", c: c, args: func() []string {
-		return []string{"api", "--addr", strings.TrimPrefix(c.base, "http://"), "--admin-token", c.admin,
+		return []string{"api", "--addr", strings.TrimPrefix(c.base, "http://"), "--metrics-addr", "127.0.0.1:0", "--admin-token", c.admin,
 			"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0",
 			"--partitions", "3", "--replication", "1", "--reservation-ttl", o.reservationTTL.String()}
 	}}

@@ -65,7 +65,8 @@ func (c conn) open(ctx context.Context) (deps, error) {
 func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("api", "Serve the HTTP API: reserve stock in Redis and produce OrderRequested to Kafka.", stdout)
 	c := f.conn()
-	addr := f.String("addr", ":8080", "listen address")
+	addr := f.String("addr", ":8080", "listen address of the public API")
+	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics, for operators only")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
 	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
 	linger := f.Duration("produce-linger", 0, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
@@ -78,7 +79,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr}, guards.logArgs()...)...)
+	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr}, guards.logArgs()...)...)
 	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
@@ -99,7 +100,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer closeProducer(producer)
 	srv := api.New(cfg, d.store, d.redis, producer)
-	return srv.Run(ctx)
+	return runWithOps(ctx, *metricsAddr, log, d, producer.Ping, srv.Run)
 }
 
 func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {

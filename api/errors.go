@@ -2,7 +2,9 @@ package api
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
+	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -74,8 +76,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 		body.Error.Code, body.Error.Message = events.ErrorCode(err), events.ErrorMessage(err)
 	}
 	status := ErrorStatusCode(body.Error.Code)
-	if status == http.StatusInternalServerError || status == http.StatusServiceUnavailable {
-		s.cfg.Logger.Error("request failed", "method", c.Request().Method, "path", c.Request().URL.Path, "err", err)
+	s.logRefusal(c, status, err, ours && e.Cause == nil)
+	if status == http.StatusServiceUnavailable && c.Response().Header().Get("Retry-After") == "" {
+		retryAfter(c, 2*time.Second)
 	}
 	var werr error
 	if c.Request().URL.RawQuery != "" || s.echo.Debug {
@@ -86,6 +89,25 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if werr != nil {
 		s.cfg.Logger.Warn("write error response", "err", werr)
 	}
+}
+
+// logRefusal logs an answer at the level an operator on call wants: a failure of ours at ERROR,
+// a dependency that failed at WARN, and an expected refusal (sold out, a campaign being
+// restored, the breaker open: said, not caused) at DEBUG; the counters count them all.
+func (s *Server) logRefusal(c echo.Context, status int, err error, expected bool) {
+	level := slog.LevelDebug
+	switch {
+	case status == http.StatusInternalServerError:
+		level = slog.LevelError
+	case status == http.StatusServiceUnavailable && !expected:
+		level = slog.LevelWarn
+	}
+	ctx := c.Request().Context()
+	if !s.cfg.Logger.Enabled(ctx, level) { // a crowd's refusals: nothing to build
+		return
+	}
+	s.cfg.Logger.Log(ctx, level, "request refused", "method", c.Request().Method,
+		"path", c.Request().URL.Path, "status", status, "err", err)
 }
 
 // appendJSON encodes the body as c.JSON does, newline included, without reflection: every

@@ -48,7 +48,7 @@ func readBody(c echo.Context) ([]byte, error) {
 	}
 	body, err := readAtMost(r.Body, maxBody, r.ContentLength)
 	if err != nil {
-		return nil, events.Errorf(events.Invalid, "read body: %v", err)
+		return nil, events.Wrap(events.Invalid, err, "the body could not be read whole")
 	}
 	switch {
 	case len(body) > maxBody:
@@ -93,12 +93,30 @@ func decodeJSON(body []byte, v any) error {
 		if strings.Contains(err.Error(), `unknown field "user_id"`) {
 			return events.Errorf(events.Invalid, "the buyer is named by the bearer token, never by the body")
 		}
-		return events.Errorf(events.Invalid, "malformed JSON body: %v", err)
+		return jsonError(err)
 	}
 	if dec.More() {
 		return events.Errorf(events.Invalid, "malformed JSON body: data after the object")
 	}
 	return nil
+}
+
+// jsonError says what is wrong with a body in the client's terms: the field and the JSON type
+// it should have, or where the syntax broke; never the Go types it was decoded into.
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr) && typeErr.Field != "":
+		return events.Wrap(events.Invalid, err, "%s has the wrong type or is out of range (got %s)", typeErr.Field, typeErr.Value)
+	case errors.As(err, &typeErr):
+		return events.Wrap(events.Invalid, err, "the body must be a JSON object, not a %s", typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return events.Wrap(events.Invalid, err, "malformed JSON body at byte %d", syntaxErr.Offset)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return events.Wrap(events.Invalid, err, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return events.Wrap(events.Invalid, err, "malformed JSON body")
 }
 
 // jsonMediaType accepts application/json with no charset or utf-8 (RFC 8259 §8.1).
@@ -220,7 +238,7 @@ func (s *Server) getCampaign(c echo.Context) error {
 	}
 	remaining, ok, err := s.redis.Remaining(ctx, id)
 	if err != nil {
-		return events.Errorf(events.Unavailable, "read remaining stock: %v", err)
+		return events.Wrap(events.Unavailable, err, "campaign %q is being restored; try again in a few seconds", id)
 	}
 	if !ok {
 		remaining = camp.Stock - camp.Sold
@@ -370,7 +388,7 @@ func (s *Server) purchase(c echo.Context) error {
 		s.forget(ctx, idem)
 		switch code {
 		case events.Internal:
-			return events.Errorf(events.Unavailable, "reserve: %v", err)
+			return events.Wrap(events.Unavailable, err, "the sale cannot be reached right now; nothing was reserved, try again shortly")
 		case events.CampaignNotFound:
 			return s.notInRedis(ctx, campaign, err)
 		}
@@ -432,7 +450,7 @@ func (s *Server) notInRedis(ctx context.Context, campaign string, notFound error
 	case events.CampaignNotFound:
 		return notFound
 	}
-	return events.Errorf(events.Unavailable, "campaign %q: %v", campaign, err)
+	return events.Wrap(events.Unavailable, err, "the sale cannot be reached right now; nothing was reserved, try again shortly")
 }
 
 // purchaseFingerprint is what makes two purchases with one key the same request: a body that
@@ -480,7 +498,7 @@ func (s *Server) startKeyed(c echo.Context, idem *idemRecord, soldOut bool, qty 
 		st, err = idem.begin(ctx, false)
 	}
 	if err != nil {
-		return false, events.Errorf(events.Unavailable, "%v", err)
+		return false, events.Wrap(events.Unavailable, err, "the Idempotency-Key cannot be checked right now; nothing was reserved, try again shortly")
 	}
 	switch st.outcome {
 	case "new", "retry":
@@ -593,7 +611,7 @@ func (s *Server) order(ctx context.Context, id string) (OrderView, error) {
 		return OrderView{}, err
 	}
 	if rerr != nil {
-		return OrderView{}, events.Errorf(events.Unavailable, "read reservation: %v", rerr)
+		return OrderView{}, events.Wrap(events.Unavailable, rerr, "the order cannot be read right now; try again shortly")
 	}
 	created, ok := events.IDTime(id)
 	if !ok { // an id derived from an Idempotency-Key has no time in it

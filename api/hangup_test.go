@@ -3,6 +3,8 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -195,4 +197,85 @@ func TestCreateCampaignAllOrNothing(t *testing.T) {
 		h.createCampaign(t, body) // not 409 campaign_exists: nothing was left behind
 		h.buy(t, "later", "alice", 1)
 	})
+}
+
+// failingBody is a request body whose read fails as a slow client's does at the read timeout.
+type failingBody struct{}
+
+func (failingBody) Read([]byte) (int, error) {
+	return 0, fmt.Errorf("read tcp 127.0.0.1:8080->127.0.0.1:51234: i/o timeout")
+}
+
+// TestOutagesSayNoMore: with the store gone, or a body that cannot be read, every answer says
+// what the client needs and nothing of the dependency's or the server's own words.
+func TestOutagesSayNoMore(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id":"o1","name":"Outage","stock":5,"per_user_limit":1}`)
+	order := h.buy(t, "o1", "alice", 1)
+
+	slow := request("POST", "/v1/campaigns/o1/purchases", "", user("bob")...)
+	slow.Body, slow.ContentLength = io.NopCloser(failingBody{}), -1
+	slow.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder() // not apitest.Serve, which would read the body itself
+	h.srv.Handler().ServeHTTP(rec, slow)
+	if rec.Code != http.StatusBadRequest {
+		t.Errorf("a body that cannot be read: %d %s", rec.Code, rec.Body)
+	}
+	noInternals(t, "a body that cannot be read", rec.Body.String())
+
+	h.store.Close()
+	h.fail(t, request("GET", "/v1/campaigns/o1", ""), http.StatusServiceUnavailable, events.Unavailable)
+	h.fail(t, request("GET", "/v1/orders/"+order, "", user("alice")...), http.StatusServiceUnavailable, events.Unavailable)
+	h.fail(t, request("POST", "/v1/campaigns", `{"id":"o2","name":"Later","stock":1,"per_user_limit":1}`, h.bearer()...), http.StatusServiceUnavailable, events.Unavailable)
+	h.fail(t, request("POST", "/v1/campaigns/nope/purchases", `{"quantity":1}`, user("carol")...), http.StatusServiceUnavailable, events.Unavailable)
+	h.fail(t, request("POST", "/v1/admin/orders/"+order+"/compensate", "", h.bearer()...), http.StatusServiceUnavailable, events.Unavailable)
+}
+
+// levelCounter is a slog handler that counts records by level.
+type levelCounter struct {
+	mu sync.Mutex
+	n  map[slog.Level]int
+}
+
+func (l *levelCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (l *levelCounter) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n[r.Level]++
+	return nil
+}
+func (l *levelCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *levelCounter) WithGroup(string) slog.Handler      { return l }
+
+func (l *levelCounter) take() map[slog.Level]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.n
+	l.n = map[slog.Level]int{}
+	return n
+}
+
+// TestRefusalLogLevels: a refusal the api expects (sold out, a campaign being restored) is
+// logged at DEBUG, a dependency that fails at WARN; neither is an ERROR for the person on call.
+func TestRefusalLogLevels(t *testing.T) {
+	logs := &levelCounter{n: map[slog.Level]int{}}
+	h := newHarness(t, func(c *api.Config) { c.Logger = slog.New(logs) })
+	h.createCampaign(t, `{"id":"l1","name":"Levels","stock":0,"per_user_limit":1}`)
+	h.createCampaign(t, `{"id":"l2","name":"Frozen","stock":5,"per_user_limit":1}`)
+	if err := h.redis.Freeze(context.Background(), "l2"); err != nil {
+		t.Fatal(err)
+	}
+	logs.take()
+	for range 10 {
+		h.fail(t, request("POST", "/v1/campaigns/l1/purchases", `{"quantity":1}`, user("ann")...), http.StatusConflict, events.SoldOut)
+		h.fail(t, request("POST", "/v1/campaigns/l2/purchases", `{"quantity":1}`, user("ann")...), http.StatusServiceUnavailable, events.Unavailable)
+	}
+	if n := logs.take(); n[slog.LevelError]+n[slog.LevelWarn] != 0 || n[slog.LevelDebug] != 20 {
+		t.Errorf("expected refusals logged %v, want 20 at DEBUG and nothing above", n)
+	}
+	h.store.Close()
+	h.fail(t, request("GET", "/v1/campaigns/l1", ""), http.StatusServiceUnavailable, events.Unavailable)
+	if n := logs.take(); n[slog.LevelError] != 0 || n[slog.LevelWarn] != 1 {
+		t.Errorf("a failed dependency logged %v, want one WARN", n)
+	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/compensator"
@@ -165,8 +164,9 @@ type Server struct {
 	userLimit *limiter
 	ipLimit   *limiter
 	soldOut   *soldOut
-	kafka     *breaker      // fails purchases fast while Kafka is down
-	known     sync.Map      // campaign ids the store knows: see notInRedis
+	kafka     *breaker // fails purchases fast while Kafka is down
+	known     sync.Map // campaign ids the store knows: see notInRedis
+	ready     readyCache
 	stopping  chan struct{} // closed when shutdown starts: event streams end
 	stopOnce  sync.Once
 }
@@ -209,7 +209,6 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", echo.WrapHandler(promhttp.Handler()))
 	e.POST("/v1/campaigns", s.createCampaign, s.admin)
 	e.GET("/v1/campaigns/:id", s.getCampaign)
 	e.POST("/v1/campaigns/:id/purchases", s.purchase)
@@ -285,22 +284,57 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz answers 200 only when Redis, Kafka and the store all answer.
+// readyz answers 200 only when Redis, Kafka and the store all answer. It says which one does
+// not, never why (that goes to the log), and asks them at most once per readyEvery however
+// many probes and clients call it.
 func (s *Server) readyz(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
-	defer cancel()
-	checks := map[string]error{
-		"redis": s.redis.Client().Ping(ctx).Err(),
-		"kafka": s.producer.Ping(ctx),
-		"store": s.store.Ping(ctx),
-	}
-	body := map[string]string{}
-	status := http.StatusOK
-	for name, err := range checks {
-		body[name] = "ok"
-		if err != nil {
-			body[name], status = err.Error(), http.StatusServiceUnavailable
+	st := s.ready.get(func() readiness {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), 2*time.Second)
+		defer cancel()
+		r := readiness{body: map[string]string{}, status: http.StatusOK}
+		for name, ping := range map[string]func(context.Context) error{
+			"redis": func(ctx context.Context) error { return s.redis.Client().Ping(ctx).Err() },
+			"kafka": s.producer.Ping,
+			"store": s.store.Ping,
+		} {
+			r.body[name] = "ok"
+			if err := ping(ctx); err != nil {
+				r.body[name], r.status = "unavailable", http.StatusServiceUnavailable
+				s.cfg.Logger.Warn("not ready", "dependency", name, "err", err)
+			}
 		}
+		return r
+	})
+	return c.JSON(st.status, st.body)
+}
+
+// readyEvery is how often readyz asks the dependencies.
+const readyEvery = time.Second
+
+// readiness is one answer of readyz.
+type readiness struct {
+	status int
+	body   map[string]string // never changed once made
+}
+
+// readyCache holds the latest readiness; the first caller after it is readyEvery old checks
+// again while the others wait for its answer.
+type readyCache struct {
+	mu   sync.Mutex
+	at   time.Time
+	last readiness
+	now  func() time.Time // nil: time.Now; a test's clock otherwise
+}
+
+func (rc *readyCache) get(check func() readiness) readiness {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	now := time.Now()
+	if rc.now != nil {
+		now = rc.now()
 	}
-	return c.JSON(status, body)
+	if rc.last.body == nil || now.Sub(rc.at) >= readyEvery {
+		rc.last, rc.at = check(), now
+	}
+	return rc.last
 }

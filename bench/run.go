@@ -186,6 +186,7 @@ type pipeline struct {
 	prefix               string
 	api, cons, comp      *Proc
 	apiAddr, apiPprof    string
+	apiAdmin             string // the api's /metrics
 	consPprof, consAdmin string
 	admin                string
 	cpuStart             map[*Proc]time.Duration
@@ -216,7 +217,7 @@ func (r *runner) noteLogProblems() {
 // ready; the consumer persists at most pace orders/s (0: unpaced).
 func (r *runner) startPipeline(ctx context.Context, name string, pace int) (*pipeline, error) {
 	p := &pipeline{r: r, prefix: r.env.Prefix(name), admin: "admin-" + events.NewID()}
-	addrs := make([]string, 6)
+	addrs := make([]string, 7)
 	for i := range addrs {
 		a, err := FreeAddr()
 		if err != nil {
@@ -226,9 +227,10 @@ func (r *runner) startPipeline(ctx context.Context, name string, pace int) (*pip
 	}
 	p.apiAddr, p.apiPprof, p.consPprof, p.consAdmin = addrs[0], addrs[1], addrs[2], addrs[3]
 	compAdmin, compPprof := addrs[4], addrs[5]
+	p.apiAdmin = addrs[6]
 	conn := r.connArgs(p.prefix)
 	var err error
-	apiArgs := append([]string{"api", "--addr", p.apiAddr, "--admin-token", p.admin,
+	apiArgs := append([]string{"api", "--addr", p.apiAddr, "--metrics-addr", p.apiAdmin, "--admin-token", p.admin,
 		"--partitions", fmt.Sprint(r.cfg.Sizes.Partitions), "--replication", "1",
 		"--max-conns-per-addr", "0"}, r.apiFlags...) // the load comes from one address
 	if p.api, err = r.role(name+"-api", p.apiPprof, append(apiArgs, conn...)...); err != nil {

@@ -253,7 +253,7 @@ func (r *runner) flashCrowd(ctx context.Context, keep bool) (ScenarioResult, *pi
 // produceStats reads the api's produce latency histogram (seckill_produce_seconds): its sum in
 // seconds and its count; zeros when the api does not export it.
 func (p *pipeline) produceStats(ctx context.Context) [2]float64 {
-	url := "http://" + p.apiAddr + "/metrics"
+	url := "http://" + p.apiAdmin + "/metrics"
 	sum, err1 := scrapeValue(ctx, url, "seckill_produce_seconds_sum")
 	n, err2 := scrapeValue(ctx, url, "seckill_produce_seconds_count")
 	if err1 != nil || err2 != nil {

@@ -47,12 +47,29 @@ const (
 )
 
 // Error is seckill's one error type for failures a caller must tell apart.
+// Message is what a client may read; Cause, what only the log should (an address, a driver's
+// words).
 type Error struct {
 	Code    Code
 	Message string
+	Cause   error // nil when Message says it all
 }
 
-func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+func (e *Error) Error() string {
+	if e.Cause != nil {
+		return string(e.Code) + ": " + e.Message + ": " + e.Cause.Error()
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Wrap returns an *Error with the code, a formatted message for the client, and the cause for
+// the log.
+func Wrap(code Code, cause error, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Cause: cause}
+}
 
 // Errorf returns an *Error with the code and a formatted message.
 func Errorf(code Code, format string, args ...any) *Error {
