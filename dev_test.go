@@ -25,7 +25,7 @@ func TestDevRestart(t *testing.T) {
 		var out bytes.Buffer
 		go func() {
 			defer wg.Done()
-			if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir, "--admin-token", "tok"}, &out, &out); code != 0 {
+			if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir, "--admin-token", "dev-test-admin-token-of-32-bytes!"}, &out, &out); code != 0 {
 				t.Errorf("dev exited %d:\n%s", code, out.String())
 			}
 		}()
@@ -68,7 +68,7 @@ func TestDevRestart(t *testing.T) {
 	}
 
 	stop := start()
-	if code, body := post("/v1/campaigns", "", `{"id":"demo","name":"Demo","stock":10,"per_user_limit":2}`, "Authorization", "Bearer tok"); code != 201 {
+	if code, body := post("/v1/campaigns", "", `{"id":"demo","name":"Demo","stock":10,"per_user_limit":2}`, "Authorization", "Bearer dev-test-admin-token-of-32-bytes!"); code != 201 {
 		t.Fatalf("create: %d %v", code, body)
 	}
 	eventually(t, 10*time.Second, "a first purchase", func() bool {

@@ -132,7 +132,7 @@ const e2eIssuer = "seckill-e2e"
 // token mints a buyer's bearer token, as `seckill token` does.
 func (p *pipeline) token(t *testing.T, user string) string {
 	t.Helper()
-	tok, err := api.MintToken([]byte(p.secret), e2eIssuer, user, time.Hour, time.Now())
+	tok, err := api.MintToken([]byte(p.secret), e2eIssuer, "", user, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

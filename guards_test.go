@@ -66,8 +66,8 @@ func TestPurchaseGuards(t *testing.T) {
 		}
 
 		// Tokens: a forged or an expired one is refused.
-		forged, _ := api.MintToken([]byte("another-secret-of-at-least-32-bytes"), e2eIssuer, "alice", time.Hour, time.Now())
-		expired, _ := api.MintToken([]byte(p.secret), e2eIssuer, "alice", time.Second, time.Now().Add(-time.Hour))
+		forged, _ := api.MintToken([]byte("another-secret-of-at-least-32-bytes"), e2eIssuer, "", "alice", time.Hour, time.Now())
+		expired, _ := api.MintToken([]byte(p.secret), e2eIssuer, "", "alice", time.Second, time.Now().Add(-time.Hour))
 		for name, tok := range map[string]string{"forged": forged, "expired": expired} {
 			if code, body := p.do(t, "GET", "/v1/orders/"+id, map[string]string{"Authorization": "Bearer " + tok}, nil); code != 401 || errorCode(body) != "unauthorized" {
 				t.Errorf("%s token: %d %v", name, code, body)

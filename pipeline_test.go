@@ -94,7 +94,9 @@ func testRefusals(t *testing.T, p *pipeline) {
 		status int
 		code   string
 	}{
-		{"no buyer", "POST", "/v1/campaigns/" + c + "/purchases", nil, map[string]any{"quantity": 1}, 401, "unauthorized"},
+		// Sold out: what anyone may read, so it is said before asking who buys.
+		{"no buyer, sold out", "POST", "/v1/campaigns/" + c + "/purchases", nil, map[string]any{"quantity": 1}, 409, "sold_out"},
+		{"no buyer, with a key", "POST", "/v1/campaigns/" + c + "/purchases", map[string]string{"Idempotency-Key": "k1"}, map[string]any{"quantity": 1}, 401, "unauthorized"},
 		{"unknown field", "POST", "/v1/campaigns/" + c + "/purchases", map[string]string{"X-User-ID": "f"}, map[string]any{"quantity": 1, "user_id": "x"}, 400, "invalid_request"},
 		{"float quantity", "POST", "/v1/campaigns/" + c + "/purchases", map[string]string{"X-User-ID": "f"}, map[string]any{"quantity": 1.5}, 400, "invalid_request"},
 		{"malformed JSON", "POST", "/v1/campaigns/" + c + "/purchases", map[string]string{"X-User-ID": "f"}, rawBody(`{"quantity":`), 400, "invalid_request"},

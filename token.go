@@ -12,13 +12,14 @@ import (
 
 // identityFlags name the buyers' JWT secret and issuer, the same for api, dev and token.
 type identityFlags struct {
-	secret, issuer *string
+	secret, issuer, audience *string
 }
 
 func (f *flags) identity() identityFlags {
 	return identityFlags{
-		secret: f.String("jwt-secret", "", fmt.Sprintf("HS256 secret of the buyers' bearer tokens, at least %d bytes", api.MinSecretLen)),
-		issuer: f.String("jwt-issuer", "", "iss of the buyers' bearer tokens (none: not checked)"),
+		secret:   f.String("jwt-secret", "", fmt.Sprintf("HS256 secret of the buyers' bearer tokens, at least %d bytes", api.MinSecretLen)),
+		issuer:   f.String("jwt-issuer", "", "iss of the buyers' bearer tokens (none: not checked)"),
+		audience: f.String("jwt-audience", "", "aud the buyers' bearer tokens must name (none: not checked)"),
 	}
 }
 
@@ -51,6 +52,7 @@ func (f *flags) guards(dev bool) guardFlags {
 func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 	cfg.JWTSecret = []byte(*g.secret)
 	cfg.JWTIssuer = *g.issuer
+	cfg.JWTAudience = *g.audience
 	cfg.InsecureUserHeader = *g.insecureUser
 	cfg.UserLimit = api.Limit{Rate: *g.userRate, Burst: int(2 * *g.userRate)}
 	cfg.IPLimit = api.Limit{Rate: *g.ipRate, Burst: int(2 * *g.ipRate)}
@@ -67,7 +69,7 @@ func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 
 // logArgs are the settings for the start line, without the secret.
 func (g guardFlags) logArgs() []any {
-	return []any{"jwt_secret_set", *g.secret != "", "jwt_issuer", *g.issuer, "insecure_user_header", *g.insecureUser,
+	return []any{"jwt_secret_set", *g.secret != "", "jwt_issuer", *g.issuer, "jwt_audience", *g.audience, "insecure_user_header", *g.insecureUser,
 		"user_rate", *g.userRate, "ip_rate", *g.ipRate, "trust_proxy_headers", *g.trustProxy, "idempotency_ttl", *g.idempotencyTTL}
 }
 
@@ -83,7 +85,7 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintln(stdout, "token: --user and --jwt-secret (or SECKILL_JWT_SECRET) are required")
 		return errUsage
 	}
-	tok, err := api.MintToken([]byte(*id.secret), *id.issuer, *user, *ttl, time.Now())
+	tok, err := api.MintToken([]byte(*id.secret), *id.issuer, *id.audience, *user, *ttl, time.Now())
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -25,22 +27,21 @@ const maxUserLen = 128
 const tokenLeeway = 5 * time.Second
 
 // ValidUser reports whether id may name a buyer: 1 to 128 characters of valid UTF-8, none of
-// them a control character.
+// them a control, format (bidi overrides, zero-width characters), private-use or replacement
+// character. Two ids that print alike must not be two buyers, nor one id be two: "a\xffb"
+// decodes to "a\ufffdb", so the replacement character is refused too.
 func ValidUser(id string) bool {
 	if id == "" || utf8.RuneCountInString(id) > maxUserLen || !utf8.ValidString(id) {
 		return false
 	}
-	for _, r := range id {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(id, func(r rune) bool {
+		return r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs)
+	})
 }
 
-// MintToken returns an HS256 JWT naming user (sub), valid for ttl from now, issued by issuer
-// when it is not empty. It is what `seckill token` prints.
-func MintToken(secret []byte, issuer, user string, ttl time.Duration, now time.Time) (string, error) {
+// MintToken returns an HS256 JWT naming user (sub), valid for ttl from now, issued by issuer and
+// for audience when they are not empty. It is what `seckill token` prints.
+func MintToken(secret []byte, issuer, audience, user string, ttl time.Duration, now time.Time) (string, error) {
 	switch {
 	case len(secret) < MinSecretLen:
 		return "", fmt.Errorf("the JWT secret must be at least %d bytes", MinSecretLen)
@@ -55,22 +56,49 @@ func MintToken(secret []byte, issuer, user string, ttl time.Duration, now time.T
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
 	}
+	if audience != "" {
+		claims.Audience = jwt.ClaimStrings{audience}
+	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 }
 
-// verifier checks buyers' bearer tokens.
+// verifier checks buyers' bearer tokens with golang-jwt: HS256 only, exp required, iss and aud
+// when configured, strict base64. Claims are read into a map, whose keys match exactly ("SUB" is
+// not "sub"; encoding/json would match a struct's fields case-insensitively).
 type verifier struct {
 	secret []byte
-	tokens *hs256
+	parser *jwt.Parser
 	now    func() time.Time // time.Now; the tests stop the clock
 }
 
-func newVerifier(secret []byte, issuer string) *verifier {
-	return &verifier{secret: secret, tokens: newHS256(secret, issuer), now: time.Now}
+func newVerifier(secret []byte, issuer, audience string) *verifier {
+	v := &verifier{secret: secret, now: time.Now}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(tokenLeeway),
+		jwt.WithStrictDecoding(),
+		jwt.WithTimeFunc(func() time.Time { return v.now() }),
+	}
+	if issuer != "" {
+		opts = append(opts, jwt.WithIssuer(issuer))
+	}
+	if audience != "" {
+		opts = append(opts, jwt.WithAudience(audience)) // aud required: RFC 7519 §4.1.3
+	}
+	v.parser = jwt.NewParser(opts...)
+	return v
 }
 
 // maxTokenLen bounds the work a forged token can cost.
 const maxTokenLen = 4096
+
+// errTokenType refuses a header whose typ says the token is something else than a JWT (RFC 8725
+// §3.11: a token of another kind signed with the same key must not pass as a buyer's).
+var errTokenType = errors.New(`typ is not "JWT"`)
+
+// errCritical refuses a header that names extensions the verifier must understand.
+var errCritical = errors.New("crit names extensions this verifier does not know")
 
 // user returns the buyer a token names.
 func (v *verifier) user(raw string) (string, error) {
@@ -80,16 +108,29 @@ func (v *verifier) user(raw string) (string, error) {
 	if len(raw) > maxTokenLen {
 		return "", events.Errorf(events.Unauthorized, "bearer token longer than %d bytes", maxTokenLen)
 	}
-	user, verdict := v.tokens.verify(raw, v.now())
-	switch verdict {
-	case tokenValid:
-		return user, nil
-	case tokenExpired:
-		return "", events.Errorf(events.Unauthorized, "the bearer token has expired")
-	case tokenBadSub:
+	claims := jwt.MapClaims{}
+	_, err := v.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
+		if typ, ok := t.Header["typ"]; ok && typ != "JWT" {
+			return nil, errTokenType
+		}
+		if _, ok := t.Header["crit"]; ok { // extensions we do not understand: RFC 7515 §4.1.11
+			return nil, errCritical
+		}
+		return v.secret, nil
+	})
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "", events.Wrap(events.Unauthorized, err, "the bearer token has expired")
+	case err != nil:
+		return "", events.Wrap(events.Unauthorized, err, "invalid bearer token")
+	}
+	// Decoding replaced invalid UTF-8 with U+FFFD, which ValidUser refuses; a sub that is not a
+	// string is no sub.
+	sub, ok := claims["sub"].(string)
+	if !ok || !ValidUser(sub) {
 		return "", events.Errorf(events.Unauthorized, "the bearer token's sub is not a valid user id")
 	}
-	return "", events.Errorf(events.Unauthorized, "invalid bearer token")
+	return sub, nil
 }
 
 // buyer authenticates the buyer of a request and charges it to the buyer's rate limit. With the
@@ -140,12 +181,20 @@ func cutBearer(auth string) (string, bool) {
 	return token, true
 }
 
+// sameSecret compares a presented secret with the real one in time that tells nothing of
+// either: subtle.ConstantTimeCompare returns at once on a length mismatch, which would say how
+// long the real one is, so it compares their SHA-256 digests.
+func sameSecret(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
 // admin lets a request through only with the admin bearer token; with no token configured it
 // lets none through.
 func (s *Server) admin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		got, ok := cutBearer(c.Request().Header.Get("Authorization"))
-		if !ok || s.cfg.AdminToken == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AdminToken)) != 1 {
+		if !ok || s.cfg.AdminToken == "" || !sameSecret(got, s.cfg.AdminToken) {
 			return events.Errorf(events.Unauthorized, "this endpoint needs the admin bearer token")
 		}
 		return next(c)

@@ -24,7 +24,7 @@ func BenchmarkSoldOut(b *testing.B) {
 			s.soldOut.mark(campaign, 1, time.Now())
 			auths := make([][]string, buyers)
 			for i := range auths {
-				tok, err := MintToken(secret, "", fmt.Sprintf("buyer-%06d", i), time.Hour, time.Now())
+				tok, err := MintToken(secret, "", "", fmt.Sprintf("buyer-%06d", i), time.Hour, time.Now())
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -85,8 +85,8 @@ func FuzzKeyedOrderID(f *testing.F) {
 // buyer; nothing panics.
 func FuzzBuyerToken(f *testing.F) {
 	secret := []byte("fuzz-secret-of-at-least-32-bytes!!")
-	v := newVerifier(secret, "iss")
-	good, _ := MintToken(secret, "iss", "alice", time.Hour, time.Now())
+	v := newVerifier(secret, "iss", "")
+	good, _ := MintToken(secret, "iss", "", "alice", time.Hour, time.Now())
 	f.Add(good)
 	f.Add(good[:len(good)-2])
 	f.Add("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6NDEwMjQ0NDgwMH0.")

@@ -337,10 +337,6 @@ func (r purchaseRequest) quantity() (int, error) {
 // purchase reserves units and queues the order. A purchase with an Idempotency-Key reserves
 // under an order id derived from the key and remembers its answer (see idempotency.go).
 func (s *Server) purchase(c echo.Context) error {
-	buyer, err := s.buyer(c)
-	if err != nil {
-		return err
-	}
 	campaign := c.Param("id")
 	if !events.ValidCampaignID(campaign) {
 		return events.Errorf(events.CampaignNotFound, "campaign %q not found", campaign)
@@ -353,8 +349,19 @@ func (s *Server) purchase(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
 	soldOut := s.soldOut.refuses(campaign, qty, time.Now())
+	if soldOut && key == "" {
+		// A sold-out answer says only what GET /v1/campaigns/{id} says to anyone, so it needs no
+		// identity: a crowd's refusals skip the token's signature check (the per-address limit
+		// still applies). A keyed purchase goes on: its key may replay an earlier success.
+		soldOutRefusals.Inc()
+		return soldOutError(campaign, qty)
+	}
+	buyer, err := s.buyer(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
 	var orderID string
 	var idem *idemRecord
 	switch {
@@ -364,9 +371,6 @@ func (s *Server) purchase(c echo.Context) error {
 		if goOn, err := s.startKeyed(c, idem, soldOut, qty); !goOn {
 			return err
 		}
-	case soldOut:
-		soldOutRefusals.Inc()
-		return soldOutError(campaign, qty)
 	default:
 		orderID = events.NewOrderID(campaign)
 	}

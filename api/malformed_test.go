@@ -208,7 +208,7 @@ func slicesClone(s []string) []string { return append([]string(nil), s...) }
 // mustMint mints a token the harness accepts.
 func mustMint(t *testing.T, user string) string {
 	t.Helper()
-	tok, err := api.MintToken([]byte(testSecret), testIssuer, user, time.Hour, time.Now())
+	tok, err := api.MintToken([]byte(testSecret), testIssuer, "", user, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ trap cleanup EXIT
 ${GO:-go} build -o "$tmp/seckill" .
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 base="http://127.0.0.1:$port"
-admin="schemathesis-admin-token"
+admin="schemathesis-admin-token-of-32-bytes"
 # The rates are off: schemathesis sends far faster than a buyer, and 429 would hide the answers.
 "$tmp/seckill" dev --addr "127.0.0.1:$port" --data-dir "$tmp/data" --admin-token "$admin" \
   --user-rate 0 --ip-rate 0 >"$tmp/server.log" 2>&1 &

@@ -24,13 +24,17 @@ import (
 type Config struct {
 	// Addr is the listen address. Default: ":8080".
 	Addr string
-	// AdminToken is the bearer token of the admin endpoints; empty denies them all.
+	// AdminToken is the bearer token of the admin endpoints, at least MinSecretLen bytes; empty
+	// denies them all.
 	AdminToken string
 	// JWTSecret verifies buyers' bearer tokens: HS256 JWTs whose sub names the buyer and which
 	// carry exp. At least MinSecretLen bytes. Default: none, and no token is accepted.
 	JWTSecret []byte
 	// JWTIssuer, when set, must be every token's iss. Default: "" (iss is not checked).
 	JWTIssuer string
+	// JWTAudience, when set, must be among every token's aud (RFC 7519 §4.1.3), so a token
+	// minted for another service with the same secret does not pass. Default: "" (not checked).
+	JWTAudience string
 	// InsecureUserHeader lets the X-User-ID header name the buyer, so anyone can act as anyone:
 	// for development only. Default: false.
 	InsecureUserHeader bool
@@ -86,6 +90,8 @@ type Config struct {
 // Validate reports a configuration the server cannot work with.
 func (c Config) Validate() error {
 	switch {
+	case c.AdminToken != "" && len(c.AdminToken) < MinSecretLen:
+		return fmt.Errorf("the admin token must be at least %d bytes", MinSecretLen)
 	case len(c.JWTSecret) > 0 && len(c.JWTSecret) < MinSecretLen:
 		return fmt.Errorf("the JWT secret must be at least %d bytes", MinSecretLen)
 	case len(c.JWTSecret) == 0 && !c.InsecureUserHeader:
@@ -182,7 +188,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 		producer: producer,
 		resolver: &compensator.Resolver{Store: st, Redis: r, Producer: producer, Results: cfg.Topics.Results},
 
-		tokens:    newVerifier(cfg.JWTSecret, cfg.JWTIssuer),
+		tokens:    newVerifier(cfg.JWTSecret, cfg.JWTIssuer, cfg.JWTAudience),
 		userLimit: newLimiter(cfg.UserLimit, maxLimiterKeys, "buyer"),
 		ipLimit:   newLimiter(cfg.IPLimit, maxLimiterKeys, "address"),
 		soldOut:   newSoldOut(cfg.SoldOutTTL),

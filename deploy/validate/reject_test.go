@@ -64,7 +64,7 @@ func TestK8sRejects(t *testing.T) {
 		{"role without Kafka", edit("consumer-deployment.yaml", "- name: SECKILL_KAFKA_BROKERS", "- name: SECKILL_KAFKA_BROKER"), "lacks env SECKILL_KAFKA_BROKERS"},
 		{"short grace period", edit("consumer-deployment.yaml", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 5"), "terminationGracePeriodSeconds must be 30"},
 		{"api without 3 replicas", edit("api-deployment.yaml", "replicas: 3", "replicas: 1"), "want 3 replicas"},
-		{"real secret committed", edit("secret.yaml", "REPLACE_ME-admin-token", "s3cr3t"), "SECKILL_ADMIN_TOKEN is not a REPLACE_ME placeholder"},
+		{"real secret committed", edit("secret.yaml", "REPLACE_ME-admin-token-of-at-least-32-bytes", "s3cr3t"), "SECKILL_ADMIN_TOKEN is not a REPLACE_ME placeholder"},
 		{"privilege escalation", edit("migrate-job.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true"), "allowPrivilegeEscalation is not false"},
 		{"broker not in infra", edit("configmap.yaml", "SECKILL_KAFKA_BROKERS: kafka:9092", "SECKILL_KAFKA_BROKERS: kafka:9094"), "points at kafka:9094"},
 		{"PostgreSQL password mismatch", edit("infra/postgres-secret.yaml", "POSTGRES_PASSWORD: REPLACE_ME", "POSTGRES_PASSWORD: REPLACE_ME-too"), "password does not match"},
