@@ -41,11 +41,19 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		*adminToken = randomToken()
 	}
 	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: events.NewTopics(events.DefaultPrefix), ReservationTTL: *ttl, Logger: log}
-	if err := guards.apply(&cfg, log); err != nil {
-		return err
-	}
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
+	}
+	if *guards.orderIDSecret == "" {
+		// Kept with the data, so a keyed retry after a restart names the same order.
+		kept, err := keptSecret(filepath.Join(*dataDir, "order-id-secret"))
+		if err != nil {
+			return err
+		}
+		*guards.orderIDSecret = kept
+	}
+	if err := guards.apply(&cfg, log); err != nil {
+		return err
 	}
 
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DataDir(filepath.Join(*dataDir, "kafka")))
@@ -108,6 +116,18 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	err = g.Wait()
 	log.Info("seckill dev stopped", "err", err)
 	return err
+}
+
+// keptSecret returns the secret in path, writing a new one there first if there is none.
+func keptSecret(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(b) >= api.MinSecretLen {
+		return string(b), nil
+	}
+	s := randomToken()
+	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		return "", fmt.Errorf("keep a secret in %s: %w", path, err)
+	}
+	return s, nil
 }
 
 func randomToken() string {

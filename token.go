@@ -31,6 +31,7 @@ type guardFlags struct {
 	ipRate         *float64
 	trustProxy     *bool
 	idempotencyTTL *time.Duration
+	orderIDSecret  *string
 }
 
 func (f *flags) guards(dev bool) guardFlags {
@@ -45,6 +46,7 @@ func (f *flags) guards(dev bool) guardFlags {
 		ipRate:         f.Float64("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)"),
 		trustProxy:     f.Bool("trust-proxy-headers", false, "take the client address from X-Forwarded-For when the peer is a private address (behind a load balancer)"),
 		idempotencyTTL: f.Duration("idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key is remembered"),
+		orderIDSecret:  f.String("order-id-secret", "", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
 	}
 }
 
@@ -58,6 +60,7 @@ func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 	cfg.IPLimit = api.Limit{Rate: *g.ipRate, Burst: int(2 * *g.ipRate)}
 	cfg.TrustProxyHeaders = *g.trustProxy
 	cfg.IdempotencyTTL = *g.idempotencyTTL
+	cfg.OrderIDSecret = []byte(*g.orderIDSecret)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -70,7 +73,8 @@ func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 // logArgs are the settings for the start line, without the secret.
 func (g guardFlags) logArgs() []any {
 	return []any{"jwt_secret_set", *g.secret != "", "jwt_issuer", *g.issuer, "jwt_audience", *g.audience, "insecure_user_header", *g.insecureUser,
-		"user_rate", *g.userRate, "ip_rate", *g.ipRate, "trust_proxy_headers", *g.trustProxy, "idempotency_ttl", *g.idempotencyTTL}
+		"user_rate", *g.userRate, "ip_rate", *g.ipRate, "trust_proxy_headers", *g.trustProxy, "idempotency_ttl", *g.idempotencyTTL,
+		"order_id_secret_set", *g.orderIDSecret != ""}
 }
 
 func runToken(ctx context.Context, args []string, stdout io.Writer) error {

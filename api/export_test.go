@@ -7,7 +7,9 @@ import (
 )
 
 // KeyedOrderID is keyedOrderID, for the tests.
-var KeyedOrderID = keyedOrderID
+func KeyedOrderID(s *Server, campaign, buyer, key string) string {
+	return keyedOrderID(s.orderIDSecret, campaign, buyer, key)
+}
 
 // IdempotencyRedisKey is idemKey, for the tests.
 var IdempotencyRedisKey = idemKey

@@ -53,7 +53,7 @@ func TestQuickQuantity(t *testing.T) {
 func TestPurchaseResponseJSON(t *testing.T) {
 	for _, p := range []purchaseResponse{
 		{OrderID: events.NewOrderID("camp_1-x"), Status: events.Pending},
-		{OrderID: KeyedOrderID("c", "alice", "key-1"), Status: events.Pending},
+		{OrderID: keyedOrderID([]byte("order-id-secret-of-at-least-32-bytes"), "c", "alice", "key-1"), Status: events.Pending},
 	} {
 		var want bytes.Buffer // what c.JSON writes
 		if err := json.NewEncoder(&want).Encode(p); err != nil {

@@ -71,7 +71,7 @@ func FuzzKeyedOrderID(f *testing.F) {
 		if !events.ValidCampaignID(campaign) || !ValidUser(buyer) || !validKey(key) {
 			return
 		}
-		id := keyedOrderID(campaign, buyer, key)
+		id := keyedOrderID([]byte("order-id-secret-of-at-least-32-bytes"), campaign, buyer, key)
 		if c, ok := events.CampaignOf(id); !ok || c != campaign || !keyedOrder(id) {
 			t.Fatalf("%q: not an order id of %q", id, campaign)
 		}

@@ -601,16 +601,18 @@ func ViewOrder(o store.Order) OrderView {
 	}
 }
 
-// order finds an order: in the store once it is final, else as a reservation in Redis.
+// order finds an order: in the store once it is final, else as a reservation in Redis. It asks
+// both whatever the first says, so an order that exists and one that does not take the same
+// work, and a buyer cannot time another's orders into existence.
 func (s *Server) order(ctx context.Context, id string) (OrderView, error) {
 	o, err := s.store.Order(ctx, id)
+	res, rerr := s.redis.Reservation(ctx, id)
 	if err == nil {
 		return ViewOrder(o), nil
 	}
 	if events.ErrorCode(err) != events.OrderNotFound {
 		return OrderView{}, err
 	}
-	res, rerr := s.redis.Reservation(ctx, id)
 	if errors.Is(rerr, lua.ErrNoReservation) {
 		return OrderView{}, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
 )
 
@@ -277,5 +278,29 @@ func TestRefusalLogLevels(t *testing.T) {
 	h.fail(t, request("GET", "/v1/campaigns/l1", ""), http.StatusServiceUnavailable, events.Unavailable)
 	if n := logs.take(); n[slog.LevelError] != 0 || n[slog.LevelWarn] != 1 {
 		t.Errorf("a failed dependency logged %v, want one WARN", n)
+	}
+}
+
+// TestOrderNotYoursCostsTheSame: another buyer's order, confirmed or pending, and an order that
+// does not exist get the same answer after the same work (the same Redis commands; the store is
+// asked once in each case).
+func TestOrderNotYoursCostsTheSame(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id":"n1","name":"Not yours","stock":5,"per_user_limit":2}`)
+	confirmed, pending := h.buy(t, "n1", "bob", 1), h.buy(t, "n1", "bob", 1)
+	h.confirm(t, confirmed)
+	var answers []string
+	var commands []int64
+	for _, id := range []string{confirmed, pending, "n1.06h0rsx4wyb3q6hsykas4jrv8w", "n1.k0000000000000000000000000"} {
+		before := h.commands.n.Load()
+		rec := apitest.Serve(t, h.spec, h.srv.Handler(), request("GET", "/v1/orders/"+id, "", user("alice")...))
+		commands = append(commands, h.commands.n.Load()-before)
+		answers = append(answers, fmt.Sprint(rec.Code, strings.ReplaceAll(rec.Body.String(), id, "ID")))
+	}
+	for i := range answers {
+		if answers[i] != answers[0] || commands[i] != commands[0] {
+			t.Errorf("answers %q after %v Redis commands: want one answer after the same work", answers, commands)
+			break
+		}
 	}
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base32"
@@ -86,13 +87,29 @@ const keyedIDPrefix = "k"
 var keyedEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
 // keyedOrderID derives the order id of buyer's purchase in campaign under an Idempotency-Key:
-// the campaign, a dot, "k" and 24 base32 characters (120 bits) of an HMAC of the three.
-func keyedOrderID(campaign, buyer, key string) string {
-	m := hmac.New(sha256.New, []byte("seckill idempotency-key order id v1"))
+// the campaign, a dot, "k" and 24 base32 characters (120 bits) of an HMAC of the three under
+// secret, the deployment's: whoever guesses a buyer's key cannot compute the order's id.
+func keyedOrderID(secret []byte, campaign, buyer, key string) string {
+	m := hmac.New(sha256.New, secret)
 	for _, part := range []string{campaign, buyer, key} {
 		fmt.Fprintf(m, "%d:%s", len(part), part) // length-prefixed, so no two triples collide
 	}
 	return campaign + "." + keyedIDPrefix + keyedEncoding.EncodeToString(m.Sum(nil))[:24]
+}
+
+// orderIDSecret returns the key of derived order ids: cfg.OrderIDSecret; else one derived from
+// the JWT secret, which every api of a deployment shares; else a random one, which only one
+// api process may use (a keyed retry at another api, or after a restart, reserves anew).
+func orderIDSecret(cfg Config) (secret []byte, random bool) {
+	switch {
+	case len(cfg.OrderIDSecret) > 0:
+		return cfg.OrderIDSecret, false
+	case len(cfg.JWTSecret) > 0:
+		m := hmac.New(sha256.New, cfg.JWTSecret)
+		m.Write([]byte("seckill order ids v1"))
+		return m.Sum(nil), false
+	}
+	return []byte(rand.Text()), true
 }
 
 // keyedOrder reports whether an order id was derived from an Idempotency-Key.
@@ -112,7 +129,7 @@ type idemRecord struct {
 }
 
 func (s *Server) idemRecord(campaign, buyer, key string, fingerprint []byte) *idemRecord {
-	orderID := keyedOrderID(campaign, buyer, key)
+	orderID := keyedOrderID(s.orderIDSecret, campaign, buyer, key)
 	sum := sha256.Sum256(fingerprint)
 	_, suffix, _ := strings.Cut(orderID, ".")
 	return &idemRecord{

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -194,32 +195,52 @@ func TestIdempotencyKeyWhenKafkaFails(t *testing.T) {
 	if got := h.remaining(t, "ikf"); got != 5 {
 		t.Errorf("remaining %d, want 5", got)
 	}
-	id := api.KeyedOrderID("ikf", "alice", "k-1")
+	id := api.KeyedOrderID(h.srv, "ikf", "alice", "k-1")
 	o := h.do(t, request("GET", "/v1/orders/"+id, "", user("alice")...), 200)
 	wantField(t, o, "status", events.Failed)
 	wantField(t, o, "reason", events.ReasonProduce)
 }
 
 func TestKeyedOrderID(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	s := api.New(api.Config{OrderIDSecret: []byte("order-id-secret-of-at-least-32-bytes"), Logger: quiet}, nil, nil, nil)
 	seen := map[string]bool{}
 	for _, tc := range [][3]string{
 		{"c", "alice", "k"}, {"c", "alice", "k2"}, {"c", "bob", "k"}, {"c2", "alice", "k"},
 		{"c", "ali", "cek"}, {"c", "alice:", "k"}, {strings.Repeat("c", 64), strings.Repeat("u", 128), strings.Repeat("k", 255)},
 	} {
-		id := api.KeyedOrderID(tc[0], tc[1], tc[2])
+		id := api.KeyedOrderID(s, tc[0], tc[1], tc[2])
 		if c, ok := events.CampaignOf(id); !ok || c != tc[0] {
 			t.Errorf("%q is not an order id of campaign %q", id, tc[0])
 		}
 		if _, ok := events.IDTime(id); ok {
 			t.Errorf("events.IDTime takes %q for a time-ordered id", id)
 		}
-		if id != api.KeyedOrderID(tc[0], tc[1], tc[2]) {
+		if id != api.KeyedOrderID(s, tc[0], tc[1], tc[2]) {
 			t.Errorf("%v: the id is not stable", tc)
 		}
 		if seen[id] {
 			t.Errorf("%v: id %q collides", tc, id)
 		}
 		seen[id] = true
+	}
+	// Keyed by the deployment's secret: apis that share it derive the same id, and nobody
+	// without it can, whatever they know of the buyer and the key.
+	same := api.New(api.Config{OrderIDSecret: []byte("order-id-secret-of-at-least-32-bytes"), Logger: quiet}, nil, nil, nil)
+	other := api.New(api.Config{OrderIDSecret: []byte("another-order-id-secret-of-32-bytes"), Logger: quiet}, nil, nil, nil)
+	fromJWT := api.New(api.Config{JWTSecret: []byte("jwt-secret-of-at-least-32-bytes!!!"), Logger: quiet}, nil, nil, nil)
+	fromJWT2 := api.New(api.Config{JWTSecret: []byte("jwt-secret-of-at-least-32-bytes!!!"), Logger: quiet}, nil, nil, nil)
+	alone, alone2 := api.New(api.Config{Logger: quiet}, nil, nil, nil), api.New(api.Config{Logger: quiet}, nil, nil, nil)
+	id := api.KeyedOrderID(s, "c", "alice", "first-try")
+	switch {
+	case api.KeyedOrderID(same, "c", "alice", "first-try") != id:
+		t.Error("two apis with one secret derive different ids")
+	case api.KeyedOrderID(other, "c", "alice", "first-try") == id:
+		t.Error("another secret derives the same id")
+	case api.KeyedOrderID(fromJWT, "c", "alice", "first-try") != api.KeyedOrderID(fromJWT2, "c", "alice", "first-try"):
+		t.Error("two apis with one JWT secret derive different ids")
+	case api.KeyedOrderID(alone, "c", "alice", "first-try") == api.KeyedOrderID(alone2, "c", "alice", "first-try"):
+		t.Error("two apis without secrets derive the same id: the key would be public")
 	}
 	// The records share their campaign's hash tag, so one script touches one slot.
 	tag := func(k string) string { return k[strings.Index(k, "{") : strings.Index(k, "}")+1] }

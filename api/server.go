@@ -32,6 +32,11 @@ type Config struct {
 	JWTSecret []byte
 	// JWTIssuer, when set, must be every token's iss. Default: "" (iss is not checked).
 	JWTIssuer string
+	// OrderIDSecret keys the order ids derived from Idempotency-Keys; every api of a deployment
+	// must have the same, so that a retry at another api names the same order. At least
+	// MinSecretLen bytes. Default: derived from JWTSecret; without one, a random secret per
+	// process (a warning says so).
+	OrderIDSecret []byte
 	// JWTAudience, when set, must be among every token's aud (RFC 7519 §4.1.3), so a token
 	// minted for another service with the same secret does not pass. Default: "" (not checked).
 	JWTAudience string
@@ -92,6 +97,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.AdminToken != "" && len(c.AdminToken) < MinSecretLen:
 		return fmt.Errorf("the admin token must be at least %d bytes", MinSecretLen)
+	case len(c.OrderIDSecret) > 0 && len(c.OrderIDSecret) < MinSecretLen:
+		return fmt.Errorf("the order id secret must be at least %d bytes", MinSecretLen)
 	case len(c.JWTSecret) > 0 && len(c.JWTSecret) < MinSecretLen:
 		return fmt.Errorf("the JWT secret must be at least %d bytes", MinSecretLen)
 	case len(c.JWTSecret) == 0 && !c.InsecureUserHeader:
@@ -174,19 +181,26 @@ type Server struct {
 	known     sync.Map // campaign ids the store knows: see notInRedis
 	ready     readyCache
 	stopping  chan struct{} // closed when shutdown starts: event streams end
-	stopOnce  sync.Once
+	// orderIDSecret keys derived order ids (keyedOrderID).
+	orderIDSecret []byte
+	stopOnce      sync.Once
 }
 
 // New returns a Server. It produces with producer, which it does not close; failed produces and
 // the admin's compensations are resolved through a Resolver over st, r and producer.
 func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Server {
 	cfg.setDefaults()
+	idSecret, random := orderIDSecret(cfg)
+	if random {
+		cfg.Logger.Warn("no order id secret and no JWT secret: order ids of Idempotency-Keys are keyed with a secret of this process; a retry at another api or after a restart reserves anew")
+	}
 	s := &Server{
-		cfg:      cfg,
-		store:    st,
-		redis:    r,
-		producer: producer,
-		resolver: &compensator.Resolver{Store: st, Redis: r, Producer: producer, Results: cfg.Topics.Results},
+		orderIDSecret: idSecret,
+		cfg:           cfg,
+		store:         st,
+		redis:         r,
+		producer:      producer,
+		resolver:      &compensator.Resolver{Store: st, Redis: r, Producer: producer, Results: cfg.Topics.Results},
 
 		tokens:    newVerifier(cfg.JWTSecret, cfg.JWTIssuer, cfg.JWTAudience),
 		userLimit: newLimiter(cfg.UserLimit, maxLimiterKeys, "buyer"),
