@@ -29,8 +29,8 @@ func BeginKey(tb testing.TB, s *Server, campaign, buyer, key string, qty int) st
 // Limiter exposes a limiter to the tests.
 type Limiter struct{ l *limiter }
 
-// NewLimiter returns a limiter of at most maxKeys buckets.
-func NewLimiter(l Limit, maxKeys int) Limiter { return Limiter{newLimiter(l, maxKeys, "test")} }
+// NewLimiter returns a limiter.
+func NewLimiter(l Limit) Limiter { return Limiter{newLimiter(l, "test")} }
 
 // Allow is limiter.allow.
 func (l Limiter) Allow(key string, now time.Time) (bool, time.Duration) { return l.l.allow(key, now) }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,24 +20,22 @@ type Limit struct {
 	Burst int
 }
 
-// limiter keeps one token bucket per key (a buyer, an IP address) in bounded memory: two
-// generations of buckets, the current one and the one before. A key found in the older is
-// moved to the current; every period the older is dropped whole and the current becomes the
-// older. A bucket dropped that way was untouched for at least a period, which is at least the
-// time a bucket takes to fill up again, and a full bucket is the same as none: forgetting it
-// changes no answer. A generation that grows to half of maxKeys turns over early; its keys are
-// then forgotten before their buckets are full, so under a flood of keys the limit errs on the
-// lenient side instead of growing without bound.
+// limiter keeps one token bucket per key (a buyer, an IP address): two generations of buckets,
+// the current one and the one before. A key found in the older is moved to the current; every
+// period the older is dropped whole and the current becomes the older. A bucket dropped that
+// way was untouched for at least a period, which is at least the time a bucket takes to fill up
+// again, and a full bucket is the same as none: forgetting it changes no answer. No bucket is
+// ever dropped to make room, so a client that churns keys stays limited on each of them; memory
+// is bounded by time instead: what two periods of new keys hold.
 //
 // A bucket is 16 bytes in the map beside its key: 36 bytes a key with the map's own, measured,
 // plus the key's bytes (a *rate.Limiter and its entry were 99). 100,000 buyers of a flash crowd
 // cost about 5 MB, returned a period or two after they leave. A timer turns the generations
 // over while any are held, so the memory comes back on an idle server too.
 type limiter struct {
-	limit   Limit
-	maxKeys int
-	what    string        // "buyer" or "address", for the message
-	period  time.Duration // how often the generations turn over
+	limit  Limit
+	what   string        // "buyer" or "address", for the message
+	period time.Duration // how often the generations turn over
 
 	mu        sync.Mutex
 	cur, prev map[string]bucket
@@ -54,7 +53,7 @@ type bucket struct {
 // once every few seconds.
 const minPeriod = 5 * time.Second
 
-func newLimiter(l Limit, maxKeys int, what string) *limiter {
+func newLimiter(l Limit, what string) *limiter {
 	if l.Rate > 0 && l.Burst < 1 {
 		l.Burst = 1
 	}
@@ -62,7 +61,7 @@ func newLimiter(l Limit, maxKeys int, what string) *limiter {
 	if l.Rate > 0 {
 		period = max(period, time.Duration(float64(l.Burst)/l.Rate*float64(time.Second)))
 	}
-	return &limiter{limit: l, maxKeys: max(maxKeys, 2), what: what, period: period,
+	return &limiter{limit: l, what: what, period: period,
 		cur: map[string]bucket{}, prev: map[string]bucket{}}
 }
 
@@ -90,9 +89,6 @@ func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
 			delete(l.prev, key)
 		} else {
 			b = bucket{tokens: burst, at: ns}
-		}
-		if len(l.cur) >= l.maxKeys/2 {
-			l.turn(now)
 		}
 		if l.timer == nil {
 			l.timer = time.AfterFunc(l.period, l.tick)
@@ -159,11 +155,22 @@ func (s *Server) byAddress(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.ipLimit.off() || !strings.HasPrefix(c.Request().URL.Path, "/v1/") {
 			return next(c) // and no RealIP, which reads the forwarding headers, for nothing
 		}
-		if err := s.ipLimit.charge(c, c.RealIP()); err != nil {
+		if err := s.ipLimit.charge(c, clientKey(c.RealIP())); err != nil {
 			return err
 		}
 		return next(c)
 	}
+}
+
+// clientKey is what the per-address limit counts by: an IPv4 address, or an IPv6 client's /64,
+// all of which one host may use.
+func clientKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Unmap().Is6() {
+		return ip
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
 }
 
 // soldOut remembers, for a short while, that a campaign has fewer units left than some

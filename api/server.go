@@ -150,9 +150,6 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// maxLimiterKeys bounds the buckets of each rate limiter: about 36 bytes each beside the key.
-const maxLimiterKeys = 100_000
-
 // Store is the part of the store the api reads and writes: campaigns, and orders for reads.
 type Store interface {
 	CreateCampaign(ctx context.Context, c store.Campaign) error
@@ -203,8 +200,8 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 		resolver:      &compensator.Resolver{Store: st, Redis: r, Producer: producer, Results: cfg.Topics.Results},
 
 		tokens:    newVerifier(cfg.JWTSecret, cfg.JWTIssuer, cfg.JWTAudience),
-		userLimit: newLimiter(cfg.UserLimit, maxLimiterKeys, "buyer"),
-		ipLimit:   newLimiter(cfg.IPLimit, maxLimiterKeys, "address"),
+		userLimit: newLimiter(cfg.UserLimit, "buyer"),
+		ipLimit:   newLimiter(cfg.IPLimit, "address"),
 		soldOut:   newSoldOut(cfg.SoldOutTTL),
 		kafka:     &breaker{cooldown: time.Second},
 		stopping:  make(chan struct{}),
