@@ -102,7 +102,9 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer comp.Close()
+	cfg.Brokers = brokers
 	srv := api.New(cfg, st, r, producer)
+	defer srv.Close()
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

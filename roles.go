@@ -99,7 +99,9 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer closeProducer(producer)
+	cfg.Brokers = c.brokerList()
 	srv := api.New(cfg, d.store, d.redis, producer)
+	defer srv.Close()
 	return runWithOps(ctx, *metricsAddr, log, d, producer.Ping, srv.Run)
 }
 

@@ -32,6 +32,8 @@ type guardFlags struct {
 	trustProxy     *bool
 	idempotencyTTL *time.Duration
 	orderIDSecret  *string
+	streamsBuyer   *int
+	streams        *int
 }
 
 func (f *flags) guards(dev bool) guardFlags {
@@ -46,6 +48,8 @@ func (f *flags) guards(dev bool) guardFlags {
 		ipRate:         f.Float64("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)"),
 		trustProxy:     f.Bool("trust-proxy-headers", false, "take the client address from X-Forwarded-For when the peer is a private address (behind a load balancer)"),
 		idempotencyTTL: f.Duration("idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key is remembered"),
+		streamsBuyer:   f.Int("max-streams-per-buyer", 4, "order event streams one buyer may hold open"),
+		streams:        f.Int("max-streams", 10_000, "order event streams open at once"),
 		orderIDSecret:  f.String("order-id-secret", "", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
 	}
 }
@@ -61,6 +65,7 @@ func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 	cfg.TrustProxyHeaders = *g.trustProxy
 	cfg.IdempotencyTTL = *g.idempotencyTTL
 	cfg.OrderIDSecret = []byte(*g.orderIDSecret)
+	cfg.MaxStreamsPerBuyer, cfg.MaxStreams = *g.streamsBuyer, *g.streams
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -74,7 +79,7 @@ func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 func (g guardFlags) logArgs() []any {
 	return []any{"jwt_secret_set", *g.secret != "", "jwt_issuer", *g.issuer, "jwt_audience", *g.audience, "insecure_user_header", *g.insecureUser,
 		"user_rate", *g.userRate, "ip_rate", *g.ipRate, "trust_proxy_headers", *g.trustProxy, "idempotency_ttl", *g.idempotencyTTL,
-		"order_id_secret_set", *g.orderIDSecret != ""}
+		"order_id_secret_set", *g.orderIDSecret != "", "max_streams_per_buyer", *g.streamsBuyer, "max_streams", *g.streams}
 }
 
 func runToken(ctx context.Context, args []string, stdout io.Writer) error {

@@ -60,7 +60,7 @@ func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 	h.brokers = kafkatest.Fake(t)
 	h.topics = kafkatest.Topics(t, h.brokers)
 	h.cfg = api.Config{
-		AdminToken: h.admin, Topics: h.topics, ProduceTimeout: 10 * time.Second,
+		AdminToken: h.admin, Topics: h.topics, ProduceTimeout: 10 * time.Second, Brokers: h.brokers,
 		InsecureUserHeader: true, JWTSecret: []byte(testSecret), JWTIssuer: testIssuer,
 		Logger: slog.New(slog.DiscardHandler),
 	}
@@ -71,13 +71,20 @@ func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 	if h.cfg.Addr == deadKafka { // the option's mark: produce to a broker that is not there
 		producerBrokers, h.cfg.Addr = []string{"127.0.0.1:1"}, ""
 	}
-	producer, err := events.NewClient(producerBrokers)
+	h.srv = api.New(h.cfg, h.store, h.redis, newProducer(t, producerBrokers))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+// newProducer returns a producer to brokers, closed when the test ends.
+func newProducer(t *testing.T, brokers []string) *kgo.Client {
+	t.Helper()
+	producer, err := events.NewClient(brokers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(producer.Close)
-	h.srv = api.New(h.cfg, h.store, h.redis, producer)
-	return h
+	return producer
 }
 
 // deadKafka, as Config.Addr in a harness option, makes every produce fail.
@@ -213,6 +220,13 @@ func (h *harness) confirm(t *testing.T, orderID string) {
 			}
 			if _, err := h.redis.Confirm(ctx, orderID); err != nil {
 				t.Fatal(err)
+			}
+			res, err := events.Record(h.topics.Results, ev.New(events.OrderConfirmed, time.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.ProduceSync(ctx, res).FirstErr(); err != nil {
+				t.Fatalf("announce %s: %v", orderID, err)
 			}
 			return
 		}

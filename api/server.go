@@ -62,8 +62,14 @@ type Config struct {
 	// Redis; units released elsewhere are on sale again at most this late here. Negative
 	// disables it. Default: 500ms.
 	SoldOutTTL time.Duration
-	// StreamPoll is how often an order's event stream looks for a new status. Default: 250ms.
-	StreamPoll time.Duration
+	// Brokers are the Kafka seed brokers the api reads the results topic from: what wakes the
+	// order event streams and tells this api of units given back elsewhere. Default: none, and
+	// streams show only the status they open with, and the sold-out flag lasts SoldOutTTL.
+	Brokers []string
+	// MaxStreamsPerBuyer caps the order event streams one buyer holds open. Default: 4.
+	MaxStreamsPerBuyer int
+	// MaxStreams caps the order event streams open at once. Default: 10,000.
+	MaxStreams int
 	// StreamHeartbeat is how often an idle event stream sends a comment line, so proxies keep
 	// it open. Default: 15s.
 	StreamHeartbeat time.Duration
@@ -105,8 +111,8 @@ func (c Config) Validate() error {
 		return errors.New("buyers cannot authenticate: set a JWT secret (or, in development only, the insecure user header)")
 	case c.UserLimit.Rate < 0 || c.IPLimit.Rate < 0:
 		return errors.New("rate limits cannot be negative")
-	case c.MaxConns < 0 || c.MaxConnsPerAddr < 0:
-		return errors.New("connection caps cannot be negative")
+	case c.MaxConns < 0 || c.MaxConnsPerAddr < 0 || c.MaxStreams < 0 || c.MaxStreamsPerBuyer < 0:
+		return errors.New("connection and stream caps cannot be negative")
 	}
 	return nil
 }
@@ -124,8 +130,11 @@ func (c *Config) setDefaults() {
 	if c.SoldOutTTL == 0 {
 		c.SoldOutTTL = 500 * time.Millisecond
 	}
-	if c.StreamPoll <= 0 {
-		c.StreamPoll = 250 * time.Millisecond
+	if c.MaxStreamsPerBuyer <= 0 {
+		c.MaxStreamsPerBuyer = 4
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 10_000
 	}
 	if c.StreamHeartbeat <= 0 {
 		c.StreamHeartbeat = 15 * time.Second
@@ -180,6 +189,8 @@ type Server struct {
 	stopping  chan struct{} // closed when shutdown starts: event streams end
 	// orderIDSecret keys derived order ids (keyedOrderID).
 	orderIDSecret []byte
+	hub           *hub // nil without Brokers
+	streams       *streamCaps
 	stopOnce      sync.Once
 }
 
@@ -205,6 +216,14 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 		soldOut:   newSoldOut(cfg.SoldOutTTL),
 		kafka:     &breaker{cooldown: time.Second},
 		stopping:  make(chan struct{}),
+		streams:   &streamCaps{perBuyer: cfg.MaxStreamsPerBuyer, total: cfg.MaxStreams, open: map[string]int{}},
+	}
+	if len(cfg.Brokers) > 0 {
+		h, err := newHub(cfg.Brokers, cfg.Topics.Results, s.soldOut.clear, cfg.Logger)
+		if err != nil {
+			cfg.Logger.Error("read the results topic; order streams stay at their first status", "err", err)
+		}
+		s.hub = h
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -235,6 +254,9 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 	s.echo = e
 	return s
 }
+
+// Close stops what New started: the reader of the results topic.
+func (s *Server) Close() { s.hub.Close() }
 
 // Handler returns the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.echo }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -34,6 +35,10 @@ func final(s events.Status) bool { return s != events.Pending }
 // A client that reconnects with Last-Event-ID set to the status it has is not sent it again. An
 // idle stream carries a comment line every StreamHeartbeat. The stream ends after a final
 // status, when the client goes away, when the server shuts down, or after maxStream.
+//
+// A stream reads the order when it opens and again only when the results topic names it (see
+// hub): however many are open, idle streams cost the store and Redis nothing. A buyer holds at
+// most MaxStreamsPerBuyer of them and the server MaxStreams; one more is 429.
 func (s *Server) orderEvents(c echo.Context) error {
 	buyer, err := s.buyer(c)
 	if err != nil {
@@ -41,10 +46,18 @@ func (s *Server) orderEvents(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	id := c.Param("id")
+	// Subscribed before the first read, so a change between the read and the loop still wakes it.
+	wake, unsubscribe := s.hub.subscribe(id)
+	defer unsubscribe()
 	o, err := s.buyersOrder(ctx, buyer, id)
 	if err != nil {
 		return err
 	}
+	release, err := s.streams.take(c, buyer)
+	if err != nil {
+		return err
+	}
+	defer release()
 	w := c.Response()
 	h := w.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
@@ -80,8 +93,6 @@ func (s *Server) orderEvents(c echo.Context) error {
 	if final(o.Status) {
 		return nil
 	}
-	poll := time.NewTicker(s.cfg.StreamPoll)
-	defer poll.Stop()
 	beat := time.NewTicker(s.cfg.StreamHeartbeat)
 	defer beat.Stop()
 	end := time.NewTimer(maxStream)
@@ -98,10 +109,10 @@ func (s *Server) orderEvents(c echo.Context) error {
 			if err := send(": heartbeat\n\n"); err != nil {
 				return nil
 			}
-		case <-poll.C:
+		case <-wake:
 			now, err := s.order(ctx, id)
 			if err != nil {
-				// A dependency hiccup: the stream goes on, and the next poll tries again.
+				// A dependency hiccup: the stream goes on until the next event or its end.
 				if ctx.Err() == nil {
 					s.cfg.Logger.Warn("order stream: read the order", "order_id", id, "err", err)
 				}
@@ -116,4 +127,37 @@ func (s *Server) orderEvents(c echo.Context) error {
 			}
 		}
 	}
+}
+
+// streamCaps counts the open event streams, per buyer and in all.
+type streamCaps struct {
+	perBuyer, total int
+
+	mu   sync.Mutex
+	open map[string]int // buyer → streams
+	all  int
+}
+
+// take counts a stream of buyer in, or answers 429 when a cap is reached; release counts it out.
+func (sc *streamCaps) take(c echo.Context, buyer string) (release func(), err error) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	switch {
+	case sc.open[buyer] >= sc.perBuyer:
+		retryAfter(c, 10*time.Second)
+		return nil, events.Errorf(events.RateLimited, "this buyer has %d order streams open already; close one first", sc.perBuyer)
+	case sc.all >= sc.total:
+		retryAfter(c, 10*time.Second)
+		return nil, events.Errorf(events.RateLimited, "too many order streams are open; try again shortly")
+	}
+	sc.open[buyer]++
+	sc.all++
+	return func() {
+		sc.mu.Lock()
+		defer sc.mu.Unlock()
+		sc.all--
+		if sc.open[buyer]--; sc.open[buyer] == 0 {
+			delete(sc.open, buyer)
+		}
+	}, nil
 }

@@ -105,7 +105,7 @@ func (s *sse) nextStatus(t *testing.T) (api.OrderView, error) {
 }
 
 func TestOrderEvents(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) { c.StreamPoll, c.StreamHeartbeat = 20*time.Millisecond, 50*time.Millisecond })
+	h := newHarness(t, func(c *api.Config) { c.StreamHeartbeat = 50 * time.Millisecond })
 	h.createCampaign(t, `{"id": "ev", "name": "Events", "stock": 10, "per_user_limit": 10}`)
 	ts := httptest.NewServer(h.srv.Handler())
 	t.Cleanup(ts.Close)
@@ -217,4 +217,99 @@ func TestOrderEventsEndAtShutdown(t *testing.T) {
 		t.Errorf("the stream is still open after shutdown: %v", err)
 	}
 	t.Logf("drained in %v with a stream open", time.Since(start))
+}
+
+// TestOrderStreamsCostNothingIdle: 2,000 streams open on one order send Redis (and so the
+// store, which order() asks with it) nothing while the order does not change; the order's next
+// status still reaches every one of them.
+func TestOrderStreamsCostNothingIdle(t *testing.T) {
+	const streams = 2000
+	h := newHarness(t, func(c *api.Config) { c.MaxStreamsPerBuyer, c.MaxStreams = streams, streams })
+	h.createCampaign(t, `{"id": "idle", "name": "Idle", "stock": 10, "per_user_limit": 10}`)
+	ts := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(ts.Close)
+	id := h.buy(t, "idle", "alice", 1)
+	ss := make([]*sse, streams)
+	for i := range ss {
+		ss[i] = openStream(t, context.Background(), ts.URL, id, "alice")
+		if o, err := ss[i].nextStatus(t); err != nil || o.Status != events.Pending {
+			t.Fatalf("stream %d: %+v %v", i, o, err)
+		}
+	}
+	before := h.commands.n.Load()
+	time.Sleep(time.Second) // a second of 2,000 idle streams (they polled 8 times each before)
+	if n := h.commands.n.Load() - before; n != 0 {
+		t.Errorf("2,000 idle streams sent Redis %d commands in a second, want 0", n)
+	}
+	h.confirm(t, id)
+	for i, s := range ss {
+		if o, err := s.nextStatus(t); err != nil || o.Status != events.Confirmed {
+			t.Fatalf("stream %d after the confirmation: %+v %v", i, o, err)
+		}
+	}
+}
+
+// TestOrderStreamCaps: a buyer holds at most MaxStreamsPerBuyer streams and the server at most
+// MaxStreams; a closed stream gives its place back.
+func TestOrderStreamCaps(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.MaxStreamsPerBuyer, c.MaxStreams = 2, 3 })
+	h.createCampaign(t, `{"id": "caps", "name": "Caps", "stock": 10, "per_user_limit": 10}`)
+	ts := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(ts.Close)
+	a, b := h.buy(t, "caps", "alice", 1), h.buy(t, "caps", "bob", 1)
+	open := func(id, buyer string) (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/v1/orders/"+id+"/events", nil)
+		req.Header.Set("X-User-ID", buyer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cancel(); resp.Body.Close() })
+		return resp, cancel
+	}
+	_, closeFirst := open(a, "alice")
+	open(a, "alice")
+	if resp, _ := open(a, "alice"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("alice's third stream: %d", resp.StatusCode)
+	}
+	open(b, "bob") // the third of the server
+	if resp, _ := open(b, "bob"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the server's fourth stream: %d", resp.StatusCode)
+	}
+	closeFirst()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, _ := open(a, "alice")
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a closed stream's place never came back")
+		}
+	}
+}
+
+// TestUnitsGivenBackReachEveryAPI: two apis on one Redis and Kafka; units that one gives back
+// (an operator's compensation) end the other's sold-out flag, which would otherwise refuse
+// buyers for its whole TTL.
+func TestUnitsGivenBackReachEveryAPI(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.SoldOutTTL = time.Hour })
+	h.createCampaign(t, `{"id": "back", "name": "Back", "stock": 1, "per_user_limit": 1}`)
+	other := api.New(h.cfg, h.store, h.redis, newProducer(t, h.brokers))
+	t.Cleanup(other.Close)
+	order := h.buy(t, "back", "alice", 1)
+	buyAtOther := func() int {
+		rec := httptest.NewRecorder()
+		other.Handler().ServeHTTP(rec, request("POST", "/v1/campaigns/back/purchases", `{"quantity": 1}`, user("bob")...))
+		return rec.Code
+	}
+	if code := buyAtOther(); code != http.StatusConflict {
+		t.Fatalf("sold out at the other api: %d", code)
+	}
+	h.do(t, request("POST", "/v1/admin/orders/"+order+"/compensate", "", h.bearer()...), 200)
+	for deadline := time.Now().Add(10 * time.Second); buyAtOther() != http.StatusAccepted; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the unit given back at one api never went on sale at the other")
+		}
+	}
 }

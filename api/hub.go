@@ -1,0 +1,108 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+)
+
+// hub reads the results topic (OrderConfirmed, OrderFailed, OrderRefunded) from its end and
+// passes each event on: it wakes the event streams of the order it names, and when units went
+// back (a failed or refunded order) it ends this api's sold-out flag for the campaign, so units
+// given back by any process are on sale here as soon as the event arrives. One reader per api,
+// however many streams are open: an idle stream costs the store and Redis nothing.
+type hub struct {
+	cl       *kgo.Client
+	giveBack func(campaign string)
+	log      *slog.Logger
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	mu   sync.Mutex
+	subs map[string]map[chan struct{}]struct{} // order id → its streams' wake-ups
+}
+
+// newHub starts reading topic on brokers; Close stops it.
+func newHub(brokers []string, topic string, giveBack func(campaign string), log *slog.Logger) (*hub, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &hub{cl: cl, giveBack: giveBack, log: log, cancel: cancel, done: make(chan struct{}),
+		subs: map[string]map[chan struct{}]struct{}{}}
+	go h.run(ctx)
+	return h, nil
+}
+
+func (h *hub) run(ctx context.Context) {
+	defer close(h.done)
+	for {
+		fs := h.cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			h.log.Debug("results topic: fetch", "topic", topic, "partition", p, "err", err)
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			ev, err := events.Decode(r.Value)
+			if err != nil {
+				return // the dead-letter topic's business, not a stream's
+			}
+			if ev.Type == events.OrderFailed || ev.Type == events.OrderRefunded {
+				h.giveBack(ev.CampaignID)
+			}
+			h.wake(ev.OrderID)
+		})
+	}
+}
+
+// subscribe returns a channel that receives a value when an event names orderID, and the
+// function that ends the subscription. A nil hub never wakes anyone.
+func (h *hub) subscribe(orderID string) (<-chan struct{}, func()) {
+	if h == nil {
+		return nil, func() {}
+	}
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.subs[orderID] == nil {
+		h.subs[orderID] = map[chan struct{}]struct{}{}
+	}
+	h.subs[orderID][ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(h.subs[orderID], ch)
+		if len(h.subs[orderID]) == 0 {
+			delete(h.subs, orderID)
+		}
+	}
+}
+
+func (h *hub) wake(orderID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs[orderID] {
+		select {
+		case ch <- struct{}{}:
+		default: // a wake-up is pending already: the stream reads the latest state anyway
+		}
+	}
+}
+
+// Close stops the reader and waits for it.
+func (h *hub) Close() {
+	if h == nil {
+		return
+	}
+	h.cancel()
+	<-h.done
+	h.cl.Close()
+}
