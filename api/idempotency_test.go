@@ -118,6 +118,7 @@ func TestIdempotencyKey(t *testing.T) {
 	t.Run("records survive a restart and are shared by replicas", func(t *testing.T) {
 		first := h.serve(t, keyed("ik", "erin", "k-restart", `{"quantity": 1}`))
 		other := api.New(h.cfg, h.store, h.redis, nil) // another process on the same Redis
+		t.Cleanup(other.Close)
 		rec := apitest.Serve(t, h.spec, other.Handler(), keyed("ik", "erin", "k-restart", `{"quantity": 1}`))
 		if rec.Code != first.Code || rec.Body.String() != first.Body.String() {
 			t.Errorf("another replica answered %d %s, the first %d %s", rec.Code, rec.Body, first.Code, first.Body)
