@@ -134,18 +134,19 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	c := f.conn()
 	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	sweep := f.Duration("sweep-interval", 5*time.Second, "how often to look for reservations past their deadline")
+	retention := f.Duration("retention", 24*time.Hour, "how long redis keeps released and refunded records (at least the api's --idempotency-ttl) and an ended campaign's keys")
 	grace := f.Duration("rebuild-grace", 6*time.Second, "after Redis lost data, how long to wait for purchases in flight before rebuilding (at least the api's produce timeout)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "compensator", "sweep_interval", *sweep, "metrics_addr", *metricsAddr)
+	c.logStart(log, "compensator", "sweep_interval", *sweep, "retention", *retention, "metrics_addr", *metricsAddr)
 	d, err := c.openWaiting(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	comp, err := compensator.New(compensator.Config{Brokers: c.brokerList(), Topics: c.topics(), SweepInterval: *sweep, RebuildGrace: *grace, Logger: log}, d.store, d.redis)
+	comp, err := compensator.New(compensator.Config{Brokers: c.brokerList(), Topics: c.topics(), SweepInterval: *sweep, RebuildGrace: *grace, Retention: *retention, Logger: log}, d.store, d.redis)
 	if err != nil {
 		return err
 	}

@@ -446,9 +446,13 @@ func (s *Server) notInRedis(ctx context.Context, campaign string, notFound error
 	if _, ok := s.known.Load(campaign); ok {
 		return events.Errorf(events.Unavailable, "campaign %q is being restored; try again in a few seconds", campaign)
 	}
-	_, err := s.store.Campaign(ctx, campaign)
+	camp, err := s.store.Campaign(ctx, campaign)
 	switch events.ErrorCode(err) {
 	case "":
+		if camp.EndsAtMs > 0 && camp.EndsAtMs <= time.Now().UnixMilli() {
+			// Over, and its keys have left Redis: the store keeps its history.
+			return events.Errorf(events.Ended, "campaign %q has ended", campaign)
+		}
 		s.known.Store(campaign, struct{}{})
 		return events.Errorf(events.Unavailable, "campaign %q is being restored; try again in a few seconds", campaign)
 	case events.CampaignNotFound:

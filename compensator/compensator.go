@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,6 +26,11 @@ type Config struct {
 	// SweepInterval is how often the sweeper looks for reservations past their deadline.
 	// Default: 5s.
 	SweepInterval time.Duration
+	// Retention is how long Redis keeps what it no longer sells from: the records of released
+	// and refunded reservations (which a retry of an Idempotency-Key finds; keep it at least
+	// the api's idempotency TTL), and an ended campaign's keys after its end. The store keeps
+	// the history. Default: 24h.
+	Retention time.Duration
 	// GuardInterval is how often the compensator checks that Redis still has its data.
 	// Default: 1s.
 	GuardInterval time.Duration
@@ -48,6 +54,9 @@ func (c *Config) setDefaults() {
 	if c.GuardInterval <= 0 {
 		c.GuardInterval = time.Second
 	}
+	if c.Retention <= 0 {
+		c.Retention = 24 * time.Hour
+	}
 	if c.RebuildGrace <= 0 {
 		c.RebuildGrace = 6 * time.Second
 	}
@@ -69,9 +78,11 @@ type Campaigns interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 }
 
-// Sweeper finds reservations past their deadline.
+// Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
 type Sweeper interface {
 	Expired(ctx context.Context, campaign string, limit int) ([]string, error)
+	Trim(ctx context.Context, campaign string, retention time.Duration, limit int) (int, error)
+	Drop(ctx context.Context, campaign string) (bool, error)
 }
 
 // Locker takes lease locks.
@@ -89,6 +100,7 @@ type Compensator struct {
 	locker    Locker
 	rebuilder Rebuilder
 	snapshots Snapshotter
+	dropped   sync.Map // ids of ended campaigns whose keys this process dropped
 }
 
 // New returns a Compensator over the store and Redis.
@@ -215,7 +227,11 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 		return 0, err
 	}
 	n := 0
+	now := time.Now()
 	for _, camp := range cs {
+		if err := c.retire(ctx, camp, now); err != nil {
+			return n, err
+		}
 		// One page per campaign per sweep: the next sweep takes the rest, and a reservation
 		// that somehow stays pending can never trap the sweeper in a loop.
 		ids, err := c.sweeper.Expired(ctx, camp.ID, 1000)
@@ -234,4 +250,23 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 		}
 	}
 	return n, nil
+}
+
+// retire drops from Redis what selling no longer needs: records of reservations released or
+// refunded more than the retention ago (a page per sweep), and the keys of a campaign that
+// ended more than the retention ago.
+func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.Time) error {
+	if c.retired(camp, now) {
+		if _, ok := c.dropped.Load(camp.ID); ok {
+			return nil
+		}
+		dropped, err := c.sweeper.Drop(ctx, camp.ID)
+		if dropped {
+			c.dropped.Store(camp.ID, struct{}{}) // one script call per old campaign, not per sweep
+			c.cfg.Logger.Debug("ended campaign's keys left redis", "campaign", camp.ID)
+		}
+		return err
+	}
+	_, err := c.sweeper.Trim(ctx, camp.ID, c.cfg.Retention, 1000)
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -381,5 +382,56 @@ func TestReconcile(t *testing.T) {
 	}
 	if _, ok, err := e.r.Remaining(e.ctx, ended); err != nil || ok {
 		t.Errorf("the ended campaign was loaded (%v, %v)", ok, err)
+	}
+}
+
+// TestRetire: past the retention, the sweeper drops the records of released reservations and an
+// ended campaign's keys; the audit still holds for both, and a late release changes nothing.
+func TestRetire(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	ended := storetest.Name("over")
+	now := time.Now()
+	if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: ended, Name: "over", Stock: 5, PerUserLimit: 1,
+		StartsAtMs: now.Add(-2 * time.Hour).UnixMilli(), EndsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: ended, Remaining: 5, Limit: 1, StartsAt: now.Add(-2 * time.Hour), EndsAt: now.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	evs := e.reserve(t, 50, time.Millisecond)
+	c := e.compensator(t, compensator.Config{Retention: 10 * time.Millisecond})
+	time.Sleep(20 * time.Millisecond) // past the deadlines
+	if n, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil || n != len(evs) {
+		t.Fatalf("swept %d (%v), want %d", n, err, len(evs))
+	}
+	time.Sleep(20 * time.Millisecond) // past the retention of what the sweep released
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.r.Client().HLen(e.ctx, lua.KeysOf(e.campaign).Res).Val(); n != 0 {
+		t.Errorf("%d released records still in redis past the retention", n)
+	}
+	if n := e.r.Client().Exists(e.ctx, lua.KeysOf(ended).All()...).Val(); n != 0 {
+		t.Errorf("%d keys of the ended campaign still in redis", n)
+	}
+	if out, err := e.r.Release(e.ctx, evs[0].OrderID); err != nil || out.Changed {
+		t.Errorf("a release after the trim: %+v %v", out, err)
+	}
+	rep, err := (&compensator.Auditor{Store: e.st, Redis: e.r}).Audit(e.ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	if !rep.OK() {
+		t.Errorf("audit after the retention:\n%s", out.String())
+	}
+	for _, ev := range evs {
+		if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != events.Failed {
+			t.Errorf("order %s: %+v %v, want failed", ev.OrderID, o, err)
+		}
+	}
+	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
+		t.Errorf("remaining %d, want the whole stock %d back", left, e.stock)
 	}
 }

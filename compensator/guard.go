@@ -106,6 +106,11 @@ func (c *Compensator) reconcile(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+// retired reports whether camp ended more than the retention ago: Redis holds nothing of it.
+func (c *Compensator) retired(camp store.Campaign, now time.Time) bool {
+	return camp.EndsAtMs > 0 && now.After(time.UnixMilli(camp.EndsAtMs).Add(c.cfg.Retention))
+}
+
 // RedisCampaign is the campaign c as Redis sells it: its units not yet sold, its limit and window.
 func RedisCampaign(c store.Campaign) lua.Campaign {
 	lc := lua.Campaign{ID: c.ID, Remaining: c.Stock - c.Sold, Limit: c.PerUserLimit, StartsAt: time.UnixMilli(c.StartsAtMs)}
@@ -145,9 +150,11 @@ func (c *Compensator) Rebuild(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	ids := make([]string, len(cs))
-	for i, camp := range cs {
-		ids[i] = camp.ID
+	var ids []string
+	for _, camp := range cs {
+		if !c.retired(camp, time.Now()) {
+			ids = append(ids, camp.ID)
+		}
 	}
 	if len(ids) == 0 {
 		return 0, nil

@@ -28,6 +28,10 @@ var (
 	loadSrc string
 	//go:embed restore.lua
 	restoreSrc string
+	//go:embed trim.lua
+	trimSrc string
+	//go:embed drop.lua
+	dropSrc string
 	//go:embed lock_acquire.lua
 	lockAcquireSrc string
 	//go:embed lock_renew.lua
@@ -41,6 +45,8 @@ var (
 	expiredScript = newScript(expiredSrc)
 	loadScript    = newScript(loadSrc)
 	restoreScript = newScript(restoreSrc)
+	trimScript    = newScript(trimSrc)
+	dropScript    = newScript(dropSrc)
 	lockAcquire   = newScript(lockAcquireSrc)
 	lockRenew     = newScript(lockRenewSrc)
 	lockRelease   = newScript(lockReleaseSrc)
@@ -53,12 +59,16 @@ type Keys struct {
 	Res     string // hash order id -> reservation
 	Pending string // sorted set of pending order ids by deadline (ms)
 	Meta    string // hash: limit, starts_ms, ends_ms, and frozen while a rebuild runs
+	Done    string // sorted set of released and refunded order ids by when they ended (ms)
 }
+
+// All returns every key of the campaign.
+func (k Keys) All() []string { return []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta, k.Done} }
 
 // KeysOf returns the keys of campaign; they share one hash tag.
 func KeysOf(campaign string) Keys {
 	p := "seckill:{c:" + campaign + "}:"
-	return Keys{Stock: p + "stock", Buyers: p + "buyers", Res: p + "res", Pending: p + "pending", Meta: p + "meta"}
+	return Keys{Stock: p + "stock", Buyers: p + "buyers", Res: p + "res", Pending: p + "pending", Meta: p + "meta", Done: p + "done"}
 }
 
 // Redis runs the scripts on one Redis deployment.
@@ -214,7 +224,7 @@ func (r *Redis) release(ctx context.Context, orderID, from, to string) (Outcome,
 		return Outcome{}, events.Errorf(events.Invalid, "malformed order id %q", orderID)
 	}
 	k := KeysOf(campaign)
-	v, err := releaseScript.Run(ctx, r.rdb, []string{k.Stock, k.Buyers, k.Res, k.Pending}, orderID, from, to).StringSlice()
+	v, err := releaseScript.Run(ctx, r.rdb, []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Done}, orderID, from, to).StringSlice()
 	if err != nil {
 		return Outcome{}, fmt.Errorf("%s order %s: %w", to, orderID, err)
 	}
@@ -222,6 +232,28 @@ func (r *Redis) release(ctx context.Context, orderID, from, to string) (Outcome,
 		return Outcome{}, fmt.Errorf("%s order %s: unexpected reply %q", to, orderID, v)
 	}
 	return Outcome{Changed: v[0] == "done", State: v[1]}, nil
+}
+
+// Trim drops the records of campaign's reservations that were released or refunded more than
+// retention ago, at most limit of them, and returns how many it dropped.
+func (r *Redis) Trim(ctx context.Context, campaign string, retention time.Duration, limit int) (int, error) {
+	k := KeysOf(campaign)
+	n, err := trimScript.Run(ctx, r.rdb, []string{k.Res, k.Done}, retention.Milliseconds(), limit).Int()
+	if err != nil {
+		return 0, fmt.Errorf("trim campaign %s: %w", campaign, err)
+	}
+	return n, nil
+}
+
+// Drop deletes the keys of campaign, which has ended, unless a reservation is still pending;
+// it reports whether it deleted.
+func (r *Redis) Drop(ctx context.Context, campaign string) (bool, error) {
+	k := KeysOf(campaign)
+	n, err := dropScript.Run(ctx, r.rdb, append([]string{k.Pending}, k.All()...)).Int()
+	if err != nil {
+		return false, fmt.Errorf("drop campaign %s: %w", campaign, err)
+	}
+	return n == 1, nil
 }
 
 // Confirm marks a pending reservation confirmed: ConfirmAll's script with a batch of one.

@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"reflect"
@@ -92,7 +93,7 @@ func deleteCampaign(tb testing.TB, rdb redis.Cmdable, id string) {
 	tb.Cleanup(func() {
 		k := lua.KeysOf(id)
 		// The test's context is cancelled before cleanups run.
-		if err := rdb.Del(context.Background(), k.Stock, k.Buyers, k.Res, k.Pending, k.Meta).Err(); err != nil {
+		if err := rdb.Del(context.Background(), k.All()...).Err(); err != nil {
 			tb.Errorf("delete campaign %s: %v", id, err)
 		}
 	})
@@ -322,6 +323,8 @@ func TestScripts(t *testing.T) {
 		{"RefundOnce", testRefundOnce},
 		{"ExpiredListsPastDeadline", testExpired},
 		{"MalformedRecord", testMalformedRecord},
+		{"TrimKeepsRedisBounded", testTrim},
+		{"DropEndedCampaign", testDrop},
 	}
 	for _, be := range []struct {
 		name string
@@ -1262,4 +1265,78 @@ func TestCoalescerMixesCampaigns(t *testing.T) {
 		}
 	}
 	t.Logf("%d purchases in %d script calls, %d round trips", purchases, calls.Load(), roundTrips.Load())
+}
+
+// testTrim: rounds of aborted purchases (the 5 rounds of 100) leave the reservation hash
+// holding only what still sells, once the retention has passed; a trimmed order's record is gone
+// but released twice still restores once, and confirmed records stay.
+func testTrim(t *testing.T, b *backend) {
+	ctx := context.Background()
+	id := load(t, b.r, lua.Campaign{Remaining: 1000, Limit: 1000, StartsAt: b.now().Add(-time.Hour)})
+	k := lua.KeysOf(id)
+	kept, err := b.r.Reserve(ctx, id, events.NewOrderID(id), "keeper", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.r.Confirm(ctx, kept.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	const retention = 50 * time.Millisecond
+	var last []string
+	for round := range 5 {
+		last = last[:0]
+		for i := range 100 {
+			res, err := b.r.Reserve(ctx, id, events.NewOrderID(id), fmt.Sprintf("u%d-%d", round, i), 1, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := b.r.Release(ctx, res.OrderID); err != nil || !out.Changed {
+				t.Fatalf("release: %+v %v", out, err)
+			}
+			last = append(last, res.OrderID)
+		}
+		b.advance(2 * retention)
+		if _, err := b.r.Trim(ctx, id, retention, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.rdb.HLen(ctx, k.Res).Val(); n != 1 {
+		t.Errorf("after 5 rounds of 100 aborted purchases the reservation hash holds %d records, want 1 (the confirmed one)", n)
+	}
+	if n := b.rdb.ZCard(ctx, k.Done).Val(); n != 0 {
+		t.Errorf("the done set holds %d after the trim", n)
+	}
+	// Released again after its record left: nothing to restore twice.
+	if out, err := b.r.Release(ctx, last[0]); err != nil || out.Changed {
+		t.Errorf("a second release after the trim: %+v %v", out, err)
+	}
+	if left, _, _ := b.r.Remaining(ctx, id); left != 999 {
+		t.Errorf("remaining %d, want 999", left)
+	}
+	// Inside the retention nothing leaves.
+	res, _ := b.r.Reserve(ctx, id, events.NewOrderID(id), "late", 1, time.Hour)
+	b.r.Release(ctx, res.OrderID)
+	if n, err := b.r.Trim(ctx, id, time.Hour, 1000); err != nil || n != 0 {
+		t.Errorf("trim inside the retention dropped %d (%v)", n, err)
+	}
+}
+
+// testDrop: an ended campaign's keys leave Redis, but not while a reservation is pending.
+func testDrop(t *testing.T, b *backend) {
+	ctx := context.Background()
+	id := load(t, b.r, lua.Campaign{Remaining: 10, Limit: 10, StartsAt: b.now().Add(-time.Hour)})
+	res, err := b.r.Reserve(ctx, id, events.NewOrderID(id), "ann", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped, err := b.r.Drop(ctx, id); err != nil || dropped {
+		t.Fatalf("dropped with a reservation pending (%v)", err)
+	}
+	b.r.Release(ctx, res.OrderID)
+	if dropped, err := b.r.Drop(ctx, id); err != nil || !dropped {
+		t.Fatalf("not dropped once nothing was pending (%v)", err)
+	}
+	if n := b.rdb.Exists(ctx, lua.KeysOf(id).All()...).Val(); n != 0 {
+		t.Errorf("%d of the campaign's keys are still there", n)
+	}
 }

@@ -64,7 +64,7 @@ func (r *Redis) Freeze(ctx context.Context, campaigns ...string) error {
 func (r *Redis) Restore(ctx context.Context, c Campaign, confirmed []Reservation) error {
 	k := KeysOf(c.ID)
 	pipe := r.rdb.Pipeline()
-	pipe.Del(ctx, k.Stock, k.Buyers, k.Res, k.Pending)
+	pipe.Del(ctx, k.Stock, k.Buyers, k.Res, k.Pending, k.Done)
 	const chunk = 500 // fields per HSET, so no single command blocks Redis for long
 	args := make([]any, 0, 2*chunk)
 	flush := func(key string) {

@@ -1,7 +1,9 @@
 -- release: move one reservation from state ARGV[2] to ARGV[3] and give its units back, exactly
 -- once: pending -> released, or confirmed -> refunded. Any other state is left alone, so running
 -- the script twice restores once.
--- KEYS: 1 stock, 2 buyers, 3 res, 4 pending
+-- The record stays, now final, for the retention (see trim.lua): the done set has it by the time
+-- it ended.
+-- KEYS: 1 stock, 2 buyers, 3 res, 4 pending, 5 done
 -- ARGV: 1 order id, 2 from state, 3 to state
 -- Returns {outcome, state}: outcome "done" with the new state, "unchanged" with the current
 -- state, or "unknown" when there is no such reservation; an error for a record it cannot parse.
@@ -22,4 +24,6 @@ if redis.call('HINCRBY', KEYS[2], user, -tonumber(qty)) <= 0 then
 end
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3] .. '|' .. qty .. '|' .. deadline .. '|' .. user)
 redis.call('ZREM', KEYS[4], ARGV[1])
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[5], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
 return {'done', ARGV[3]}
