@@ -388,7 +388,7 @@ func TestReconcile(t *testing.T) {
 // TestRetire: past the retention, the sweeper drops the records of released reservations and an
 // ended campaign's keys; the audit still holds for both, and a late release changes nothing.
 func TestRetire(t *testing.T) {
-	e := newEnv(t, 100, 10)
+	e := newEnv(t, 1000, 10) // room for 50 reservations of up to 3 units
 	ended := storetest.Name("over")
 	now := time.Now()
 	if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: ended, Name: "over", Stock: 5, PerUserLimit: 1,
