@@ -204,12 +204,20 @@ func (s *Server) createCampaign(c echo.Context) error {
 		s.cfg.Logger.Warn("campaign stored but not put on sale; undoing the creation", "campaign", camp.ID, "err", err)
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 		defer cancel()
-		if _, derr := s.store.DeleteUnsoldCampaign(uctx, camp.ID); derr != nil {
+		deleted, derr := s.store.DeleteUnsoldCampaign(uctx, camp.ID)
+		switch {
+		case derr != nil:
 			// The compensator's reconciler puts it on sale once Redis answers.
 			s.cfg.Logger.Error("undo a campaign's creation; the compensator puts it on sale later", "campaign", camp.ID, "err", derr)
 			return events.Errorf(events.Unavailable, "campaign %s was created but is not on sale yet; it will be within a minute", camp.ID)
+		case !deleted: // the compensator's reconciler put it on sale meanwhile
+			return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock))
 		}
 		return events.Errorf(events.Unavailable, "the campaign could not be put on sale, so nothing was created; try again shortly")
+	}
+	if err := s.store.MarkOnSale(ctx, camp.ID); err != nil {
+		// It is on sale; the compensator's reconciler records that.
+		s.cfg.Logger.Warn("record a campaign on sale; the compensator records it", "campaign", camp.ID, "err", err)
 	}
 	return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock))
 }

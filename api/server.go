@@ -163,6 +163,7 @@ func (c *Config) setDefaults() {
 type Store interface {
 	CreateCampaign(ctx context.Context, c store.Campaign) error
 	DeleteUnsoldCampaign(ctx context.Context, id string) (bool, error)
+	MarkOnSale(ctx context.Context, id string) error
 	Campaign(ctx context.Context, id string) (store.Campaign, error)
 	Order(ctx context.Context, id string) (store.Order, error)
 	Ping(ctx context.Context) error

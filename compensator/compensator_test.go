@@ -341,12 +341,16 @@ func TestRebuild(t *testing.T) {
 }
 
 // TestReconcile: a campaign the store has and Redis was never given (its creation stopped half
-// way) goes on sale by the guard's next round; one that has ended stays out of Redis.
+// way) goes on sale by the guard's next round; one that has ended stays out of Redis, and so
+// does one that was on sale and is missing (Redis lost it: the rebuild's business, behind its
+// freeze).
 func TestReconcile(t *testing.T) {
 	e := newEnv(t, 10, 2)
 	now := time.Now()
-	live, ended := storetest.Name("half"), storetest.Name("over")
+	live, ended, lost := storetest.Name("half"), storetest.Name("over"), storetest.Name("lost")
 	for _, c := range []store.Campaign{
+		{ID: lost, Name: "lost", Stock: 7, PerUserLimit: 2, StartsAtMs: now.Add(-time.Hour).UnixMilli(),
+			CreatedAtMs: now.Add(-time.Hour).UnixMilli(), OnSale: true},
 		{ID: live, Name: "half made", Stock: 7, PerUserLimit: 2, StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()},
 		{ID: ended, Name: "over", Stock: 7, PerUserLimit: 2, StartsAtMs: now.Add(-time.Hour).UnixMilli(), EndsAtMs: now.Add(-time.Minute).UnixMilli(),
 			CreatedAtMs: now.Add(-time.Hour).UnixMilli()}, // first in the guard's round, so the check below follows it
@@ -380,8 +384,10 @@ func TestReconcile(t *testing.T) {
 	if _, err := e.r.Reserve(e.ctx, live, events.NewOrderID(live), "ann", 2, time.Minute); err != nil {
 		t.Errorf("buy from the reconciled campaign: %v", err)
 	}
-	if _, ok, err := e.r.Remaining(e.ctx, ended); err != nil || ok {
-		t.Errorf("the ended campaign was loaded (%v, %v)", ok, err)
+	for _, id := range []string{ended, lost} {
+		if _, ok, err := e.r.Remaining(e.ctx, id); err != nil || ok {
+			t.Errorf("%s was loaded (%v, %v)", id, ok, err)
+		}
 	}
 }
 

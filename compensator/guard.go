@@ -82,16 +82,18 @@ func (c *Compensator) checkEpoch(ctx context.Context) (intact bool, err error) {
 }
 
 // reconcile puts on sale every campaign the store has and Redis was never given: one whose
-// creation stopped between its two steps (an api that died, a Redis that did not answer).
-// Loading changes nothing where Redis has the campaign, frozen or not. A campaign that has ended
-// is left alone: its keys leave Redis once it is over.
+// creation stopped between its two steps (an api that died, a Redis that did not answer). Only
+// those: a campaign that was on sale and is missing from Redis was lost with Redis's data, and
+// only a rebuild, behind its freeze, may put it back (the epoch this round found intact may be
+// gone a moment later). Loading changes nothing where Redis has the campaign. A campaign that
+// has ended is left alone.
 func (c *Compensator) reconcile(ctx context.Context, now time.Time) error {
 	cs, err := c.snapshots.Campaigns(ctx)
 	if err != nil {
 		return err
 	}
 	for _, camp := range cs {
-		if camp.EndsAtMs > 0 && camp.EndsAtMs <= now.UnixMilli() {
+		if camp.OnSale || camp.EndsAtMs > 0 && camp.EndsAtMs <= now.UnixMilli() {
 			continue
 		}
 		lc := RedisCampaign(camp)
@@ -99,8 +101,11 @@ func (c *Compensator) reconcile(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return err
 		}
+		if err := c.snapshots.MarkOnSale(ctx, camp.ID); err != nil {
+			return err
+		}
 		if loaded {
-			c.cfg.Logger.Warn("campaign was in the store but not in redis: put on sale", "campaign", camp.ID, "remaining", lc.Remaining)
+			c.cfg.Logger.Warn("campaign was in the store but never put on sale: put on sale", "campaign", camp.ID, "remaining", lc.Remaining)
 		}
 	}
 	return nil
@@ -134,6 +139,7 @@ type Snapshotter interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	Holdings(ctx context.Context, campaign string) (map[string]int64, error)
 	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
+	MarkOnSale(ctx context.Context, id string) error
 }
 
 var (

@@ -35,4 +35,8 @@ var migrations = []string{
 		name  TEXT PRIMARY KEY,
 		token BIGINT NOT NULL
 	);`,
+	// on_sale: the campaign was put on sale in Redis once. Until then the compensator's
+	// reconciler may load it; after, only a rebuild may, so a campaign that Redis lost is never
+	// put back on sale without the freeze. Every campaign before this column was on sale.
+	`ALTER TABLE campaigns ADD COLUMN on_sale BOOLEAN NOT NULL DEFAULT TRUE;`,
 }

@@ -151,13 +151,14 @@ type Campaign struct {
 	EndsAtMs     int64  `db:"ends_at_ms"` // 0: no end
 	Sold         int64  `db:"sold"`       // units of confirmed orders
 	CreatedAtMs  int64  `db:"created_at_ms"`
+	OnSale       bool   `db:"on_sale"` // put on sale in Redis once (see MarkOnSale)
 }
 
 // CreateCampaign inserts c; a campaign with the same id is an events.CampaignExists error.
 func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
 	_, err := s.db.NamedExecContext(ctx, `INSERT INTO campaigns
-		(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms)
-		VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms)`, c)
+		(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms, on_sale)
+		VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms, :on_sale)`, c)
 	if isUniqueViolation(err) {
 		return events.Errorf(events.CampaignExists, "campaign %q exists already", c.ID)
 	}
@@ -167,10 +168,19 @@ func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
 	return nil
 }
 
-// DeleteUnsoldCampaign deletes the campaign with id if no order names it: what undoes a
-// creation that could not put the campaign on sale. It reports whether it deleted.
+// MarkOnSale records that the campaign with id was put on sale in Redis.
+func (s *Store) MarkOnSale(ctx context.Context, id string) error {
+	if _, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE campaigns SET on_sale = TRUE WHERE id = ?`), id); err != nil {
+		return fmt.Errorf("mark campaign %s on sale: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteUnsoldCampaign deletes the campaign with id if it was never put on sale and no order
+// names it: what undoes a creation that could not put the campaign on sale. It reports whether
+// it deleted.
 func (s *Store) DeleteUnsoldCampaign(ctx context.Context, id string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.db.Rebind(`DELETE FROM campaigns WHERE id = ? AND sold = 0
+	res, err := s.db.ExecContext(ctx, s.db.Rebind(`DELETE FROM campaigns WHERE id = ? AND sold = 0 AND NOT on_sale
 		AND NOT EXISTS (SELECT 1 FROM orders WHERE campaign_id = ?)`), id, id)
 	if err != nil {
 		return false, fmt.Errorf("delete campaign %s: %w", id, err)
