@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -110,10 +111,19 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *addr, err)
 	}
-	printQuickStart(stdout, "http://"+ln.Addr().String(), *adminToken, *dataDir)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Serve(gctx, ln) })
 	g.Go(func() error { return cons.Run(gctx) })
+	// miniredis starts empty: the start-up rebuild (which waits for the consumer) puts the
+	// store's campaigns back on sale before the api answers, so ready means ready.
+	if err := comp.CheckRedis(gctx); err != nil {
+		ln.Close()
+		stop()
+		return errors.Join(fmt.Errorf("start-up rebuild: %w", err), g.Wait())
+	}
+	printQuickStart(stdout, "http://"+ln.Addr().String(), *adminToken, *dataDir)
+	g.Go(func() error { return srv.Serve(gctx, ln) })
 	g.Go(func() error { return comp.Run(gctx) })
 	err = g.Wait()
 	log.Info("seckill dev stopped", "err", err)

@@ -6,18 +6,59 @@ import (
 	"time"
 )
 
-func TestBreaker(t *testing.T) {
-	b := &breaker{cooldown: time.Second}
+var errDown = errors.New("kafka down")
+
+// openBreaker returns a breaker that sustained failures opened at t0.
+func openBreaker(t *testing.T, t0 time.Time) *breaker {
+	t.Helper()
+	b := newBreaker()
+	for i := range b.failedOpens {
+		b.record(errDown, t0.Add(time.Duration(i-b.failedOpens+1)*time.Second))
+	}
+	if b.allow(t0) {
+		t.Fatal("sustained failures left the breaker closed")
+	}
+	return b
+}
+
+// TestBreakerOpensOnSustainedFailure: a burst of produces that time out together (a cold
+// broker's first batch) is one failure and leaves the breaker closed; failures spread over a few
+// seconds with no success between them open it; a success in between resets the count.
+func TestBreakerOpensOnSustainedFailure(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	if !b.allow(t0) {
-		t.Fatal("a new breaker refuses")
+	b := newBreaker()
+	for i := range 256 { // 256 produces timing out within 50 ms
+		b.record(errDown, t0.Add(time.Duration(i)*50*time.Millisecond/256))
 	}
-	b.record(nil, t0)
-	if !b.allow(t0) {
-		t.Fatal("refuses after a success")
+	if !b.allow(t0.Add(100 * time.Millisecond)) {
+		t.Fatal("one burst of late acknowledgements opened the breaker")
 	}
-	down := errors.New("kafka down")
-	b.record(down, t0)
+	b.record(errDown, t0.Add(time.Second))
+	b.record(nil, t0.Add(1100*time.Millisecond)) // Kafka answers again
+	b.record(errDown, t0.Add(2*time.Second))
+	if !b.allow(t0.Add(2 * time.Second)) {
+		t.Fatal("failures with a success between them opened the breaker")
+	}
+	b.record(errDown, t0.Add(3*time.Second))
+	b.record(errDown, t0.Add(4*time.Second))
+	if b.allow(t0.Add(4 * time.Second)) {
+		t.Fatal("three failures in three seconds left the breaker closed")
+	}
+	// Failures further apart than the window are unrelated.
+	b = newBreaker()
+	for i := range 5 {
+		b.record(errDown, t0.Add(time.Duration(i)*10*time.Second))
+	}
+	if !b.allow(t0.Add(41 * time.Second)) {
+		t.Error("failures ten seconds apart opened the breaker")
+	}
+}
+
+// TestBreakerProbes: open, it lets one purchase through per cooldown; a failed probe keeps it
+// open, a successful one closes it.
+func TestBreakerProbes(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := openBreaker(t, t0)
 	if b.allow(t0.Add(500 * time.Millisecond)) {
 		t.Error("allows during the cooldown")
 	}
@@ -33,7 +74,7 @@ func TestBreaker(t *testing.T) {
 		t.Error("probes are not one per cooldown")
 	}
 	after = after.Add(1100 * time.Millisecond)
-	b.record(down, after) // the probe failed: open again
+	b.record(errDown, after) // the probe failed: open again
 	if b.allow(after.Add(500 * time.Millisecond)) {
 		t.Error("allows after a failed probe")
 	}

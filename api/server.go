@@ -215,7 +215,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 		userLimit: newLimiter(cfg.UserLimit, "buyer"),
 		ipLimit:   newLimiter(cfg.IPLimit, "address"),
 		soldOut:   newSoldOut(cfg.SoldOutTTL),
-		kafka:     &breaker{cooldown: time.Second},
+		kafka:     newBreaker(),
 		stopping:  make(chan struct{}),
 		streams:   &streamCaps{perBuyer: cfg.MaxStreamsPerBuyer, total: cfg.MaxStreams, open: map[string]int{}},
 	}

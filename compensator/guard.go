@@ -26,11 +26,7 @@ func (c *Compensator) guard(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.GuardInterval)
 	defer t.Stop()
 	for {
-		intact, err := c.checkEpoch(ctx)
-		if err == nil && intact {
-			err = c.reconcile(ctx, time.Now())
-		}
-		if err != nil && ctx.Err() == nil {
+		if err := c.CheckRedis(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("redis guard", "err", err)
 		}
 		select {
@@ -39,6 +35,17 @@ func (c *Compensator) guard(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// CheckRedis does one round of the guard: it rebuilds Redis from the store if Redis lost data
+// (unless another compensator is at it), else puts on sale what the store has and Redis lacks.
+// Run is what calls it, every GuardInterval; `seckill dev` calls it once before it serves.
+func (c *Compensator) CheckRedis(ctx context.Context) error {
+	intact, err := c.checkEpoch(ctx)
+	if err != nil || !intact {
+		return err
+	}
+	return c.reconcile(ctx, time.Now())
 }
 
 // checkEpoch rebuilds Redis if its epoch is not its own server's, unless another compensator is
