@@ -304,3 +304,13 @@ func TestOrderNotYoursCostsTheSame(t *testing.T) {
 		}
 	}
 }
+
+// TestNotReadyWithoutLeaders: an api whose requested topic has no partition leaders (here: no
+// topic at all) is not ready, though Kafka answers pings: it could not serve a purchase.
+func TestNotReadyWithoutLeaders(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.Topics = events.NewTopics("absent-" + strings.ToLower(events.NewID())) })
+	ready := h.do(t, request("GET", "/readyz", ""), http.StatusServiceUnavailable)
+	if ready["kafka"] != "unavailable" || ready["redis"] != "ok" || ready["store"] != "ok" {
+		t.Errorf("readyz without the requested topic: %v", ready)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/compensator"
@@ -334,7 +335,7 @@ func (s *Server) readyz(c echo.Context) error {
 		r := readiness{body: map[string]string{}, status: http.StatusOK}
 		for name, ping := range map[string]func(context.Context) error{
 			"redis": func(ctx context.Context) error { return s.redis.Client().Ping(ctx).Err() },
-			"kafka": s.producer.Ping,
+			"kafka": s.leadersKnown,
 			"store": s.store.Ping,
 		} {
 			r.body[name] = "ok"
@@ -346,6 +347,31 @@ func (s *Server) readyz(c echo.Context) error {
 		return r
 	})
 	return c.JSON(st.status, st.body)
+}
+
+// leadersKnown checks that the producer can reach Kafka and that every partition of the
+// requested topic has a leader: an api that answers ready serves a purchase end to end, and a
+// new one is never cold when the load balancer sends it buyers.
+func (s *Server) leadersKnown(ctx context.Context) error {
+	topics, err := kadm.NewClient(s.producer).ListTopics(ctx, s.cfg.Topics.Requested)
+	if err != nil {
+		return err
+	}
+	td, ok := topics[s.cfg.Topics.Requested]
+	switch {
+	case !ok:
+		return fmt.Errorf("topic %s: no metadata", s.cfg.Topics.Requested)
+	case td.Err != nil:
+		return fmt.Errorf("topic %s: %w", s.cfg.Topics.Requested, td.Err)
+	case len(td.Partitions) == 0:
+		return fmt.Errorf("topic %s has no partitions", s.cfg.Topics.Requested)
+	}
+	for _, p := range td.Partitions {
+		if p.Err != nil || p.Leader < 0 {
+			return fmt.Errorf("topic %s partition %d has no leader (%v)", s.cfg.Topics.Requested, p.Partition, p.Err)
+		}
+	}
+	return nil
 }
 
 // readyEvery is how often readyz asks the dependencies.
