@@ -176,7 +176,7 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 // every race) but would do all the work twice.
 func (c *Compensator) sweep(ctx context.Context) error {
 	name := c.cfg.Topics.Prefix + ".sweeper"
-	lease := max(3*c.cfg.SweepInterval, time.Second)
+	lease, retry := sweeperLease(c.cfg.SweepInterval)
 	for {
 		lock, err := c.locker.TryLock(ctx, name, lease)
 		switch {
@@ -193,9 +193,19 @@ func (c *Compensator) sweep(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(c.cfg.SweepInterval):
+		case <-time.After(retry):
 		}
 	}
+}
+
+// sweeperLease returns the sweeper's lease and how often a standby tries to take it. A holder
+// killed with -9 keeps its lease to its end, and a standby takes it at most retry later, so a
+// reservation past its deadline is released within one sweep interval even then (I5): with
+// lease + retry under the interval. The holder renews at a third of the lease. Below a second
+// renewals would race a loaded Redis, so a short interval (a test's) gets a longer lease.
+func sweeperLease(interval time.Duration) (lease, retry time.Duration) {
+	lease = max(interval/2, time.Second)
+	return lease, lease / 4
 }
 
 func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) error {

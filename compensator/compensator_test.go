@@ -441,3 +441,15 @@ func TestRetire(t *testing.T) {
 		t.Errorf("remaining %d, want the whole stock %d back", left, e.stock)
 	}
 }
+
+// TestSweeperLeaseFitsTheInterval: through a holder's kill -9 (its lease runs out, then a
+// standby's next try takes it), a reservation past its deadline is still released within one
+// sweep interval, as I5 promises, for every interval of a second or more.
+func TestSweeperLeaseFitsTheInterval(t *testing.T) {
+	for _, interval := range []time.Duration{2 * time.Second, 5 * time.Second, time.Minute} {
+		lease, retry := compensator.SweeperLease(interval)
+		if lease+retry >= interval || retry <= 0 || lease < time.Second {
+			t.Errorf("sweep interval %v: lease %v + retry %v", interval, lease, retry)
+		}
+	}
+}

@@ -1,0 +1,4 @@
+package compensator
+
+// SweeperLease is sweeperLease, for the tests.
+var SweeperLease = sweeperLease
