@@ -1,5 +1,9 @@
 package api_test
 
+// The stories of a careless or hostile client, and of dependencies that fail under it: hang-ups
+// while Redis works, half-made campaigns, outages that must not leak, refusals that must not page
+// anyone, orders that must not be told apart by time, and readiness that means it.
+
 import (
 	"context"
 	"fmt"
