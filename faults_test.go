@@ -930,3 +930,54 @@ func rebuilt(ctx context.Context, r *lua.Redis, campaign string) (bool, error) {
 	s, err := r.Snapshot(ctx, campaign)
 	return err == nil && s.Exists && !s.Frozen, err
 }
+
+// TestFaultSweeperKill: two compensators; the one holding the sweeper's lease is killed with -9
+// just as reservations whose events never reached Kafka (an api that died between reserve and
+// produce) come to their deadline. The other takes the lease and releases every one of them
+// within one sweep interval of the deadline, as I5 says, and the audit is clean.
+func TestFaultSweeperKill(t *testing.T) {
+	buildEarly()
+	t.Parallel()
+	const sweep = 2 * time.Second // a lease of 1 s, a standby's try every 250 ms
+	c := newCluster(t, where{}, clusterOptions{sweepInterval: sweep})
+	// Started after the first, which holds the lease from its start.
+	standby := &role{name: "compensator-2", c: c, args: c.compensator.args}
+	standby.start(t)
+	t.Cleanup(func() {
+		if err := standby.stop(false); err != nil {
+			t.Error(err)
+		}
+	})
+	campaign := c.createCampaign(t, 100, 10)
+	ctx := context.Background()
+	var ids []string
+	var deadline time.Time
+	for i := range 20 {
+		res, err := c.redis.Reserve(ctx, campaign, events.NewOrderID(campaign), fmt.Sprintf("ghost-%d", i), 1, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, deadline = append(ids, res.OrderID), res.Deadline
+	}
+	if err := c.compensator.stop(true); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	eventually(t, 30*time.Second, "the standby releases every reservation", func() bool {
+		for _, id := range ids {
+			if res, err := c.redis.Reservation(ctx, id); err != nil || res.State != "released" {
+				return false
+			}
+		}
+		return true
+	})
+	late := time.Since(deadline)
+	t.Logf("holder killed %v before the deadline; every reservation released %v after it (sweep interval %v)",
+		deadline.Sub(killed).Round(time.Millisecond), late.Round(time.Millisecond), sweep)
+	// Before the lease fitted the interval (a lease of 3 intervals, a try per interval), the
+	// release came 5 to 8 s after the deadline here. The bound leaves the machine a second.
+	if late > sweep+time.Second {
+		t.Errorf("released %v after the deadline: past one sweep interval (%v)", late.Round(time.Millisecond), sweep)
+	}
+	t.Log(c.audit(t, campaign))
+}
