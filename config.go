@@ -131,11 +131,20 @@ func (c conn) openRedis(ctx context.Context) (*lua.Redis, error) {
 }
 
 // createTopics creates the topics unless they exist.
-func createTopics(ctx context.Context, brokers []string, t events.Topics, partitions, replication int) error {
+func createTopics(ctx context.Context, brokers []string, t events.Topics, partitions, replication int, log *slog.Logger) error {
 	cl, err := events.NewClient(brokers)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	return events.CreateTopics(ctx, kadm.NewClient(cl), t, int32(partitions), int16(replication))
+	adm := kadm.NewClient(cl)
+	if err := events.CreateTopics(ctx, adm, t, int32(partitions), int16(replication)); err != nil {
+		return err
+	}
+	// Topics that were there already keep their settings: say what they lack, and go on.
+	problems, err := events.CheckTopics(ctx, adm, t, int16(replication))
+	for _, p := range problems {
+		log.Warn("a topic is weaker than --replication asks: an acknowledged order may be lost with a broker", "problem", p)
+	}
+	return err
 }

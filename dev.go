@@ -85,7 +85,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	topics := events.NewTopics(events.DefaultPrefix)
-	if err := createTopics(ctx, brokers, topics, 3, 1); err != nil {
+	if err := createTopics(ctx, brokers, topics, 3, 1, log); err != nil {
 		return err
 	}
 	producer, err := events.NewClient(brokers)

@@ -90,7 +90,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer d.close()
 	if err := events.Retry(ctx, log, "create the topics", func() error {
-		return createTopics(ctx, c.brokerList(), c.topics(), *partitions, *replication)
+		return createTopics(ctx, c.brokerList(), c.topics(), *partitions, *replication, log)
 	}); err != nil {
 		return err
 	}

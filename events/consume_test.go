@@ -206,3 +206,32 @@ func allSeen(n int, seen ...map[string]int) bool {
 	}
 	return true
 }
+
+// TestTopicSettings: seckill's topics never elect a replica that missed acknowledged writes, and
+// with 3 replicas an acknowledged produce is on 2 of them; CheckTopics says what an existing
+// topic lacks.
+func TestTopicSettings(t *testing.T) {
+	if got := events.TopicConfigs(3); *got["min.insync.replicas"] != "2" || *got["unclean.leader.election.enable"] != "false" {
+		t.Errorf("replication 3: %v", got)
+	}
+	if _, ok := events.TopicConfigs(1)["min.insync.replicas"]; ok {
+		t.Error("replication 1 asks min.insync.replicas")
+	}
+	kafkatest.Each(t, func(t *testing.T, brokers []string) {
+		topics := kafkatest.Topics(t, brokers) // created by events.CreateTopics with replication 1
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		adm := kadm.NewClient(cl)
+		if problems, err := events.CheckTopics(context.Background(), adm, topics, 1); err != nil || len(problems) != 0 {
+			t.Errorf("topics as created: %v %v", problems, err)
+		}
+		// The same topics for a deployment that wants 3 replicas: one broker cannot have them.
+		problems, err := events.CheckTopics(context.Background(), adm, topics, 3)
+		if err != nil || len(problems) != 2*len(topics.All()) { // too few replicas, and min.insync.replicas 1
+			t.Errorf("replication 3 on one broker: %q %v", problems, err)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -50,7 +51,7 @@ const (
 // CreateTopics creates the topics with explicit partitions and replication. Topics that exist
 // already are left as they are.
 func CreateTopics(ctx context.Context, adm *kadm.Client, t Topics, partitions int32, replication int16) error {
-	resp, err := adm.CreateTopics(ctx, partitions, replication, nil, t.All()...)
+	resp, err := adm.CreateTopics(ctx, partitions, replication, TopicConfigs(replication), t.All()...)
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
 	}
@@ -60,6 +61,61 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, t Topics, partitions in
 		}
 	}
 	return nil
+}
+
+// TopicConfigs are the settings seckill creates its topics with, for a replication factor:
+// never elect a replica that missed acknowledged writes, and with 3 replicas or more, ack a
+// produce (acks=all) only once 2 of them have it, so one broker's loss loses no acknowledged
+// order and stops no sale.
+func TopicConfigs(replication int16) map[string]*string {
+	configs := map[string]*string{"unclean.leader.election.enable": kadm.StringPtr("false")}
+	if replication >= 3 {
+		configs["min.insync.replicas"] = kadm.StringPtr(strconv.Itoa(int(replication) - 1))
+	}
+	return configs
+}
+
+// CheckTopics reports what makes existing topics weaker than CreateTopics would have made them
+// for replication: fewer replicas, a lower min.insync.replicas, unclean elections allowed. A
+// topic created by hand or by an older seckill may differ; an operator decides what to do.
+func CheckTopics(ctx context.Context, adm *kadm.Client, t Topics, replication int16) ([]string, error) {
+	details, err := adm.ListTopics(ctx, t.All()...)
+	if err != nil {
+		return nil, fmt.Errorf("describe topics: %w", err)
+	}
+	var problems []string
+	for _, td := range details.Sorted() {
+		for _, p := range td.Partitions.Sorted() {
+			if len(p.Replicas) < int(replication) {
+				problems = append(problems, fmt.Sprintf("%s has %d replicas, want %d", td.Topic, len(p.Replicas), replication))
+				break
+			}
+		}
+	}
+	configs, err := adm.DescribeTopicConfigs(ctx, t.All()...)
+	if err != nil {
+		return nil, fmt.Errorf("describe topic configs: %w", err)
+	}
+	want := TopicConfigs(replication)
+	for _, rc := range configs {
+		for _, c := range rc.Configs {
+			w, ok := want[c.Key]
+			if !ok || c.Value == nil {
+				continue
+			}
+			switch c.Key {
+			case "min.insync.replicas":
+				if got, _ := strconv.Atoi(*c.Value); got < int(replication)-1 {
+					problems = append(problems, fmt.Sprintf("%s has min.insync.replicas=%s, want %s", rc.Name, *c.Value, *w))
+				}
+			case "unclean.leader.election.enable":
+				if *c.Value != *w {
+					problems = append(problems, fmt.Sprintf("%s has unclean.leader.election.enable=%s, want %s", rc.Name, *c.Value, *w))
+				}
+			}
+		}
+	}
+	return problems, nil
 }
 
 // Key returns the record key of an OrderRequested event: one buyer's purchases in a campaign land
