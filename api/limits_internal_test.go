@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -52,38 +53,48 @@ func TestLimiterGenerations(t *testing.T) {
 }
 
 // TestLimiterEmptiesWhenIdle checks that the generations turn over on a timer, so the buckets
-// of a crowd that left are freed without another request, and that the timer then stops.
+// of a crowd that left are freed without another request, and that the timer then stops. In a
+// synctest bubble the limiter's clock and timer are exact: two periods free everything.
 func TestLimiterEmptiesWhenIdle(t *testing.T) {
-	l := newLimiter(Limit{Rate: 1000, Burst: 1}, "test")
-	l.period = time.Hour // no turn-over while the crowd comes, however slow the machine
-	now := time.Now()
-	for i := range 10_000 {
-		l.allow(fmt.Sprintf("buyer-%d", i), now)
-	}
-	if n := l.size(); n != 10_000 {
-		t.Fatalf("%d buckets, want 10000", n)
-	}
-	l.mu.Lock()
-	l.period, l.turnedAt = 20*time.Millisecond, time.Now()
-	l.timer.Reset(l.period)
-	l.mu.Unlock()
-	for deadline := time.Now().Add(5 * time.Second); l.size() > 0; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d buckets still held", l.size())
+	synctest.Test(t, func(t *testing.T) {
+		l := newLimiter(Limit{Rate: 1000, Burst: 1}, "test")
+		now := time.Now()
+		for i := range 10_000 {
+			l.allow(fmt.Sprintf("buyer-%d", i), now)
 		}
-	}
-	time.Sleep(50 * time.Millisecond)
-	l.mu.Lock()
-	stopped := l.timer == nil
-	l.mu.Unlock()
-	if !stopped {
-		t.Error("the timer still runs with no buckets held")
-	}
-	// It starts again with the next key.
-	l.allow("again", time.Now())
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.timer == nil {
-		t.Error("no timer with a bucket held")
-	}
+		if n := l.size(); n != 10_000 {
+			t.Fatalf("%d buckets, want 10000", n)
+		}
+		time.Sleep(l.period) // one turn-over: the crowd is the older generation
+		synctest.Wait()
+		if n := l.size(); n != 10_000 {
+			t.Fatalf("%d buckets after one period, want 10000", n)
+		}
+		time.Sleep(l.period) // two: forgotten
+		synctest.Wait()
+		if n := l.size(); n != 0 {
+			t.Fatalf("%d buckets after two idle periods, want 0", n)
+		}
+		time.Sleep(l.period)
+		synctest.Wait()
+		l.mu.Lock()
+		stopped := l.timer == nil
+		l.mu.Unlock()
+		if !stopped {
+			t.Error("the timer still runs with no buckets held")
+		}
+		// It starts again with the next key, and stops once that is forgotten.
+		l.allow("again", time.Now())
+		l.mu.Lock()
+		running := l.timer != nil
+		l.mu.Unlock()
+		if l.size() != 1 || !running {
+			t.Error("no timer with a bucket held")
+		}
+		time.Sleep(3 * l.period)
+		synctest.Wait()
+		if l.size() != 0 {
+			t.Errorf("%d buckets held", l.size())
+		}
+	})
 }
