@@ -1,9 +1,13 @@
 package events
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
+
+	// A drop-in for encoding/json: the consumer decodes and encodes an event per order, and
+	// encoding/json's reflection cost it 5 µs of its 14 per order (drain 30,500 against 36,500
+	// orders/s, alternating rounds); this library matches the hand-written codec it replaces.
+	json "github.com/goccy/go-json"
 )
 
 // Version is the schema version written into every event. Readers accept events up to this
@@ -56,23 +60,16 @@ func (e Event) New(t Type, now time.Time) Event {
 	}
 }
 
-// Encode returns the event's JSON encoding: json.Marshal's, byte for byte.
-func Encode(e Event) ([]byte, error) {
-	if b, ok := appendFast(make([]byte, 0, 320), &e); ok {
-		return b, nil
-	}
-	return json.Marshal(e)
-}
+// Encode returns the event's JSON encoding, encoding/json's byte for byte (the golden files in
+// testdata hold it to that).
+func Encode(e Event) ([]byte, error) { return json.Marshal(e) }
 
 // Decode parses and validates an event, as json.Unmarshal and Validate would. An error means
 // the event is poison: no retry will make it readable.
 func Decode(b []byte) (Event, error) {
 	var e Event
-	if !decodeFast(b, &e) {
-		e = Event{}
-		if err := json.Unmarshal(b, &e); err != nil {
-			return Event{}, fmt.Errorf("decode event: %w", err)
-		}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Event{}, fmt.Errorf("decode event: %w", err)
 	}
 	if err := e.Validate(); err != nil {
 		return Event{}, err

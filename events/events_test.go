@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	gojson "github.com/goccy/go-json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -248,7 +249,7 @@ func TestDecodeRejects(t *testing.T) {
 
 func TestDecodeWrapsJSONError(t *testing.T) {
 	_, err := events.Decode([]byte(`{"type":`))
-	var syntax *json.SyntaxError
+	var syntax *gojson.SyntaxError // the codec's own: Decode keeps its error in the chain
 	if !errors.As(err, &syntax) {
 		t.Errorf("Decode error %v (%T) does not wrap a *json.SyntaxError", err, err)
 	}
