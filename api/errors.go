@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
-	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -80,13 +79,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if status == http.StatusServiceUnavailable && c.Response().Header().Get("Retry-After") == "" {
 		retryAfter(c, 2*time.Second)
 	}
-	var werr error
-	if c.Request().URL.RawQuery != "" || s.echo.Debug {
-		werr = c.JSON(status, body) // which indents for ?pretty
-	} else {
-		werr = c.Blob(status, echo.MIMEApplicationJSON, body.appendJSON(make([]byte, 0, 128)))
-	}
-	if werr != nil {
+	if werr := c.JSON(status, body); werr != nil {
 		s.cfg.Logger.Warn("write error response", "err", werr)
 	}
 }
@@ -108,66 +101,4 @@ func (s *Server) logRefusal(c echo.Context, status int, err error, expected bool
 	}
 	s.cfg.Logger.Log(ctx, level, "request refused", "method", c.Request().Method,
 		"path", c.Request().URL.Path, "status", status, "err", err)
-}
-
-// appendJSON encodes the body as c.JSON does, newline included, without reflection: every
-// refusal (401, 409 sold_out, 429) went through encoding/json's encoder.
-func (b errorBody) appendJSON(dst []byte) []byte {
-	dst = append(dst, `{"error":{"code":`...)
-	dst = appendJSONString(dst, string(b.Error.Code))
-	dst = append(dst, `,"message":`...)
-	dst = appendJSONString(dst, b.Error.Message)
-	return append(dst, "}}\n"...)
-}
-
-// appendJSONString quotes s as encoding/json does with HTML escaping on, its default: <, > and
-// & as \u00XX, U+2028 and U+2029 escaped, invalid UTF-8 as \ufffd.
-func appendJSONString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }

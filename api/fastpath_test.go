@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,39 +47,6 @@ func TestQuickQuantity(t *testing.T) {
 			t.Errorf("quickQuantity(%q) = %d: should be left to the strict decoder", body, q)
 		}
 	}
-}
-
-func TestPurchaseResponseJSON(t *testing.T) {
-	for _, p := range []purchaseResponse{
-		{OrderID: events.NewOrderID("camp_1-x"), Status: events.Pending},
-		{OrderID: keyedOrderID([]byte("order-id-secret-of-at-least-32-bytes"), "c", "alice", "key-1"), Status: events.Pending},
-	} {
-		var want bytes.Buffer // what c.JSON writes
-		if err := json.NewEncoder(&want).Encode(p); err != nil {
-			t.Fatal(err)
-		}
-		if got := p.appendJSON(nil); string(got) != want.String() {
-			t.Errorf("appendJSON = %q, encoding/json %q", got, want.String())
-		}
-	}
-}
-
-// FuzzErrorBodyJSON: an error answer's bytes are those c.JSON wrote with encoding/json.
-func FuzzErrorBodyJSON(f *testing.F) {
-	for _, s := range []string{"", `campaign "c-1" has fewer than 2 units left`, "<a> & \u2028\u2029 \x00\x1f\x7f\b\f\n\r\t\\", "\xff\xe2\x82 é 😀"} {
-		f.Add("sold_out", s)
-	}
-	f.Fuzz(func(t *testing.T, code, msg string) {
-		var body errorBody
-		body.Error.Code, body.Error.Message = events.Code(code), msg
-		var want bytes.Buffer
-		if err := json.NewEncoder(&want).Encode(body); err != nil {
-			t.Fatal(err)
-		}
-		if got := body.appendJSON(nil); !bytes.Equal(got, want.Bytes()) {
-			t.Fatalf("appendJSON = %q, encoding/json %q", got, want.Bytes())
-		}
-	})
 }
 
 // FuzzSoldOutMessage: the remembered sold-out refusal is the one for this campaign and quantity.

@@ -263,16 +263,6 @@ type purchaseResponse struct {
 	Status  events.Status `json:"status"`
 }
 
-// appendJSON encodes the answer as c.JSON does, newline included, without reflection. Order ids
-// and statuses are made of letters, digits, '.', '-' and '_', which JSON strings hold as they are.
-func (p purchaseResponse) appendJSON(b []byte) []byte {
-	b = append(b, `{"order_id":"`...)
-	b = append(b, p.OrderID...)
-	b = append(b, `","status":"`...)
-	b = append(b, p.Status...)
-	return append(b, "\"}\n"...)
-}
-
 // decodePurchase reads a purchase's body and returns its quantity.
 func decodePurchase(c echo.Context) (int, error) {
 	body, err := readBody(c)
@@ -555,17 +545,19 @@ func (s *Server) cancelled(c echo.Context, idem *idemRecord, orderID string) err
 	return s.answer(c, idem, http.StatusServiceUnavailable, body)
 }
 
-// jsonAnswer is an answer that encodes itself as c.JSON would: purchaseResponse and errorBody.
-type jsonAnswer interface{ appendJSON([]byte) []byte }
-
 // answer writes v as the JSON answer and, for a keyed purchase, remembers its exact bytes.
-func (s *Server) answer(c echo.Context, idem *idemRecord, status int, v jsonAnswer) error {
-	b := v.appendJSON(make([]byte, 0, 128))
-	if idem != nil {
-		if err := idem.finish(context.WithoutCancel(c.Request().Context()), status, echo.MIMEApplicationJSON, b); err != nil {
-			// The lease runs out, and a retry finds the same order through its derived id.
-			s.cfg.Logger.Warn("remember an idempotent answer", "order_id", idem.orderID, "err", err)
-		}
+func (s *Server) answer(c echo.Context, idem *idemRecord, status int, v any) error {
+	if idem == nil {
+		return c.JSON(status, v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n') // c.JSON's bytes, which a replay repeats
+	if err := idem.finish(context.WithoutCancel(c.Request().Context()), status, echo.MIMEApplicationJSON, b); err != nil {
+		// The lease runs out, and a retry finds the same order through its derived id.
+		s.cfg.Logger.Warn("remember an idempotent answer", "order_id", idem.orderID, "err", err)
 	}
 	return c.Blob(status, echo.MIMEApplicationJSON, b)
 }
