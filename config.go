@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -24,7 +27,8 @@ var errUsage = errors.New("usage")
 // flags is a flag set whose every flag falls back to SECKILL_<NAME> in the environment.
 type flags struct {
 	*flag.FlagSet
-	out io.Writer
+	out   io.Writer
+	after []func() error // run by parse once the flags are set
 }
 
 func newFlags(name, summary string, out io.Writer) *flags {
@@ -65,6 +69,11 @@ func (f *flags) parse(args []string) error {
 		fmt.Fprintf(f.out, "unexpected arguments: %v\n", f.Args())
 		return errUsage
 	}
+	for _, fn := range f.after {
+		if err := fn(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -74,13 +83,56 @@ type conn struct {
 }
 
 func (f *flags) conn() conn {
-	return conn{
+	c := conn{
 		redisURL:    f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL"),
 		postgresURL: f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "order database URL: postgres://… or sqlite:PATH"),
 		brokers:     f.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma-separated"),
 		topicPrefix: f.String("topic-prefix", events.DefaultPrefix, "prefix of the topic names (<prefix>.orders.requested, …)"),
 		logFormat:   f.String("log-format", "json", "log format: json or text"),
 	}
+	dev := f.Bool("dev", false, "reach the seckill dev (make run) running on --data-dir: its embedded Redis, Kafka and SQLite, in place of --redis-url, --postgres-url and --kafka-brokers")
+	dataDir := f.String("data-dir", devDataDir, "with --dev: the data directory of that seckill dev")
+	f.after = append(f.after, func() error {
+		if !*dev {
+			return nil
+		}
+		a, err := readDevAddrs(*dataDir)
+		if err != nil {
+			return err
+		}
+		*c.redisURL, *c.postgresURL, *c.brokers = a.RedisURL, a.StoreURL, a.KafkaBrokers
+		return nil
+	})
+	return c
+}
+
+// devDataDir is where seckill dev keeps its state unless told otherwise.
+const devDataDir = "./.seckill"
+
+// devAddrs are the addresses of a running seckill dev's embedded servers, which it writes to
+// its data directory so that operator commands can reach them (--dev).
+type devAddrs struct {
+	RedisURL     string `json:"redis_url"`
+	StoreURL     string `json:"store_url"`
+	KafkaBrokers string `json:"kafka_brokers"`
+}
+
+// devAddrsFile is the file of devAddrs in a data directory.
+func devAddrsFile(dataDir string) string { return filepath.Join(dataDir, "dev.json") }
+
+func readDevAddrs(dataDir string) (devAddrs, error) {
+	var a devAddrs
+	b, err := os.ReadFile(devAddrsFile(dataDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return a, fmt.Errorf("no seckill dev is running on %s (start it with make run, or name its --data-dir)", dataDir)
+	}
+	if err != nil {
+		return a, err
+	}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return a, fmt.Errorf("%s: %w", devAddrsFile(dataDir), err)
+	}
+	return a, nil
 }
 
 func (c conn) topics() events.Topics { return events.NewTopics(*c.topicPrefix) }

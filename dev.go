@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -29,7 +31,7 @@ import (
 func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("dev", "Run api, consumer and compensator in one process on embedded Kafka (kfake, kept in\n--data-dir), Redis (miniredis, in memory: every start freezes the campaigns and\nrebuilds them from the store) and SQLite (in --data-dir). Nothing else to install.", stdout)
 	addr := f.String("addr", "127.0.0.1:8080", "listen address of the API")
-	dataDir := f.String("data-dir", "./.seckill", "where the Kafka log and the SQLite database live")
+	dataDir := f.String("data-dir", devDataDir, "where the Kafka log and the SQLite database live, and the addresses operator commands read with --dev")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: a new one, printed at start)")
 	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
 	sweep := f.Duration("sweep-interval", time.Second, "how often the sweeper looks for expired reservations")
@@ -122,7 +124,16 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		stop()
 		return errors.Join(fmt.Errorf("start-up rebuild: %w", err), g.Wait())
 	}
-	printQuickStart(stdout, "http://"+ln.Addr().String(), *adminToken, *dataDir)
+	dbPath, err := filepath.Abs(filepath.Join(*dataDir, "seckill.db"))
+	if err != nil {
+		return err
+	}
+	addrs := devAddrs{RedisURL: "redis://" + mr.Addr() + "/0", StoreURL: "sqlite:" + dbPath, KafkaBrokers: strings.Join(brokers, ",")}
+	if err := writeDevAddrs(*dataDir, addrs); err != nil {
+		return err
+	}
+	defer os.Remove(devAddrsFile(*dataDir))
+	printQuickStart(stdout, "http://"+ln.Addr().String(), *adminToken, *dataDir, addrs)
 	g.Go(func() error { return srv.Serve(gctx, ln) })
 	g.Go(func() error { return comp.Run(gctx) })
 	err = g.Wait()
@@ -148,9 +159,24 @@ func randomToken() string {
 	return hex.EncodeToString(b)
 }
 
-func printQuickStart(w io.Writer, base, token, dataDir string) {
+// writeDevAddrs writes a for the operator commands' --dev.
+func writeDevAddrs(dataDir string, a devAddrs) error {
+	b, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(devAddrsFile(dataDir), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write the addresses for --dev: %w", err)
+	}
+	return nil
+}
+
+func printQuickStart(w io.Writer, base, token, dataDir string, a devAddrs) {
 	fmt.Fprintf(w, `seckill dev: api at %[1]s, state in %[3]s (Ctrl-C stops and drains)
 admin token: %[2]s
+embedded servers: redis %[4]s, kafka %[5]s, store %[6]s
+operator commands reach them with --dev (add --data-dir %[3]s when run elsewhere):
+  go run . audit --dev        go run . replay --dev --from start        go run . compensate --dev --order <order_id>
 
   curl -s -X POST %[1]s/v1/campaigns -H 'Authorization: Bearer %[2]s' \
        -H 'Content-Type: application/json' -d '{"id":"demo","name":"Demo sale","stock":100,"per_user_limit":2}'
@@ -160,5 +186,5 @@ admin token: %[2]s
   curl -sN %[1]s/v1/orders/<order_id>/events -H 'X-User-ID: alice'
   curl -s %[1]s/v1/campaigns/demo
 
-`, base, token, dataDir)
+`, base, token, dataDir, a.RedisURL, a.KafkaBrokers, a.StoreURL)
 }

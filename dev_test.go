@@ -76,7 +76,18 @@ func TestDevRestart(t *testing.T) {
 		return code == 202
 	})
 	eventually(t, 10*time.Second, "alice's order is confirmed", func() bool { return remaining() == 8.0 })
+	// The operator commands reach the running dev's embedded servers with --dev.
+	var audit bytes.Buffer
+	if code := run(context.Background(), []string{"audit", "--dev", "--data-dir", dir}, &audit, &audit); code != 0 ||
+		!strings.Contains(audit.String(), "campaign demo") || !strings.Contains(audit.String(), "every invariant holds") {
+		t.Errorf("audit --dev exited %d:\n%s", code, audit.String())
+	}
 	stop()
+	// With no dev running on it, --dev says so.
+	audit.Reset()
+	if code := run(context.Background(), []string{"audit", "--dev", "--data-dir", dir}, &audit, &audit); code == 0 || !strings.Contains(audit.String(), "no seckill dev is running") {
+		t.Errorf("audit --dev with no dev running exited %d:\n%s", code, audit.String())
+	}
 
 	stop = start()
 	defer stop()
