@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -29,7 +30,11 @@ type hub struct {
 // newHub starts reading topic on brokers; Close stops it.
 func newHub(brokers []string, topic string, giveBack func(campaign string), log *slog.Logger) (*hub, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
+		// Results come a few per produce batch; waiting for a fuller fetch saves the broker a
+		// round trip per batch for each api, and a stream or a sold-out flag hears of a change
+		// at most this much later.
+		kgo.FetchMinBytes(64<<10), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
