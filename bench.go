@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/bench"
+	"github.com/seckill/seckill/lua/redisurl"
 	"github.com/seckill/seckill/store"
 )
 
@@ -250,7 +251,11 @@ func runBenchBaseline(ctx context.Context, args []string, stdout io.Writer) erro
 	b := bench.Baseline{Kind: *kind}
 	switch *kind {
 	case bench.BareReserve:
-		r, err := conn{redisURL: redisURL}.openRedis(ctx)
+		o, err := redisurl.Parse(*redisURL)
+		if err != nil {
+			return err
+		}
+		r, err := conn{redis: &o}.openRedis(ctx)
 		if err != nil {
 			return err
 		}

@@ -13,11 +13,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/lua/redisurl"
 	"github.com/seckill/seckill/store"
 )
 
@@ -80,15 +80,17 @@ func (f *flags) parse(args []string) error {
 // conn holds the flags of the three dependencies, shared by every command that needs them.
 type conn struct {
 	redisURL, postgresURL, brokers, topicPrefix, logFormat *string
+	redis                                                  *redisurl.Options // parsed from redisURL
 }
 
 func (f *flags) conn() conn {
 	c := conn{
-		redisURL:    f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL"),
+		redisURL:    f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis: redis://[user:pass@]host:port/db (one server; rediss:// with TLS), redis+sentinel://[user:pass@]s1:26379,s2:26379/<master>/db (Sentinel) or redis+cluster://[user:pass@]n1:7000,n2:7001 (Cluster)"),
 		postgresURL: f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "order database URL: postgres://… or sqlite:PATH"),
 		brokers:     f.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma-separated"),
 		topicPrefix: f.String("topic-prefix", events.DefaultPrefix, "prefix of the topic names (<prefix>.orders.requested, …)"),
 		logFormat:   f.String("log-format", "json", "log format: json or text"),
+		redis:       new(redisurl.Options),
 	}
 	dev := f.Bool("dev", false, "reach the seckill dev (make run) running on --data-dir: its embedded Redis, Kafka and SQLite, in place of --redis-url, --postgres-url and --kafka-brokers")
 	dataDir := f.String("data-dir", devDataDir, "with --dev: the data directory of that seckill dev")
@@ -101,6 +103,17 @@ func (f *flags) conn() conn {
 			return err
 		}
 		*c.redisURL, *c.postgresURL, *c.brokers = a.RedisURL, a.StoreURL, a.KafkaBrokers
+		return nil
+	})
+	// A malformed URL ends the command at once (exit 2): no retry mends it, while a role waits
+	// out a Redis that is down.
+	f.after = append(f.after, func() error {
+		o, err := redisurl.Parse(*c.redisURL)
+		if err != nil {
+			fmt.Fprintf(f.out, "--redis-url %s: %v\n", redactURL(*c.redisURL), err)
+			return errUsage
+		}
+		*c.redis = o
 		return nil
 	})
 	return c
@@ -170,11 +183,7 @@ func (c conn) openStore(ctx context.Context) (*store.Store, error) {
 
 // openRedis connects to Redis and preloads the scripts.
 func (c conn) openRedis(ctx context.Context) (*lua.Redis, error) {
-	opt, err := redis.ParseURL(*c.redisURL)
-	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
-	}
-	r := lua.New(redis.NewClient(opt))
+	r := lua.New(c.redis.NewClient())
 	if err := r.Load(ctx); err != nil {
 		r.Close()
 		return nil, err

@@ -1,0 +1,205 @@
+// Package redisurl reads the one URL that names seckill's Redis deployment, whatever its
+// topology, into the options of a go-redis client:
+//
+//	redis://[user:pass@]host:port/db                            one server (rediss:// with TLS)
+//	redis+sentinel://[user:pass@]s1:26379,s2:26379/master/db    a Sentinel group
+//	redis+cluster://[user:pass@]n1:7000,n2:7001                 a Redis Cluster
+//
+// The user and password are those of the Redis servers (for Sentinel, the primary and its
+// replicas; the sentinels' own take sentinel_username and sentinel_password in the query). The
+// query takes go-redis's options (dial_timeout=3s, pool_size=100, …). The Sentinel and
+// Cluster forms take TLS as rediss+sentinel:// and rediss+cluster://.
+package redisurl
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrInvalid is wrapped by every error of Parse: the URL is wrong, which no retry mends.
+var ErrInvalid = errors.New("invalid redis url")
+
+// Topology is the kind of Redis deployment a URL names.
+type Topology string
+
+// The topologies.
+const (
+	Single   Topology = "single"
+	Sentinel Topology = "sentinel"
+	Cluster  Topology = "cluster"
+)
+
+// Options are a parsed URL: the go-redis options of its topology, the others nil.
+type Options struct {
+	Topology Topology
+	Single   *redis.Options
+	Sentinel *redis.FailoverOptions
+	Cluster  *redis.ClusterOptions
+}
+
+// NewClient returns a client of the deployment.
+func (o Options) NewClient() redis.UniversalClient {
+	switch o.Topology {
+	case Sentinel:
+		return redis.NewFailoverClient(o.Sentinel)
+	case Cluster:
+		return redis.NewClusterClient(o.Cluster)
+	}
+	return redis.NewClient(o.Single)
+}
+
+// SetPoolSize sets the most connections per server.
+func (o Options) SetPoolSize(n int) {
+	switch o.Topology {
+	case Sentinel:
+		o.Sentinel.PoolSize = n
+	case Cluster:
+		o.Cluster.PoolSize = n
+	default:
+		o.Single.PoolSize = n
+	}
+}
+
+// Parse reads s. Its errors wrap ErrInvalid and never quote s, which may hold a password.
+func Parse(s string) (Options, error) {
+	o, err := parse(s)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err // its message quotes the URL
+	}
+	if err != nil {
+		return Options{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return o, nil
+}
+
+func parse(s string) (Options, error) {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return Options{}, errors.New("want scheme://host:port…")
+	}
+	base, topo, _ := strings.Cut(scheme, "+")
+	if base != "redis" && base != "rediss" {
+		return Options{}, unknownScheme(scheme)
+	}
+	switch topo {
+	case "":
+		opt, err := redis.ParseURL(s)
+		if err != nil {
+			return Options{}, err
+		}
+		return Options{Topology: Single, Single: opt}, nil
+	case "sentinel", "cluster":
+	default:
+		return Options{}, unknownScheme(scheme)
+	}
+
+	authority, path, query, err := split(rest)
+	if err != nil {
+		return Options{}, err
+	}
+	userinfo, hosts := "", authority
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		userinfo, hosts = authority[:at+1], authority[at+1:]
+	}
+	defaultPort := "6379"
+	if topo == "sentinel" {
+		defaultPort = "26379"
+	}
+	addrs, err := addresses(hosts, defaultPort)
+	if err != nil {
+		return Options{}, err
+	}
+	// The rest is go-redis's to read, from a URL in its own form: one address in the authority,
+	// the others as addr=.
+	for _, a := range addrs[1:] {
+		query.Add("addr", a)
+	}
+	if topo == "cluster" {
+		if path != "" && path != "0" {
+			return Options{}, fmt.Errorf("a cluster has only database 0, not %q", path)
+		}
+		opt, err := redis.ParseClusterURL(base + "://" + userinfo + addrs[0] + "?" + query.Encode())
+		if err != nil {
+			return Options{}, err
+		}
+		return Options{Topology: Cluster, Cluster: opt}, nil
+	}
+	master, db, _ := strings.Cut(path, "/")
+	if master == "" {
+		return Options{}, errors.New("want the primary's name after the sentinels: redis+sentinel://s1:26379,s2:26379/<master>/<db>")
+	}
+	if db != "" {
+		if _, err := strconv.Atoi(db); err != nil {
+			return Options{}, fmt.Errorf("database %q is not a number", db)
+		}
+		query.Set("db", db)
+	}
+	query.Set("master_name", master)
+	// go-redis's form gives the userinfo to the sentinels and takes the servers' from the query.
+	if u, err := url.Parse("redis://" + userinfo + "x"); err != nil {
+		return Options{}, errors.New("malformed user or password")
+	} else if u.User != nil {
+		query.Set("username", u.User.Username())
+		if p, ok := u.User.Password(); ok {
+			query.Set("password", p)
+		}
+	}
+	sentinelUser := url.UserPassword(query.Get("sentinel_username"), query.Get("sentinel_password"))
+	if !query.Has("sentinel_password") {
+		sentinelUser = url.User(query.Get("sentinel_username"))
+	}
+	query.Del("sentinel_username")
+	query.Del("sentinel_password")
+	u := url.URL{Scheme: base, Host: addrs[0], RawQuery: query.Encode()}
+	if sentinelUser.String() != "" {
+		u.User = sentinelUser
+	}
+	opt, err := redis.ParseFailoverURL(u.String())
+	if err != nil {
+		return Options{}, err
+	}
+	return Options{Topology: Sentinel, Sentinel: opt}, nil
+}
+
+func unknownScheme(scheme string) error {
+	return fmt.Errorf("unknown scheme %q: want redis://, rediss://, redis+sentinel:// or redis+cluster://", scheme)
+}
+
+// split cuts what follows "scheme://" into the authority, the path (without its slashes at
+// either end) and the query.
+func split(rest string) (authority, path string, query url.Values, err error) {
+	rest, rawQuery, _ := strings.Cut(rest, "?")
+	if query, err = url.ParseQuery(rawQuery); err != nil {
+		return "", "", nil, fmt.Errorf("malformed query: %w", err)
+	}
+	authority, path, _ = strings.Cut(rest, "/")
+	return authority, strings.Trim(path, "/"), query, nil
+}
+
+// addresses reads a comma-separated list of host:port, giving a bare host defaultPort.
+func addresses(hosts, defaultPort string) ([]string, error) {
+	if hosts == "" {
+		return nil, errors.New("no host")
+	}
+	var addrs []string
+	for _, h := range strings.Split(hosts, ",") {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			if !strings.Contains(err.Error(), "missing port") {
+				return nil, fmt.Errorf("address %q: %w", h, err)
+			}
+			host, port = strings.Trim(h, "[]"), defaultPort
+		}
+		if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("address %q: want host:port", h)
+		}
+		addrs = append(addrs, net.JoinHostPort(host, port))
+	}
+	return addrs, nil
+}

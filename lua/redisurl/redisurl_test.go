@@ -1,0 +1,115 @@
+package redisurl_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/seckill/seckill/lua/redisurl"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		url      string
+		topology redisurl.Topology
+		addrs    []string
+		master   string
+		user     string
+		password string
+		db       int
+		tls      bool
+	}{
+		{url: "redis://127.0.0.1:6379/0", topology: redisurl.Single, addrs: []string{"127.0.0.1:6379"}},
+		{url: "rediss://u:p@r.example:6380/3", topology: redisurl.Single, addrs: []string{"r.example:6380"}, user: "u", password: "p", db: 3, tls: true},
+		{url: "redis+sentinel://s1:26379,s2:26380/mymaster/2", topology: redisurl.Sentinel,
+			addrs: []string{"s1:26379", "s2:26380"}, master: "mymaster", db: 2},
+		{url: "redis+sentinel://:secret@s1,[::1]:1/mymaster", topology: redisurl.Sentinel,
+			addrs: []string{"s1:26379", "[::1]:1"}, master: "mymaster", password: "secret"},
+		{url: "rediss+sentinel://u:p%40ss@s1:26379/m/0?dial_timeout=3s", topology: redisurl.Sentinel,
+			addrs: []string{"s1:26379"}, master: "m", user: "u", password: "p@ss", tls: true},
+		{url: "redis+cluster://n1:7000,n2:7001,n3:7002", topology: redisurl.Cluster, addrs: []string{"n1:7000", "n2:7001", "n3:7002"}},
+		{url: "redis+cluster://u:p@n1:7000/?pool_size=9", topology: redisurl.Cluster, addrs: []string{"n1:7000"}, user: "u", password: "p"},
+		{url: "rediss+cluster://n1,n2/0", topology: redisurl.Cluster, addrs: []string{"n1:6379", "n2:6379"}, tls: true},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			o, err := redisurl.Parse(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Topology != tc.topology {
+				t.Fatalf("topology %s, want %s", o.Topology, tc.topology)
+			}
+			var (
+				addrs              []string
+				master, user, pass string
+				db                 int
+				tls                bool
+			)
+			switch o.Topology {
+			case redisurl.Single:
+				s := o.Single
+				addrs, user, pass, db, tls = []string{s.Addr}, s.Username, s.Password, s.DB, s.TLSConfig != nil
+			case redisurl.Sentinel:
+				s := o.Sentinel
+				addrs, master, user, pass, db, tls = s.SentinelAddrs, s.MasterName, s.Username, s.Password, s.DB, s.TLSConfig != nil
+				if s.SentinelPassword != "" {
+					t.Errorf("the servers' password went to the sentinels")
+				}
+			case redisurl.Cluster:
+				c := o.Cluster
+				addrs, user, pass, tls = c.Addrs, c.Username, c.Password, c.TLSConfig != nil
+			}
+			if !slices.Equal(addrs, tc.addrs) || master != tc.master || user != tc.user || pass != tc.password || db != tc.db || tls != tc.tls {
+				t.Errorf("got addrs %v master %q user %q password %q db %d tls %v\nwant addrs %v master %q user %q password %q db %d tls %v",
+					addrs, master, user, pass, db, tls, tc.addrs, tc.master, tc.user, tc.password, tc.db, tc.tls)
+			}
+		})
+	}
+}
+
+func TestParseSentinelCredentials(t *testing.T) {
+	o, err := redisurl.Parse("redis+sentinel://u:p@s1/m?sentinel_username=su&sentinel_password=sp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := o.Sentinel; s.Username != "u" || s.Password != "p" || s.SentinelUsername != "su" || s.SentinelPassword != "sp" {
+		t.Errorf("servers %q/%q, sentinels %q/%q; want u/p, su/sp", s.Username, s.Password, s.SentinelUsername, s.SentinelPassword)
+	}
+}
+
+// TestParseRefuses checks that every malformed URL is refused with ErrInvalid, which tells a
+// configuration error from an outage, and that the refusal never repeats the password.
+func TestParseRefuses(t *testing.T) {
+	for _, url := range []string{
+		"",
+		"127.0.0.1:6379",
+		"http://127.0.0.1:6379",
+		"redis+foo://127.0.0.1:6379",
+		"valkey+cluster://127.0.0.1:7000",
+		"redis://u:hunter2@127.0.0.1:port/0",
+		"redis://127.0.0.1:6379/zero",
+		"redis://127.0.0.1:6379/0?bogus=1",
+		"redis+cluster://",
+		"redis+cluster://u:hunter2@n1:7000,,n2:7001",
+		"redis+cluster://n1:7000,n2:99999",
+		"redis+cluster://n1:7000/3",
+		"redis+cluster://n1:7000?bogus=1",
+		"redis+sentinel://s1:26379",
+		"redis+sentinel://s1:26379/",
+		"redis+sentinel://s1:26379/m/zero",
+		"redis+sentinel://s1:x/m",
+		"redis+sentinel://s1/m?bogus=1",
+		"redis+sentinel://s1/m?%zz",
+	} {
+		t.Run(url, func(t *testing.T) {
+			_, err := redisurl.Parse(url)
+			if !errors.Is(err, redisurl.ErrInvalid) {
+				t.Fatalf("Parse = %v, want ErrInvalid", err)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("the error shows the password: %v", err)
+			}
+		})
+	}
+}
