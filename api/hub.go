@@ -47,13 +47,18 @@ func newHub(brokers []string, topic string, giveBack func(campaign string), log 
 
 func (h *hub) run(ctx context.Context) {
 	defer close(h.done)
+	var warned time.Time
 	for {
 		fs := h.cl.PollFetches(ctx)
 		if ctx.Err() != nil || fs.IsClientClosed() {
 			return
 		}
 		fs.EachError(func(topic string, p int32, err error) {
-			h.log.Debug("results topic: fetch", "topic", topic, "partition", p, "err", err)
+			// Streams and sold-out flags go quiet while this lasts: say so, once in a while.
+			if time.Since(warned) >= 10*time.Second {
+				warned = time.Now()
+				h.log.Warn("results topic cannot be read: order streams and the sold-out flag wait for it", "topic", topic, "partition", p, "err", err)
+			}
 		})
 		fs.EachRecord(func(r *kgo.Record) {
 			ev, err := events.Decode(r.Value)

@@ -97,6 +97,27 @@ func (s *Server) orderEvents(c echo.Context) error {
 	defer beat.Stop()
 	end := time.NewTimer(maxStream)
 	defer end.Stop()
+	// reread fires when a read after a wake-up failed: the event that woke the stream may be
+	// the order's last, so the stream reads again rather than waiting for another. nil: none.
+	var reread <-chan time.Time
+	// refresh reads the order and sends it if it changed; it reports whether the stream ends.
+	refresh := func() bool {
+		now, err := s.order(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return true
+			}
+			s.cfg.Logger.Warn("order stream: read the order; reading again in a second", "order_id", id, "err", err)
+			reread = time.After(time.Second)
+			return false
+		}
+		reread = nil
+		if now.Status == o.Status {
+			return false
+		}
+		o = now
+		return sendOrder(o) != nil || final(o.Status)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -110,19 +131,11 @@ func (s *Server) orderEvents(c echo.Context) error {
 				return nil
 			}
 		case <-wake:
-			now, err := s.order(ctx, id)
-			if err != nil {
-				// A dependency hiccup: the stream goes on until the next event or its end.
-				if ctx.Err() == nil {
-					s.cfg.Logger.Warn("order stream: read the order", "order_id", id, "err", err)
-				}
-				continue
+			if refresh() {
+				return nil
 			}
-			if now.Status == o.Status {
-				continue
-			}
-			o = now
-			if err := sendOrder(o); err != nil || final(o.Status) {
+		case <-reread:
+			if refresh() {
 				return nil
 			}
 		}
