@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -30,6 +29,7 @@ import (
 	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/lua/luatest"
+	"github.com/seckill/seckill/lua/redisurl"
 	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
 )
@@ -480,17 +480,24 @@ type cluster struct {
 	topics events.Topics
 	where  where
 
-	base        string // the api's URL
+	base        string // the first api's URL
+	bases       []string
 	admin       string
 	store       *store.Store
 	redis       *lua.Redis
 	kcl         *kgo.Client // the test's own Kafka client
 	adm         *kadm.Client
 	http        *http.Client
-	api         *role
+	api         *role // the first of each
 	consumer    *role
 	compensator *role
+	apis        []*role
+	consumers   []*role
+	comps       []*role
 }
+
+// roles returns every role of the cluster.
+func (c *cluster) roles() []*role { return slices.Concat(c.apis, c.consumers, c.comps) }
 
 // clusterOptions are the roles' settings that differ between tests.
 type clusterOptions struct {
@@ -499,6 +506,11 @@ type clusterOptions struct {
 	rebuildGrace   time.Duration // default 2s
 	batchSize      int           // default 100
 	race           bool          // run the roles on raceBinary
+
+	// How many processes of each role (default 1 each); apis listen on addresses of their own.
+	apis, consumers, compensators int
+	replication                   int      // of the topics the api creates; default 1
+	consumerArgs                  []string // more flags for every consumer
 }
 
 func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
@@ -515,6 +527,8 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 	if o.batchSize == 0 {
 		o.batchSize = 100
 	}
+	o.apis, o.consumers, o.compensators = max(o.apis, 1), max(o.consumers, 1), max(o.compensators, 1)
+	o.replication = max(o.replication, 1)
 	if w.redisURL == "" {
 		luatest.MustRedis(t) // fails with the reason when the shared Redis is missing
 		w.redisURL = os.Getenv(luatest.RedisEnv)
@@ -530,7 +544,6 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 		logDir: t.TempDir(),
 		topics: kafkatest.Topics(t, w.brokers),
 		where:  w,
-		base:   "http://" + freeAddr(t),
 		admin:  "admin-" + events.NewID(),
 		http: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}},
@@ -546,13 +559,11 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 		t.Fatalf("seckill migrate: %v\n%s", err, out)
 	}
 	c.store = storetest.MustOpen(t, w.postgresURL)
-	opt, err := redis.ParseURL(w.redisURL)
+	opt, err := redisurl.Parse(w.redisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { rdb.Close() })
-	c.redis = lua.New(rdb)
+	c.redis = lua.New(opt.NewClient())
 	t.Cleanup(func() { c.redis.Close() })
 	kcl, err := kgo.NewClient(kgo.SeedBrokers(w.brokers...))
 	if err != nil {
@@ -561,20 +572,36 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 	t.Cleanup(kcl.Close)
 	c.kcl, c.adm = kcl, kadm.NewClient(kcl)
 
-	c.api = &role{name: "api", c: c, args: func() []string {
-		return []string{"api", "--addr", strings.TrimPrefix(c.base, "http://"), "--metrics-addr", "127.0.0.1:0", "--admin-token", c.admin,
-			"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0",
-			"--partitions", "3", "--replication", "1", "--reservation-ttl", o.reservationTTL.String()}
-	}}
-	c.consumer = &role{name: "consumer", c: c, args: func() []string {
-		return []string{"consumer", "--metrics-addr", "127.0.0.1:0", "--batch-size", strconv.Itoa(o.batchSize)}
-	}}
-	c.compensator = &role{name: "compensator", c: c, args: func() []string {
-		return []string{"compensator", "--metrics-addr", "127.0.0.1:0", "--sweep-interval", o.sweepInterval.String(),
-			"--rebuild-grace", o.rebuildGrace.String()}
-	}}
+	// The first of each role is named after the role alone, so that its log is <role>.log.
+	name := func(role string, i int) string {
+		if i == 0 {
+			return role
+		}
+		return fmt.Sprintf("%s-%d", role, i+1)
+	}
+	for i := range o.apis {
+		base := "http://" + freeAddr(t)
+		c.bases = append(c.bases, base)
+		c.apis = append(c.apis, &role{name: name("api", i), c: c, args: func() []string {
+			return []string{"api", "--addr", strings.TrimPrefix(base, "http://"), "--metrics-addr", "127.0.0.1:0", "--admin-token", c.admin,
+				"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0",
+				"--partitions", "3", "--replication", strconv.Itoa(o.replication), "--reservation-ttl", o.reservationTTL.String()}
+		}})
+	}
+	for i := range o.consumers {
+		c.consumers = append(c.consumers, &role{name: name("consumer", i), c: c, args: func() []string {
+			return append([]string{"consumer", "--metrics-addr", "127.0.0.1:0", "--batch-size", strconv.Itoa(o.batchSize)}, o.consumerArgs...)
+		}})
+	}
+	for i := range o.compensators {
+		c.comps = append(c.comps, &role{name: name("compensator", i), c: c, args: func() []string {
+			return []string{"compensator", "--metrics-addr", "127.0.0.1:0", "--sweep-interval", o.sweepInterval.String(),
+				"--rebuild-grace", o.rebuildGrace.String()}
+		}})
+	}
+	c.base, c.api, c.consumer, c.compensator = c.bases[0], c.apis[0], c.consumers[0], c.comps[0]
 	t.Cleanup(func() {
-		for _, r := range []*role{c.api, c.consumer, c.compensator} {
+		for _, r := range c.roles() {
 			if err := r.stop(false); err != nil {
 				t.Errorf("%v; its log ends:\n%s", err, tail(filepath.Join(c.logDir, r.name+".log"), 15))
 			}
@@ -587,41 +614,38 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 			}
 		}
 		if t.Failed() {
-			for _, r := range []string{"api", "consumer", "compensator"} {
-				t.Logf("%s log ends:\n%s", r, tail(filepath.Join(c.logDir, r+".log"), 25))
+			for _, r := range c.roles() {
+				t.Logf("%s log ends:\n%s", r.name, tail(filepath.Join(c.logDir, r.name+".log"), 25))
 			}
 		}
 	})
-	// The compensator first: on a Redis without this deployment's epoch its guard freezes and
-	// rebuilds every campaign, which must happen before there is any to sell.
-	c.compensator.start(t)
-	c.waitEpoch(t, 30*time.Second)
-	c.consumer.start(t)
-	c.api.start(t)
-	c.waitAPI(t, 30*time.Second)
+	for _, r := range c.roles() {
+		r.start(t)
+	}
+	for _, base := range c.bases {
+		c.waitReady(t, base, 30*time.Second)
+	}
 	return c
-}
-
-// waitEpoch waits until the compensator's guard has stamped the Redis it runs on, so no
-// campaign created afterwards is frozen by a first-start rebuild.
-func (c *cluster) waitEpoch(t *testing.T, within time.Duration) {
-	t.Helper()
-	eventually(t, within, "the compensator's guard stamps redis with its epoch", func() bool {
-		runID, epoch, err := c.redis.Identity(context.Background(), c.topics.Prefix)
-		return err == nil && runID != "" && strings.HasPrefix(epoch, runID+":")
-	})
 }
 
 func (c *cluster) waitAPI(t *testing.T, within time.Duration) {
 	t.Helper()
-	eventually(t, within, "the api is ready", func() bool {
-		resp, err := c.http.Get(c.base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	c.waitReady(t, c.base, within)
+}
+
+// waitReady waits until the api at base answers /readyz with 200.
+func (c *cluster) waitReady(t *testing.T, base string, within time.Duration) {
+	t.Helper()
+	eventually(t, within, "the api at "+base+" is ready", func() bool { return c.ready(base) })
+}
+
+func (c *cluster) ready(base string) bool {
+	resp, err := c.http.Get(base + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // createCampaign creates a campaign through the api.
@@ -654,11 +678,16 @@ type answer struct {
 	started time.Time
 }
 
-// buy sends one purchase; key is its Idempotency-Key, "" for none.
+// buy sends one purchase to the first api; key is its Idempotency-Key, "" for none.
 func (c *cluster) buy(ctx context.Context, campaign, user string, qty int, key string) answer {
+	return c.buyAt(ctx, c.base, campaign, user, qty, key)
+}
+
+// buyAt sends one purchase to the api at base.
+func (c *cluster) buyAt(ctx context.Context, base, campaign, user string, qty int, key string) answer {
 	start := time.Now()
 	a := answer{started: start}
-	req, err := http.NewRequestWithContext(ctx, "POST", c.base+"/v1/campaigns/"+campaign+"/purchases",
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/campaigns/"+campaign+"/purchases",
 		strings.NewReader(fmt.Sprintf(`{"quantity":%d}`, qty)))
 	if err != nil {
 		a.err = err

@@ -111,17 +111,18 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	batch := f.Int("batch-size", 500, "most events persisted in one transaction")
 	maxRate := f.Int("max-rate", 0, "most events persisted per second, the controlled pace: Kafka holds a burst and the database takes it at this rate (0: as fast as the database takes them)")
+	session := f.Duration("session-timeout", events.DefaultSessionTimeout, "how long the partitions of a consumer that died wait before the group hands them to the others; below 6s the brokers' group.min.session.timeout.ms must allow it (2s hands them on within 3s)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "consumer", "batch_size", *batch, "max_rate", *maxRate, "metrics_addr", *metricsAddr)
+	c.logStart(log, "consumer", "batch_size", *batch, "max_rate", *maxRate, "session_timeout", *session, "metrics_addr", *metricsAddr)
 	d, err := c.openWaiting(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer d.close()
-	cons, err := consumer.New(consumer.Config{Brokers: c.brokerList(), Topics: c.topics(), BatchSize: *batch, MaxRate: *maxRate, Logger: log}, d.store, d.redis)
+	cons, err := consumer.New(consumer.Config{Brokers: c.brokerList(), Topics: c.topics(), BatchSize: *batch, MaxRate: *maxRate, SessionTimeout: *session, Logger: log}, d.store, d.redis)
 	if err != nil {
 		return err
 	}

@@ -109,7 +109,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ)
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ, 0)
 	if err != nil {
 		return nil, err
 	}

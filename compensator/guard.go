@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,13 +14,14 @@ import (
 	"github.com/seckill/seckill/store"
 )
 
-// guard watches Redis for lost data and rebuilds it from the store.
+// guard watches Redis for lost data and rebuilds what was lost from the store.
 //
-// The epoch key holds "<run id>:<random>" of the Redis server that the last rebuild wrote to. A
-// restart (the run id changes), a failover to a replica (another run id) or an empty Redis (no
-// epoch) all mean recent writes may be gone, so every campaign is frozen and rebuilt. A restart
-// that lost nothing costs a freeze of a few seconds; guessing which restarts lost writes is what
-// this refuses to do.
+// Every campaign on sale records the run id of the Redis server that last wrote it whole (its
+// generation, lua.Generation). A restart (the run id changes), a failover to a replica (another
+// run id) or an empty Redis (no campaign) all mean recent writes may be gone, so the campaigns
+// it touched are frozen and rebuilt; on a Cluster, those of one shard, while the others sell on.
+// A restart that lost nothing costs a freeze of a few seconds; guessing which restarts lost
+// writes is what this refuses to do.
 func (c *Compensator) guard(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.GuardInterval)
 	defer t.Stop()
@@ -37,68 +37,79 @@ func (c *Compensator) guard(ctx context.Context) error {
 	}
 }
 
-// CheckRedis does one round of the guard: it rebuilds Redis from the store if Redis lost data
-// (unless another compensator is at it), else puts on sale what the store has and Redis lacks.
-// Run is what calls it, every GuardInterval; `seckill dev` calls it once before it serves.
+// CheckRedis does one round of the guard: it rebuilds from the store every campaign whose Redis
+// data may be lost (unless another compensator is at it), and puts on sale what the store has
+// and Redis was never given. Run calls it every GuardInterval; `seckill dev` calls it once
+// before it serves. A shard that does not answer is an error after the other shards are done.
 func (c *Compensator) CheckRedis(ctx context.Context) error {
-	intact, err := c.checkEpoch(ctx)
-	if err != nil || !intact {
-		return err
-	}
-	return c.reconcile(ctx, time.Now())
-}
-
-// checkEpoch rebuilds Redis if its epoch is not its own server's, unless another compensator is
-// rebuilding already. It reports whether the epoch was intact: Redis has every campaign it was
-// given.
-func (c *Compensator) checkEpoch(ctx context.Context) (intact bool, err error) {
-	runID, epoch, err := c.rebuilder.Identity(ctx, c.cfg.Topics.Prefix)
-	if err != nil {
-		return false, err
-	}
-	if strings.HasPrefix(epoch, runID+":") {
-		return true, nil
-	}
-	lock, err := c.locker.TryLock(ctx, c.cfg.Topics.Prefix+".rebuild", 10*time.Second)
-	if errors.Is(err, lua.ErrLockHeld) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return false, lock.Hold(ctx, func(ctx context.Context) error {
-		// Another compensator may have finished a rebuild between the check and the lock.
-		if _, epoch, err := c.rebuilder.Identity(ctx, c.cfg.Topics.Prefix); err != nil || strings.HasPrefix(epoch, runID+":") {
-			return err
-		}
-		if epoch == "" {
-			c.cfg.Logger.Info("redis holds no epoch for this deployment (a first start, or a redis that lost its data): rebuilding every campaign from the store",
-				"run_id", runID)
-		} else {
-			c.cfg.Logger.Warn("redis restarted or was replaced since the last rebuild: freezing every campaign to rebuild it from the store",
-				"run_id", runID, "epoch", epoch)
-		}
-		start := time.Now()
-		n, err := c.Rebuild(ctx)
-		if err != nil {
-			return err
-		}
-		c.cfg.Logger.Info("redis rebuilt from the store; campaigns back on sale", "campaigns", n, "took", time.Since(start).Round(time.Millisecond))
-		return c.rebuilder.SetEpoch(ctx, c.cfg.Topics.Prefix, runID+":"+events.NewID())
-	})
-}
-
-// reconcile puts on sale every campaign the store has and Redis was never given: one whose
-// creation stopped between its two steps (an api that died, a Redis that did not answer). Only
-// those: a campaign that was on sale and is missing from Redis was lost with Redis's data, and
-// only a rebuild, behind its freeze, may put it back (the epoch this round found intact may be
-// gone a moment later). Loading changes nothing where Redis has the campaign. A campaign that
-// has ended is left alone.
-func (c *Compensator) reconcile(ctx context.Context, now time.Time) error {
 	cs, err := c.snapshots.Campaigns(ctx)
 	if err != nil {
 		return err
 	}
+	now := time.Now()
+	var watched []string // on sale and not retired: Redis must have them whole
+	for _, camp := range cs {
+		if camp.OnSale && !c.retired(camp, now) {
+			watched = append(watched, camp.ID)
+		}
+	}
+	gens, genErr := c.rebuilder.Generations(ctx, watched)
+	var lost []string
+	for _, id := range watched {
+		if g, ok := gens[id]; ok && g.Lost() {
+			lost = append(lost, id)
+		}
+	}
+	var rebuildErr error
+	if len(lost) > 0 {
+		rebuildErr = c.rebuildLost(ctx, lost, gens)
+	}
+	return errors.Join(genErr, rebuildErr, c.reconcile(ctx, cs, now))
+}
+
+// rebuildLost rebuilds the campaigns whose data Redis may have lost, unless another compensator
+// is rebuilding already.
+func (c *Compensator) rebuildLost(ctx context.Context, lost []string, gens map[string]lua.Generation) error {
+	lock, err := c.locker.TryLock(ctx, c.cfg.Topics.Prefix+".rebuild", 10*time.Second)
+	if errors.Is(err, lua.ErrLockHeld) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return lock.Hold(ctx, func(ctx context.Context) error {
+		// Another compensator may have rebuilt them between the check and the lock.
+		now, err := c.rebuilder.Generations(ctx, lost)
+		if err != nil {
+			return err
+		}
+		lost = slices.DeleteFunc(lost, func(id string) bool { return !now[id].Lost() })
+		if len(lost) == 0 {
+			return nil
+		}
+		g := gens[lost[0]]
+		if !g.Exists {
+			c.cfg.Logger.Info("redis lacks campaigns that are on sale (a first start, or a redis that lost its data): rebuilding them from the store",
+				"campaigns", len(lost), "run_id", g.Server)
+		} else {
+			c.cfg.Logger.Warn("redis restarted or failed over since these campaigns were written: freezing them to rebuild them from the store",
+				"campaigns", len(lost), "run_id", g.Server, "was", g.Recorded)
+		}
+		start := time.Now()
+		if err := c.Rebuild(ctx, lost); err != nil {
+			return err
+		}
+		c.cfg.Logger.Info("redis rebuilt from the store; campaigns back on sale", "campaigns", len(lost), "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	})
+}
+
+// reconcile puts on sale every campaign of cs that the store has and Redis was never given: one
+// whose creation stopped between its two steps (an api that died, a Redis that did not answer).
+// Only those: a campaign that was on sale and is missing from Redis was lost with Redis's data,
+// and only a rebuild, behind its freeze, may put it back. Loading changes nothing where Redis
+// has the campaign. A campaign that has ended is left alone.
+func (c *Compensator) reconcile(ctx context.Context, cs []store.Campaign, now time.Time) error {
 	for _, camp := range cs {
 		if camp.OnSale || camp.EndsAtMs > 0 && camp.EndsAtMs <= now.UnixMilli() {
 			continue
@@ -135,8 +146,7 @@ func RedisCampaign(c store.Campaign) lua.Campaign {
 // Rebuilder is the part of Redis a rebuild writes.
 type Rebuilder interface {
 	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
-	Identity(ctx context.Context, prefix string) (runID, epoch string, err error)
-	SetEpoch(ctx context.Context, prefix, epoch string) error
+	Generations(ctx context.Context, campaigns []string) (map[string]lua.Generation, error)
 	Freeze(ctx context.Context, campaigns ...string) error
 	Restore(ctx context.Context, c lua.Campaign, confirmed []lua.Reservation) error
 }
@@ -154,52 +164,40 @@ var (
 	_ Snapshotter = (*store.Store)(nil)
 )
 
-// Rebuild freezes every campaign, waits until the store holds every order whose event reached
-// Kafka, and restores each campaign's Redis state from the store: remaining = stock - sold, the
-// buyers' holdings, and the records of confirmed orders (so refunds still give stock back). It
-// returns how many campaigns it restored.
-func (c *Compensator) Rebuild(ctx context.Context) (int, error) {
-	cs, err := c.snapshots.Campaigns(ctx)
-	if err != nil {
-		return 0, err
-	}
-	var ids []string
-	for _, camp := range cs {
-		if !c.retired(camp, time.Now()) {
-			ids = append(ids, camp.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
+// Rebuild freezes the campaigns ids, waits until the store holds every order whose event
+// reached Kafka, and restores each campaign's Redis state from the store: remaining = stock -
+// sold, the buyers' holdings, and the records of confirmed orders (so refunds still give stock
+// back).
+func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 	if err := c.rebuilder.Freeze(ctx, ids...); err != nil {
-		return 0, err
+		return err
 	}
 	// Purchases reserved before the loss may still be producing their events; once the grace
 	// has passed, each either reached Kafka or was failed in the store by the api.
 	select {
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	case <-time.After(c.cfg.RebuildGrace):
 	}
 	if err := c.waitConsumed(ctx); err != nil {
-		return 0, err
+		return err
 	}
-	// Read campaigns again: sold moved while the consumer caught up.
-	if cs, err = c.snapshots.Campaigns(ctx); err != nil {
-		return 0, err
+	// Read the campaigns now: sold moved while the consumer caught up.
+	cs, err := c.snapshots.Campaigns(ctx)
+	if err != nil {
+		return err
 	}
 	for _, camp := range cs {
 		if !slices.Contains(ids, camp.ID) {
-			continue // created after the freeze: loaded fresh by its creation
+			continue
 		}
 		holdings, err := c.snapshots.Holdings(ctx, camp.ID)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		orders, err := c.snapshots.Confirmed(ctx, camp.ID)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		confirmed := make([]lua.Reservation, len(orders))
 		for i, o := range orders {
@@ -208,10 +206,10 @@ func (c *Compensator) Rebuild(ctx context.Context) (int, error) {
 		lc := RedisCampaign(camp)
 		lc.Holdings = holdings
 		if err := c.rebuilder.Restore(ctx, lc, confirmed); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	return len(ids), nil
+	return nil
 }
 
 // waitConsumed waits until the consumer group has committed every OrderRequested event.

@@ -31,6 +31,9 @@ type Config struct {
 	// holds a burst and the database takes it at a rate it sustains beside everything else.
 	// 0: as fast as the database takes them.
 	MaxRate int
+	// SessionTimeout is how long the partitions of a consumer that died stay with it before the
+	// group hands them to the others. Default: events.DefaultSessionTimeout.
+	SessionTimeout time.Duration
 	// Logger receives progress and errors. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -89,7 +92,7 @@ func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested)
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout)
 	if err != nil {
 		return nil, err
 	}

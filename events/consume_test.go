@@ -75,7 +75,7 @@ func TestConsumePipelined(t *testing.T) {
 			order     []int           // batch numbers in the order they were finished
 		}
 		run := func(m *member, until func() bool) error {
-			cl, err := events.NewGroupClient(brokers, group, topics.Requested)
+			cl, err := events.NewGroupClient(brokers, group, topics.Requested, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

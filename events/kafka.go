@@ -40,11 +40,21 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 	return cl, nil
 }
 
+// DefaultSessionTimeout is the group session of a member that dies: its partitions wait that
+// long for it before the group hands them on. A crashed member holds its partitions until then:
+// franz-go's 45 s default stopped confirmations for 45 s after every kill -9 in the fault tests.
+// 6 s is the shortest that a broker's default group.min.session.timeout.ms accepts; a broker
+// configured lower lets the consumer ask for less (seckill consumer --session-timeout).
+const DefaultSessionTimeout = 6 * time.Second
+
 // NewGroupClient returns a client consuming topic in group the way every role here does:
 // offsets committed by hand after the work is durable (ConsumeLoop), no rebalance while a batch
 // is in hand, and a new group starting at the beginning, since events produced before its first
-// member ran are orders too.
-func NewGroupClient(brokers []string, group, topic string) (*kgo.Client, error) {
+// member ran are orders too. session is the group session (0: DefaultSessionTimeout).
+func NewGroupClient(brokers []string, group, topic string, session time.Duration) (*kgo.Client, error) {
+	if session <= 0 {
+		session = DefaultSessionTimeout
+	}
 	return NewClient(brokers,
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
@@ -52,9 +62,10 @@ func NewGroupClient(brokers []string, group, topic string) (*kgo.Client, error) 
 		// A rebalance waits until the batch in hand is committed, so a batch is rarely handled
 		// twice; when it is (a crash), the handlers' idempotence makes the second time a no-op.
 		kgo.BlockRebalanceOnPoll(),
-		// A crashed member holds its partitions until its session times out: franz-go's 45s
-		// default stopped confirmations for 45s after every kill -9 in the fault tests.
-		kgo.SessionTimeout(10*time.Second),
+		kgo.SessionTimeout(session),
+		// A member learns of a rebalance from a heartbeat's answer: the survivors of a death
+		// rejoin within one interval of the session's end.
+		kgo.HeartbeatInterval(session/8),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(250*time.Millisecond),
 	)

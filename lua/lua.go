@@ -58,7 +58,7 @@ type Keys struct {
 	Buyers  string // hash user -> units held (pending + confirmed)
 	Res     string // hash order id -> reservation
 	Pending string // sorted set of pending order ids by deadline (ms)
-	Meta    string // hash: limit, starts_ms, ends_ms, and frozen while a rebuild runs
+	Meta    string // hash: limit, starts_ms, ends_ms, gen (rebuild.go), and frozen while a rebuild runs
 	Done    string // sorted set of released and refunded order ids by when they ended (ms)
 }
 
@@ -104,15 +104,30 @@ func newScript(src string) *redis.Script {
 	return redis.NewScript(src)
 }
 
-// Load preloads every script in one pipeline, so the hot path never pays for a NOSCRIPT reply.
-// Not Script.Load: queued in a pipeline it reads its reply before there is one, and sets the
-// script's hash to "", after which every EVALSHA misses and falls back to a full EVAL.
+// Load preloads every script in one pipeline per server (on a Cluster, every shard's), so the
+// hot path never pays for a NOSCRIPT reply. Not Script.Load: queued in a pipeline it reads its
+// reply before there is one, and sets the script's hash to "", after which every EVALSHA misses
+// and falls back to a full EVAL. A server that joins later (a replica promoted by a failover)
+// gets each script from its first NOSCRIPT (scriptCall.reply).
 func (r *Redis) Load(ctx context.Context) error {
-	pipe := r.rdb.Pipeline()
-	for _, src := range sources {
-		pipe.ScriptLoad(ctx, src)
+	load := func(ctx context.Context, node *redis.Client) error {
+		pipe := node.Pipeline()
+		for _, src := range sources {
+			pipe.ScriptLoad(ctx, src)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	var err error
+	switch c := r.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachShard(ctx, load)
+	case *redis.Client:
+		err = load(ctx, c)
+	default:
+		err = fmt.Errorf("unsupported redis client %T", r.rdb)
+	}
+	if err != nil {
 		return fmt.Errorf("load scripts: %w", err)
 	}
 	return nil
@@ -142,8 +157,12 @@ func (c Campaign) window() (starts, ends int64) {
 // loaded. Rebuilding a campaign Redis lost is Restore's work.
 func (r *Redis) LoadCampaign(ctx context.Context, c Campaign) (bool, error) {
 	k := KeysOf(c.ID)
+	gen, err := r.generation(ctx, k.Meta)
+	if err != nil {
+		return false, fmt.Errorf("load campaign %s: %w", c.ID, err)
+	}
 	starts, ends := c.window()
-	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, starts, ends).Int()
+	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, starts, ends, gen).Int()
 	if err != nil {
 		return false, fmt.Errorf("load campaign %s: %w", c.ID, err)
 	}

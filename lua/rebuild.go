@@ -11,38 +11,110 @@ import (
 )
 
 // Redis is fast, not durable: a restart or a failover can lose the last writes, or all of them.
-// The compensator watches for that (Identity), freezes every campaign (Freeze) so that reserve
-// sells nothing, waits until the store holds every order Kafka had, and then rebuilds each
-// campaign from the store (Restore).
+// The compensator watches every campaign for that (Generations), freezes the ones whose server
+// changed (Freeze) so that reserve sells nothing of them, waits until the store holds every
+// order Kafka had, and then rebuilds each from the store (Restore).
+//
+// A campaign's meta records the run id of the server that loaded or restored it ("gen"). A
+// restart, a failover to a replica (which may lack the last acknowledged writes: replication
+// is asynchronous) or a Cluster shard's failover all put the campaign's keys on a server with
+// another run id, or on none. So the check is per campaign, which is per shard on a Cluster:
+// the campaigns of the other shards never stop selling.
 
-// epochKey names the key whose value identifies one generation of a deployment's Redis data.
-func epochKey(prefix string) string { return "seckill:{epoch:" + prefix + "}" }
-
-// Identity returns the Redis server's run id, which changes on every restart, and the epoch of
-// the deployment named by prefix, "" when the key is missing: lost with the data. A server that
-// does not report a run id (miniredis) gives "": then only a missing epoch tells of a loss.
-func (r *Redis) Identity(ctx context.Context, prefix string) (runID, epoch string, err error) {
-	pipe := r.rdb.Pipeline()
-	info := pipe.Info(ctx, "server")
-	ep := pipe.Get(ctx, epochKey(prefix))
-	pipe.Exec(ctx) // each command carries its own error
-	if err := ep.Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return "", "", fmt.Errorf("redis identity: %w", err)
-	}
-	for _, line := range strings.Split(info.Val(), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			runID = v
-		}
-	}
-	return runID, ep.Val(), nil
+// Generation is what the guard compares for one campaign.
+type Generation struct {
+	Exists   bool   // Redis has the campaign's meta
+	Recorded string // the run id its meta records
+	Server   string // the run id of the primary that holds its keys now
 }
 
-// SetEpoch records a new epoch for the deployment named by prefix.
-func (r *Redis) SetEpoch(ctx context.Context, prefix, epoch string) error {
-	if err := r.rdb.Set(ctx, epochKey(prefix), epoch, 0).Err(); err != nil {
-		return fmt.Errorf("set epoch: %w", err)
+// Lost reports whether the campaign's data may be older than what buyers were told: its keys
+// are gone, or they are on another server than the one that last wrote them whole.
+func (g Generation) Lost() bool { return !g.Exists || g.Recorded != g.Server }
+
+// Generations returns the generation of each campaign whose server answered; a campaign whose
+// primary cannot be reached (a shard failing over) is left out, and its error joined into err.
+// A server that does not report a run id (miniredis) gives "", so that only a missing campaign
+// tells of a loss there.
+func (r *Redis) Generations(ctx context.Context, campaigns []string) (map[string]Generation, error) {
+	runIDs := map[string]string{} // node address -> run id
+	var errs []error
+	out := make(map[string]Generation, len(campaigns))
+	metas := make(map[string]*redis.SliceCmd, len(campaigns))
+	pipe := r.rdb.Pipeline()
+	for _, c := range campaigns {
+		meta := KeysOf(c).Meta
+		node, err := r.primaryOf(ctx, meta)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("campaign %s: %w", c, err))
+			continue
+		}
+		addr := node.Options().Addr
+		id, ok := runIDs[addr]
+		if !ok {
+			if id, err = runID(ctx, node); err != nil {
+				errs = append(errs, fmt.Errorf("campaign %s: %w", c, err))
+				continue
+			}
+			runIDs[addr] = id
+		}
+		out[c] = Generation{Server: id}
+		metas[c] = pipe.HMGet(ctx, meta, "limit", "gen")
 	}
-	return nil
+	pipe.Exec(ctx) // each command carries its own error
+	for c, cmd := range metas {
+		v, err := cmd.Result()
+		if err != nil {
+			delete(out, c)
+			errs = append(errs, fmt.Errorf("campaign %s: read meta: %w", c, err))
+			continue
+		}
+		g := out[c]
+		g.Exists = v[0] != nil
+		g.Recorded, _ = v[1].(string)
+		out[c] = g
+	}
+	return out, errors.Join(errs...)
+}
+
+// primaryOf returns the client of the primary that holds key: on a Cluster, the master of its
+// slot; else the one server (a Sentinel client follows the current primary).
+func (r *Redis) primaryOf(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := r.rdb.(type) {
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	case *redis.Client:
+		return c, nil
+	}
+	return nil, fmt.Errorf("unsupported redis client %T", r.rdb)
+}
+
+// runID returns the run id of a server, "" if it does not report one.
+func runID(ctx context.Context, node *redis.Client) (string, error) {
+	info, err := node.Info(ctx, "server").Result()
+	if err != nil {
+		if errors.As(err, new(redis.Error)) {
+			return "", nil // a server that does not know INFO server
+		}
+		return "", fmt.Errorf("redis info: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return v, nil
+		}
+	}
+	return "", nil
+}
+
+// generation returns the run id to record in the meta of the campaign whose meta key is meta:
+// its primary's, read before the write. A failover in between records the old server's id,
+// which only makes the guard rebuild the campaign once more.
+func (r *Redis) generation(ctx context.Context, meta string) (string, error) {
+	node, err := r.primaryOf(ctx, meta)
+	if err != nil {
+		return "", err
+	}
+	return runID(ctx, node)
 }
 
 // Freeze marks campaigns frozen: reserve refuses them (events.Unavailable) until Restore.
@@ -92,8 +164,12 @@ func (r *Redis) Restore(ctx context.Context, c Campaign, confirmed []Reservation
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}
+	gen, err := r.generation(ctx, k.Meta)
+	if err != nil {
+		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
+	}
 	starts, ends := c.window()
-	n, err := restoreScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, starts, ends).Int()
+	n, err := restoreScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, starts, ends, gen).Int()
 	if err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}
