@@ -584,7 +584,7 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 		c.bases = append(c.bases, base)
 		c.apis = append(c.apis, &role{name: name("api", i), c: c, args: func() []string {
 			return []string{"api", "--addr", strings.TrimPrefix(base, "http://"), "--metrics-addr", "127.0.0.1:0", "--admin-token", c.admin,
-				"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0",
+				"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0", "--drain-delay", "500ms",
 				"--partitions", "3", "--replication", strconv.Itoa(o.replication), "--reservation-ttl", o.reservationTTL.String()}
 		}})
 	}
@@ -651,7 +651,12 @@ func (c *cluster) ready(base string) bool {
 // createCampaign creates a campaign through the api.
 func (c *cluster) createCampaign(t *testing.T, stock, limit int) string {
 	t.Helper()
-	id := storetest.Name("fault")
+	return c.createNamed(t, storetest.Name("fault"), stock, limit)
+}
+
+// createNamed creates the campaign id through the api.
+func (c *cluster) createNamed(t *testing.T, id string, stock, limit int) string {
+	t.Helper()
 	body, _ := json.Marshal(map[string]any{"id": id, "name": "Fault test", "stock": stock, "per_user_limit": limit})
 	req, _ := http.NewRequest("POST", c.base+"/v1/campaigns", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")

@@ -73,14 +73,15 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
 	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
 	maxConns := f.Int("max-conns", api.DefaultMaxConns(), "connections held at once; one more is closed on accept (0: no cap; the default is the open-file limit less 1024)")
+	drainDelay := f.Duration("drain-delay", 5*time.Second, "how long a stopping api goes on serving while /readyz answers 503, for the load balancer to move buyers elsewhere")
 	maxConnsPerAddr := f.Int("max-conns-per-addr", 1000, "connections from one client address (an IPv6 /64); behind a load balancer raise it, or 0 for no cap")
 	guards := f.guards(false)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr}, guards.logArgs()...)...)
-	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
+	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
+	cfg := api.Config{Addr: *addr, DrainDelay: *drainDelay, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -93,6 +94,10 @@ type Config struct {
 	// client cannot take them all. Behind a load balancer every connection comes from its few
 	// addresses: raise it or set 0. Default: 0, no cap (the api command sets 1,000).
 	MaxConnsPerAddr int
+	// DrainDelay is how long the api goes on serving after it is told to stop, while /readyz
+	// answers 503 "draining": the time a load balancer takes to notice and send buyers
+	// elsewhere, so that a rolling restart refuses nobody. Default: 0 (the api command sets 5s).
+	DrainDelay time.Duration
 	// ShutdownTimeout bounds the drain of in-flight requests at shutdown. Default: 15s.
 	ShutdownTimeout time.Duration
 	// Logger receives errors. Default: slog.Default().
@@ -189,6 +194,7 @@ type Server struct {
 	known     sync.Map // campaign ids the store knows: see notInRedis
 	ready     readyCache
 	stopping  chan struct{} // closed when shutdown starts: event streams end
+	draining  atomic.Bool   // told to stop: /readyz says so, answers close their connections
 	// orderIDSecret keys derived order ids (keyedOrderID).
 	orderIDSecret []byte
 	hub           *hub // nil without Brokers
@@ -238,6 +244,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 	e.HTTPErrorHandler = s.handleError
 	e.Use(countRequests)
 	e.Use(s.byAddress)
+	e.Use(s.closeWhileDraining)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			s.cfg.Logger.Error("handler panicked", "path", c.Request().URL.Path, "err", err, "stack", string(stack))
@@ -307,6 +314,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("api: serve: %w", err)
 	case <-ctx.Done():
 	}
+	if s.cfg.DrainDelay > 0 {
+		s.draining.Store(true)
+		s.cfg.Logger.Info("draining: /readyz answers 503 while the load balancer moves buyers elsewhere", "for", s.cfg.DrainDelay)
+		select {
+		case err := <-errc:
+			return fmt.Errorf("api: serve: %w", err)
+		case <-time.After(s.cfg.DrainDelay):
+		}
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -316,6 +332,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// closeWhileDraining ends each answer's connection once the api is draining, so keep-alive
+// clients reconnect through the load balancer to another api. Not SetKeepAlivesEnabled(false):
+// it also closes the idle connections at once, under a request a client is sending on one.
+func (s *Server) closeWhileDraining(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.draining.Load() {
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+		}
+		return next(c)
+	}
 }
 
 // stop ends the event streams, which would otherwise hold the drain up.
@@ -329,6 +357,9 @@ func (s *Server) healthz(c echo.Context) error {
 // not, never why (that goes to the log), and asks them at most once per readyEvery however
 // many probes and clients call it.
 func (s *Server) readyz(c echo.Context) error {
+	if s.draining.Load() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+	}
 	st := s.ready.get(func() readiness {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), 2*time.Second)
 		defer cancel()

@@ -109,13 +109,30 @@ func Header(r *kgo.Record, key string) string {
 // Lag returns how many records of topic the group has not committed yet, summed over
 // partitions; a partition the group never committed counts from its log start.
 func Lag(ctx context.Context, adm *kadm.Client, topic, group string) (int64, error) {
+	ends, err := EndOffsets(ctx, adm, topic)
+	if err != nil {
+		return 0, fmt.Errorf("lag of %s on %s: %w", group, topic, err)
+	}
+	return LagBehind(ctx, adm, ends, group)
+}
+
+// EndOffsets returns the end offsets of topic's partitions: where its next records will go.
+func EndOffsets(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error) {
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return 0, fmt.Errorf("lag of %s on %s: end offsets: %w", group, topic, err)
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
 	}
+	return ends, nil
+}
+
+// LagBehind returns how many records before ends group has yet to commit: what it must still
+// do to have done everything produced before ends were read, however busy the topic is since.
+func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, group string) (int64, error) {
+	var topic string
+	ends.Each(func(o kadm.ListedOffset) { topic = o.Topic })
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()

@@ -62,6 +62,9 @@ func (r *Redis) Generations(ctx context.Context, campaigns []string) (map[string
 		metas[c] = pipe.HMGet(ctx, meta, "limit", "gen")
 	}
 	pipe.Exec(ctx) // each command carries its own error
+	if cc, ok := r.rdb.(*redis.ClusterClient); ok && len(errs) > 0 {
+		cc.ReloadState(ctx) // a primary that does not answer may have been replaced
+	}
 	for c, cmd := range metas {
 		v, err := cmd.Result()
 		if err != nil {

@@ -773,6 +773,10 @@ group.initial.rebalance.delay.ms=0
 # Consumers may ask for a session short enough to hand a dead member's partitions on within
 # 3 s (seckill consumer --session-timeout); the broker's default floor is 6 s.
 group.min.session.timeout.ms=1000
+# A broker killed -9 loses its partitions' leadership once the controller stops hearing from
+# it: 9 s by default, during which purchases of its partitions fail their produce.
+broker.session.timeout.ms=3000
+broker.heartbeat.interval.ms=500
 auto.create.topics.enable=false
 CONF
     if [[ ! -f $dir/data/meta.properties ]]; then

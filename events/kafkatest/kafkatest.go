@@ -80,7 +80,12 @@ func Topics(tb testing.TB, brokers []string) events.Topics {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := events.CreateTopics(ctx, kadm.NewClient(cl), t, 3, 1); err != nil {
+	// Replicated as production has them where there are brokers enough (kafka3).
+	replication := int16(1)
+	if len(brokers) >= 3 {
+		replication = 3
+	}
+	if err := events.CreateTopics(ctx, kadm.NewClient(cl), t, 3, replication); err != nil {
 		tb.Fatalf("create topics: %v", err)
 	}
 	return t

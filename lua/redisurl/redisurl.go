@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -128,6 +129,10 @@ func parse(s string) (Options, error) {
 		if err != nil {
 			return Options{}, err
 		}
+		// go-redis reads the slot map again every 60 s by default, and a failed-over primary
+		// answers no MOVED while it is dead: a shard's campaigns were refused for a minute after
+		// its replica had taken over. A CLUSTER SLOTS a second is nothing to the cluster.
+		opt.ClusterStateReloadInterval = time.Second
 		return Options{Topology: Cluster, Cluster: opt}, nil
 	}
 	master, db, _ := strings.Cut(path, "/")

@@ -1,0 +1,553 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// The production topology as processes: three apis, three consumers in one group and two
+// compensators, on a Redis Cluster (or a Sentinel group) and three Kafka brokers, started on
+// demand by deploy/local/services.sh. Each story ends with the audit clean and the buyers' own
+// ledger reconciled with the store: every 202 ends confirmed (or failed with its units back),
+// nothing is oversold, nobody is over the limit.
+
+// topology starts the named replicated services (redis-cluster, redis-sentinel, kafka3) on
+// the shared state directory, unless they run already, and returns services.sh's exports.
+func topology(t *testing.T, names ...string) map[string]string {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(servicesScript, append([]string{"start"}, names...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("services.sh start %v: %v\n%s", names, err, out)
+	}
+	t.Logf("%v up in %v", names, time.Since(start).Round(time.Millisecond))
+	out, err = exec.Command(servicesScript, "env").Output()
+	if err != nil {
+		t.Fatalf("services.sh env: %v", err)
+	}
+	env := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if ok {
+			env[k] = strings.Trim(v, "'")
+		}
+	}
+	return env
+}
+
+// production is newCluster in the production shape on the given Redis and three brokers.
+func production(t *testing.T, redisURL string, env map[string]string, o clusterOptions) *cluster {
+	t.Helper()
+	o.apis, o.consumers, o.compensators, o.replication = 3, 3, 2, 3
+	// A consumer that dies hands its partitions on within 3 s (kafka3's brokers allow it).
+	o.consumerArgs = append(o.consumerArgs, "--session-timeout", "2s")
+	return newCluster(t, where{redisURL: redisURL, brokers: strings.Split(env["SECKILL_TEST_KAFKA3_BROKERS"], ",")}, o)
+}
+
+// sale is a crowd of buyers spread over the ready apis and over several campaigns, with a
+// ledger per campaign.
+type sale struct {
+	c         *cluster
+	campaigns []string
+	ledgers   map[string]*ledger
+	allowed   func(a answer) bool
+
+	mu    sync.Mutex
+	ready []bool // per api, as its /readyz said last
+}
+
+func newSale(c *cluster, campaigns []string, allowed func(a answer) bool) *sale {
+	s := &sale{c: c, campaigns: campaigns, ledgers: map[string]*ledger{}, allowed: allowed, ready: make([]bool, len(c.bases))}
+	for _, id := range campaigns {
+		s.ledgers[id] = newLedger()
+	}
+	for i := range s.ready {
+		s.ready[i] = true
+	}
+	return s
+}
+
+// watchReady keeps s.ready up to date every 50 ms until ctx ends: the load balancer's view.
+func (s *sale) watchReady(ctx context.Context) {
+	for {
+		for i, base := range s.c.bases {
+			ok := s.c.ready(base)
+			s.mu.Lock()
+			s.ready[i] = ok
+			s.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// pick returns a ready api at random, as a load balancer would.
+func (s *sale) pick() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ready []string
+	for i, ok := range s.ready {
+		if ok {
+			ready = append(ready, s.c.bases[i])
+		}
+	}
+	if len(ready) == 0 {
+		return s.c.bases[rand.IntN(len(s.c.bases))]
+	}
+	return ready[rand.IntN(len(ready))]
+}
+
+// run buys until ctx ends with workers buyers at once, each purchase of a random campaign,
+// user and quantity (1 or 2), and paced at one per pace per worker.
+func (s *sale) run(ctx context.Context, workers, users int, pace time.Duration) *sync.WaitGroup {
+	return load(ctx, workers, func(ctx context.Context, worker, i int) {
+		campaign := s.campaigns[rand.IntN(len(s.campaigns))]
+		user := fmt.Sprintf("u%05d", rand.IntN(users))
+		a := s.c.buyAt(ctx, s.pick(), campaign, user, 1+rand.IntN(2), "")
+		s.ledgers[campaign].add(a, user, s.allowed)
+		time.Sleep(pace)
+	})
+}
+
+// settle waits for every campaign to settle and checks each: the final state, the ledger
+// against the store and the audit. It returns a line per campaign.
+func (s *sale) settle(t *testing.T, within time.Duration) []string {
+	t.Helper()
+	var out []string
+	for _, id := range s.campaigns {
+		s.c.settle(t, id, within)
+		f := s.c.checkFinal(t, id)
+		l := s.ledgers[id]
+		if len(l.odd) > 0 {
+			t.Errorf("%s: %d answers no story allows (first: %s)", id, len(l.odd), l.odd[0])
+		}
+		endedWell(t, l, f)
+		s.c.audit(t, id)
+		out = append(out, fmt.Sprintf("%s: %s; sold %d of %d", id, l, f.sold, f.stock))
+	}
+	return out
+}
+
+// endedWell checks that every 202 ended confirmed or failed (checkFinal has checked that a
+// failed order's units are back), and that no order was confirmed without a 202.
+func endedWell(t *testing.T, l *ledger, f finalState) {
+	t.Helper()
+	var open, unasked []string
+	for id := range l.accepted {
+		if st := f.orders[id].Status; st != events.Confirmed && st != events.Failed {
+			open = append(open, fmt.Sprintf("%s (%q)", id, st))
+		}
+	}
+	for id, o := range f.orders {
+		if _, ok := l.accepted[id]; !ok && o.Status == events.Confirmed {
+			unasked = append(unasked, id)
+		}
+	}
+	if len(open) > 0 {
+		t.Errorf("%d orders answered 202 did not end (first: %s)", len(open), open[0])
+	}
+	if len(unasked) > 0 {
+		t.Errorf("%d confirmed orders were never answered 202 (first: %s)", len(unasked), unasked[0])
+	}
+}
+
+// shardedCampaigns creates n campaigns per primary of the Redis Cluster, and returns them
+// grouped by the address of their primary.
+func shardedCampaigns(t *testing.T, c *cluster, perShard, stock, limit int) map[string][]string {
+	t.Helper()
+	cc, ok := c.redis.Client().(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("not a cluster client: %T", c.redis.Client())
+	}
+	byShard := map[string][]string{}
+	for tries := 0; tries < 200; tries++ {
+		id := storetest.Name("shard")
+		node, err := cc.MasterForKey(context.Background(), lua.KeysOf(id).Meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := node.Options().Addr
+		if len(byShard[addr]) < perShard {
+			byShard[addr] = append(byShard[addr], c.createNamed(t, id, stock, limit))
+		}
+		if len(byShard) == 3 && !slices.ContainsFunc(mapValues(byShard), func(ids []string) bool { return len(ids) < perShard }) {
+			return byShard
+		}
+	}
+	t.Fatalf("campaigns did not spread over 3 primaries: %v", byShard)
+	return nil
+}
+
+func mapValues[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// killRedis kills the Redis server at addr with -9, as a crash would: its pid from INFO.
+func killRedis(t *testing.T, addr string) {
+	t.Helper()
+	info, err := redis.NewClient(&redis.Options{Addr: addr}).Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, _ = strconv.Atoi(v)
+		}
+	}
+	if pid <= 0 {
+		t.Fatalf("no process_id in INFO of %s", addr)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed redis %s (pid %d) with -9", addr, pid)
+}
+
+// allowedUnderFaults are a sale's refusals plus the 503 of a campaign whose Redis is failing
+// over or being rebuilt.
+func allowedUnderFaults(a answer) bool {
+	return refusals(a) || a.status == http.StatusServiceUnavailable && a.code == "unavailable"
+}
+
+// TestTopologyCluster runs the stories of a Redis Cluster and three Kafka brokers, one after
+// another on one deployment: a crowd over the shards, a shard's primary killed, the leader
+// broker killed, a consumer killed, a rolling restart of the apis, the sweeper killed.
+func TestTopologyCluster(t *testing.T) {
+	buildEarly()
+	env := topology(t, "redis-cluster", "kafka3")
+	const sweep = time.Second
+	c := production(t, env["SECKILL_TEST_REDIS_CLUSTER_URL"], env, clusterOptions{sweepInterval: sweep})
+
+	t.Run("crowd over the shards", func(t *testing.T) {
+		byShard := shardedCampaigns(t, c, 2, 200, 2)
+		s := newSale(c, slices.Concat(mapValues(byShard)...), refusals)
+		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+		defer cancel()
+		start := time.Now()
+		s.run(ctx, 48, 2000, 0).Wait()
+		took := time.Since(start)
+		lines := s.settle(t, 30*time.Second)
+		t.Logf("%d campaigns over 3 shards, 3 apis, %v:\n%s", len(s.campaigns), took.Round(time.Millisecond), strings.Join(lines, "\n"))
+		for _, id := range s.campaigns {
+			if f := c.checkFinal(t, id); f.sold != f.stock {
+				t.Errorf("%s sold %d of %d: the crowd should sell it out", id, f.sold, f.stock)
+			}
+		}
+	})
+
+	t.Run("a shard's primary killed", func(t *testing.T) {
+		byShard := shardedCampaigns(t, c, 1, 100000, 1000)
+		victim := slices.Sorted(func(yield func(string) bool) {
+			for a := range byShard {
+				if !yield(a) {
+					return
+				}
+			}
+		})[0]
+		s := newSale(c, slices.Concat(mapValues(byShard)...), allowedUnderFaults)
+		ctx, cancel := context.WithCancel(context.Background())
+		wg := s.run(ctx, 24, 500, 5*time.Millisecond)
+		time.Sleep(2 * time.Second)
+		killed := time.Now()
+		killRedis(t, victim)
+		// Back on sale: a purchase of the victim's campaign answered 202 again.
+		var back time.Time
+		eventually(t, 60*time.Second, "the killed shard's campaign sells again", func() bool {
+			for _, a := range s.ledgers[byShard[victim][0]].between(killed, time.Now()) {
+				if a.status == http.StatusAccepted && a.started.After(killed.Add(500*time.Millisecond)) {
+					back = a.started
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(2 * time.Second)
+		cancel()
+		wg.Wait()
+		if out, err := exec.Command(servicesScript, "start", "redis-cluster").CombinedOutput(); err != nil {
+			t.Fatalf("restart the killed node: %v\n%s", err, out)
+		}
+		lines := s.settle(t, 60*time.Second)
+		t.Logf("primary %s killed; its campaign sells again %v later:\n%s", victim, back.Sub(killed).Round(time.Millisecond), strings.Join(lines, "\n"))
+		for addr, ids := range byShard {
+			unavailable := kinds(s.ledgers[ids[0]].between(killed, time.Now()))["503 unavailable"]
+			if addr == victim {
+				t.Logf("the killed shard's campaign: %d answers 503 after the kill", unavailable)
+			} else if unavailable > 0 {
+				t.Errorf("campaign %s on a live shard (%s) answered 503 %d times", ids[0], addr, unavailable)
+			}
+		}
+	})
+
+	t.Run("the leader broker killed", func(t *testing.T) {
+		campaign := c.createCampaign(t, 100000, 1000)
+		s := newSale(c, []string{campaign}, allowedUnderFaults)
+		ctx, cancel := context.WithCancel(context.Background())
+		wg := s.run(ctx, 24, 500, 5*time.Millisecond)
+		time.Sleep(2 * time.Second)
+		leader := leaderOf(t, c, c.topics.Requested)
+		pidFile := filepath.Join(servicesDir(t), "kafka3", strconv.Itoa(int(leader)-1), "kafka.pid")
+		killPidFile(t, pidFile)
+		killed := time.Now()
+		time.Sleep(6 * time.Second)
+		if out, err := exec.Command(servicesScript, "start", "kafka3").CombinedOutput(); err != nil {
+			t.Fatalf("restart the killed broker: %v\n%s", err, out)
+		}
+		time.Sleep(2 * time.Second)
+		cancel()
+		wg.Wait()
+		lines := s.settle(t, 60*time.Second)
+		t.Logf("broker %d (leader of %s) killed:\n%s\nafter the kill: %v", leader, c.topics.Requested, strings.Join(lines, "\n"),
+			kinds(s.ledgers[campaign].between(killed, time.Now())))
+	})
+
+	t.Run("a consumer killed and restarted 3 s later", func(t *testing.T) {
+		campaign := c.createCampaign(t, 100000, 1000)
+		s := newSale(c, []string{campaign}, refusals)
+		ctx, cancel := context.WithCancel(context.Background())
+		wg := s.run(ctx, 8, 500, 20*time.Millisecond)
+		time.Sleep(2 * time.Second)
+		victim := c.consumers[1]
+		if err := victim.stop(true); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		time.Sleep(3 * time.Second)
+		victim.mu.Lock()
+		victim.stopping = false
+		victim.mu.Unlock()
+		victim.start(t)
+		time.Sleep(3 * time.Second)
+		cancel()
+		wg.Wait()
+		lines := s.settle(t, 60*time.Second)
+		worst := c.slowestConfirmation(t, campaign, s.ledgers[campaign], killed)
+		t.Logf("consumer-2 killed -9, restarted 3 s later:\n%s\nslowest confirmation of a 202 after the kill: %v", strings.Join(lines, "\n"), worst.Round(time.Millisecond))
+		if worst > 3*time.Second {
+			t.Errorf("an order answered 202 after the kill was confirmed %v later: more than 3 s", worst.Round(time.Millisecond))
+		}
+	})
+
+	t.Run("a rolling restart of the apis", func(t *testing.T) {
+		campaign := c.createCampaign(t, 100000, 1000)
+		s := newSale(c, []string{campaign}, refusals) // no 503, no lost answer
+		ctx, cancel := context.WithCancel(context.Background())
+		watch, stopWatch := context.WithCancel(context.Background())
+		go s.watchReady(watch)
+		wg := s.run(ctx, 16, 500, 10*time.Millisecond)
+		time.Sleep(time.Second)
+		start := time.Now()
+		for i, api := range c.apis {
+			if err := api.restart(t); err != nil {
+				t.Errorf("%s: %v", api.name, err)
+			}
+			c.waitReady(t, c.bases[i], 30*time.Second)
+		}
+		restarted := time.Since(start)
+		time.Sleep(time.Second)
+		cancel()
+		wg.Wait()
+		stopWatch()
+		lines := s.settle(t, 60*time.Second)
+		l := s.ledgers[campaign]
+		t.Logf("3 apis restarted one at a time in %v:\n%s", restarted.Round(time.Millisecond), strings.Join(lines, "\n"))
+		if n := l.byKind["no answer"] + l.byKind["503 unavailable"]; n > 0 {
+			var why []string
+			for _, a := range l.answers {
+				if a.status == 0 || a.status == http.StatusServiceUnavailable {
+					why = append(why, fmt.Sprintf("%d %v", a.status, a.err))
+				}
+			}
+			t.Errorf("%d purchases were refused or unanswered during the rolling restart: %s (%s)", n, l, strings.Join(why, "; "))
+		}
+	})
+
+	t.Run("the sweeping compensator killed", func(t *testing.T) {
+		campaign := c.createCampaign(t, 100, 10)
+		ctx := context.Background()
+		var ids []string
+		var deadline time.Time
+		for i := range 20 {
+			res, err := c.redis.Reserve(ctx, campaign, events.NewOrderID(campaign), fmt.Sprintf("ghost-%d", i), 1, 2*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, deadline = append(ids, res.OrderID), res.Deadline
+		}
+		holder := c.sweepHolder(t)
+		if err := holder.stop(true); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		eventually(t, 30*time.Second, "the standby releases every reservation", func() bool {
+			for _, id := range ids {
+				if res, err := c.redis.Reservation(ctx, id); err != nil || res.State != "released" {
+					return false
+				}
+			}
+			return true
+		})
+		late := time.Since(deadline)
+		t.Logf("%s (the lease holder) killed %v before the deadline; all released %v after it (sweep %v, lease %v)",
+			holder.name, deadline.Sub(killed).Round(time.Millisecond), late.Round(time.Millisecond), sweep, time.Second)
+		if late > sweep+time.Second+500*time.Millisecond {
+			t.Errorf("released %v after the deadline: past the lease plus one sweep", late.Round(time.Millisecond))
+		}
+		c.audit(t, campaign)
+	})
+}
+
+// TestTopologySentinel: a Sentinel failover mid-sale, the primary killed with -9.
+func TestTopologySentinel(t *testing.T) {
+	buildEarly()
+	env := topology(t, "redis-sentinel", "kafka3")
+	c := production(t, env["SECKILL_TEST_REDIS_SENTINEL_URL"], env, clusterOptions{})
+	campaign := c.createCampaign(t, 100000, 1000)
+	s := newSale(c, []string{campaign}, allowedUnderFaults)
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := s.run(ctx, 24, 500, 5*time.Millisecond)
+	time.Sleep(2 * time.Second)
+	addr := sentinelPrimary(t, env)
+	killRedis(t, addr)
+	killed := time.Now()
+	var back time.Time
+	eventually(t, 60*time.Second, "the campaign sells again after the failover", func() bool {
+		for _, a := range s.ledgers[campaign].between(killed, time.Now()) {
+			if a.status == http.StatusAccepted && a.started.After(killed.Add(500*time.Millisecond)) {
+				back = a.started
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(2 * time.Second)
+	cancel()
+	wg.Wait()
+	if out, err := exec.Command(servicesScript, "start", "redis-sentinel").CombinedOutput(); err != nil {
+		t.Fatalf("restart the killed primary: %v\n%s", err, out)
+	}
+	lines := s.settle(t, 60*time.Second)
+	t.Logf("primary %s killed; sells again %v later; after the kill: %v\n%s", addr, back.Sub(killed).Round(time.Millisecond),
+		kinds(s.ledgers[campaign].between(killed, time.Now())), strings.Join(lines, "\n"))
+}
+
+// sentinelPrimary asks the sentinels for the primary's address.
+func sentinelPrimary(t *testing.T, env map[string]string) string {
+	t.Helper()
+	u := strings.TrimPrefix(env["SECKILL_TEST_REDIS_SENTINEL_URL"], "redis+sentinel://")
+	first, _, _ := strings.Cut(u, ",")
+	addr, err := redis.NewSentinelClient(&redis.Options{Addr: first}).GetMasterAddrByName(context.Background(), "seckill").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr[0] + ":" + addr[1]
+}
+
+// leaderOf returns the broker that leads partition 0 of topic.
+func leaderOf(t *testing.T, c *cluster, topic string) int32 {
+	t.Helper()
+	td, err := c.adm.ListTopics(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := td[topic]
+	if !ok || d.Err != nil || len(d.Partitions) == 0 {
+		t.Fatalf("no metadata of %s: %v", topic, d.Err)
+	}
+	return d.Partitions[0].Leader
+}
+
+// servicesDir is the shared state directory of services.sh.
+func servicesDir(t *testing.T) string {
+	t.Helper()
+	if d := os.Getenv("SECKILL_SERVICES_DIR"); d != "" {
+		return d
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, ".seckill-services")
+}
+
+// killPidFile kills the process whose pid a file holds with -9.
+func killPidFile(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s (pid %d) with -9", path, pid)
+}
+
+// slowestConfirmation returns the longest time from a 202 answered after since to its order's
+// confirmation in the store.
+func (c *cluster) slowestConfirmation(t *testing.T, campaign string, l *ledger, since time.Time) time.Duration {
+	t.Helper()
+	orders, err := c.store.Orders(context.Background(), campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]int64{}
+	for _, o := range orders {
+		if o.Status == events.Confirmed {
+			byID[o.OrderID] = o.UpdatedAtMs
+		}
+	}
+	var worst time.Duration
+	for _, a := range l.between(since, time.Now()) {
+		if at, ok := byID[a.orderID]; ok && a.status == http.StatusAccepted {
+			worst = max(worst, time.UnixMilli(at).Sub(a.started.Add(a.took)))
+		}
+	}
+	return worst
+}
+
+// sweepHolder returns the compensator that holds the sweeper's lease, by its log.
+func (c *cluster) sweepHolder(t *testing.T) *role {
+	t.Helper()
+	var holder *role
+	eventually(t, 10*time.Second, "a compensator holds the sweeper's lease", func() bool {
+		for _, r := range c.comps {
+			b, _ := os.ReadFile(filepath.Join(c.logDir, r.name+".log"))
+			if strings.Contains(string(b), "sweeping as lease holder") {
+				holder = r
+			}
+		}
+		return holder != nil
+	})
+	return holder
+}
