@@ -722,8 +722,8 @@ redis_dir_down() { # name dir
     kill "$pid" 2>/dev/null || true
     wait_exit "$pid" 30 || kill -9 "$pid" 2>/dev/null || true
     n=$((n + 1))
-  done < <(find "$1" -name '*.pid' 2>/dev/null)
-  if ((n)); then log "$2: stopped $n processes"; else log "$2: not running"; fi
+  done < <(find "$2" -name '*.pid' 2>/dev/null)
+  if ((n)); then log "$1: stopped $n processes"; else log "$1: not running"; fi
 }
 
 kafka3_answers() {
