@@ -516,7 +516,7 @@ kafka_start() {
     id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
     log "kafka: formatting $KAFKA_DATA (cluster id $id)..."
     if ! kafka_tool kafka.tools.StorageTool format --ignore-formatted \
-        -t "$id" -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1; then
+        --cluster-id="$id" -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1; then
       show_tail "$KAFKA_DIR/format.log"
       die "kafka: StorageTool format failed"
     fi
@@ -781,7 +781,7 @@ auto.create.topics.enable=false
 CONF
     if [[ ! -f $dir/data/meta.properties ]]; then
       "$JAVA" -Xmx256m "${KAFKA_JVM[@]}" -Dlog4j.configuration="file:$dir/tools-log4j.properties" \
-        kafka.tools.StorageTool format --ignore-formatted -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1 ||
+        kafka.tools.StorageTool format --ignore-formatted --cluster-id="$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1 ||
         { show_tail "$dir/format.log"; die "kafka3: StorageTool format of node $i failed"; }
     fi
     # shellcheck disable=SC2016 # $$ and $0 are for the inner shell

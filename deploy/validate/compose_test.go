@@ -35,26 +35,32 @@ var wantDependsOn = map[string]map[string]string{
 	"migrate": {
 		"postgres": types.ServiceConditionHealthy,
 	},
-	"api": {
-		"kafka":    types.ServiceConditionHealthy,
-		"redis":    types.ServiceConditionHealthy,
-		"postgres": types.ServiceConditionHealthy,
-		"migrate":  types.ServiceConditionCompletedSuccessfully,
-	},
-	"consumer": {
-		"kafka":    types.ServiceConditionHealthy,
-		"redis":    types.ServiceConditionHealthy,
-		"postgres": types.ServiceConditionHealthy,
-		"migrate":  types.ServiceConditionCompletedSuccessfully,
-		"api":      types.ServiceConditionHealthy,
-	},
-	"compensator": {
-		"kafka":    types.ServiceConditionHealthy,
-		"redis":    types.ServiceConditionHealthy,
-		"postgres": types.ServiceConditionHealthy,
-		"migrate":  types.ServiceConditionCompletedSuccessfully,
-		"api":      types.ServiceConditionHealthy,
-	},
+	"api":         withInfra(nil),
+	"consumer":    withInfra(map[string]string{"api": types.ServiceConditionHealthy}),
+	"compensator": withInfra(map[string]string{"api": types.ServiceConditionHealthy}),
+}
+
+// infra are the servers of the replicated topology; a role waits for all of them, and for
+// one sentinel (it asks the sentinels which Redis is the primary).
+var infra = []string{"kafka", "kafka-2", "kafka-3", "redis", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3", "postgres"}
+
+// brokers are the Kafka services, redisNodes the Redis data servers.
+var (
+	brokers    = []string{"kafka", "kafka-2", "kafka-3"}
+	redisNodes = []string{"redis", "redis-replica"}
+)
+
+func withInfra(more map[string]string) map[string]string {
+	m := map[string]string{
+		"kafka":      types.ServiceConditionHealthy,
+		"kafka-2":    types.ServiceConditionHealthy,
+		"kafka-3":    types.ServiceConditionHealthy,
+		"sentinel-1": types.ServiceConditionHealthy,
+		"postgres":   types.ServiceConditionHealthy,
+		"migrate":    types.ServiceConditionCompletedSuccessfully,
+	}
+	maps.Copy(m, more)
+	return m
 }
 
 // loadCompose loads content as deploy/compose.yaml with the Compose loader:
@@ -78,7 +84,7 @@ func loadCompose(tb testing.TB, content []byte, env map[string]string) (*types.P
 func checkCompose(p *types.Project, repoRoot string) problems {
 	var probs problems
 
-	want := append([]string{"kafka", "redis", "postgres", "migrate"}, roles...)
+	want := slices.Concat(infra, []string{"migrate"}, roles)
 	for _, name := range want {
 		if _, err := p.GetService(name); err != nil {
 			probs.addf("compose: service %s missing", name)
@@ -199,14 +205,28 @@ func checkComposeInfra(p *types.Project) problems {
 		return ""
 	}
 
-	if u, err := url.Parse(env(api, "SECKILL_REDIS_URL")); err != nil || u.Hostname() != "redis" || u.Port() != "6379" {
-		probs.addf("compose: SECKILL_REDIS_URL %q must point at redis:6379", env(api, "SECKILL_REDIS_URL"))
+	// The roles reach Redis through the sentinels, which must watch the primary by the name
+	// the URL gives.
+	redisURL := env(api, "SECKILL_REDIS_URL")
+	if u, err := url.Parse(redisURL); err != nil || u.Scheme != "redis+sentinel" || u.Host != "sentinel-1:26379,sentinel-2:26379,sentinel-3:26379" ||
+		!strings.HasPrefix(u.Path, "/seckill/") {
+		probs.addf("compose: SECKILL_REDIS_URL %q must name the three sentinels and the master seckill", redisURL)
 	}
-	if redis, err := p.GetService("redis"); err == nil {
-		cmd := strings.Join(redis.Command, " ")
-		if !strings.Contains(cmd, "--appendonly yes") || !strings.Contains(cmd, "--appendfsync everysec") {
-			probs.addf("compose: redis must run with --appendonly yes --appendfsync everysec, got %q", cmd)
+	for _, name := range []string{"sentinel-1", "sentinel-2", "sentinel-3"} {
+		if s, err := p.GetService(name); err == nil && !strings.Contains(strings.Join(s.Command, " "), "sentinel monitor seckill redis 6379 2") {
+			probs.addf("compose: %s must monitor the primary redis:6379 as seckill with a quorum of 2", name)
 		}
+	}
+	for _, name := range redisNodes {
+		if redis, err := p.GetService(name); err == nil {
+			cmd := strings.Join(redis.Command, " ")
+			if !strings.Contains(cmd, "--appendonly yes") || !strings.Contains(cmd, "--appendfsync everysec") {
+				probs.addf("compose: %s must run with --appendonly yes --appendfsync everysec, got %q", name, cmd)
+			}
+		}
+	}
+	if r, err := p.GetService("redis-replica"); err == nil && !strings.Contains(strings.Join(r.Command, " "), "--replicaof redis 6379") {
+		probs.addf("compose: redis-replica must replicate redis:6379")
 	}
 
 	if pg, err := p.GetService("postgres"); err == nil {
@@ -222,40 +242,57 @@ func checkComposeInfra(p *types.Project) problems {
 		}
 	}
 
-	if kafka, err := p.GetService("kafka"); err == nil {
+	advertised := map[string]bool{}
+	var voters string
+	for i, name := range brokers {
+		kafka, err := p.GetService(name)
+		if err != nil {
+			continue
+		}
 		if kafka.Image != "apache/kafka:3.9.1" {
-			probs.addf("compose: kafka image is %q, want apache/kafka:3.9.1", kafka.Image)
+			probs.addf("compose: %s image is %q, want apache/kafka:3.9.1", name, kafka.Image)
 		}
 		for key, want := range map[string]string{
+			"KAFKA_NODE_ID":                                  strconv.Itoa(i + 1),
 			"KAFKA_PROCESS_ROLES":                            "broker,controller",
-			"KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR":         "1",
-			"KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
-			"KAFKA_TRANSACTION_STATE_LOG_MIN_ISR":            "1",
+			"KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR":         "3",
+			"KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "3",
+			"KAFKA_TRANSACTION_STATE_LOG_MIN_ISR":            "2",
+			"KAFKA_MIN_INSYNC_REPLICAS":                      "2",
+			"KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE":           "false",
 		} {
 			if got := env(kafka, key); got != want {
-				probs.addf("compose: kafka %s=%q, want %q", key, got, want)
+				probs.addf("compose: %s %s=%q, want %q", name, key, got, want)
 			}
 		}
-		for _, key := range []string{"CLUSTER_ID", "KAFKA_NODE_ID", "KAFKA_CONTROLLER_QUORUM_VOTERS", "KAFKA_LISTENERS", "KAFKA_CONTROLLER_LISTENER_NAMES"} {
+		for _, key := range []string{"CLUSTER_ID", "KAFKA_CONTROLLER_QUORUM_VOTERS", "KAFKA_LISTENERS", "KAFKA_CONTROLLER_LISTENER_NAMES"} {
 			if env(kafka, key) == "" {
-				probs.addf("compose: kafka lacks %s, which KRaft needs", key)
+				probs.addf("compose: %s lacks %s, which KRaft needs", name, key)
 			}
 		}
-		advertised := map[string]bool{}
+		if voters == "" {
+			voters = env(kafka, "KAFKA_CONTROLLER_QUORUM_VOTERS")
+		} else if env(kafka, "KAFKA_CONTROLLER_QUORUM_VOTERS") != voters {
+			probs.addf("compose: %s has other controller voters than kafka", name)
+		}
 		for _, l := range strings.Split(env(kafka, "KAFKA_ADVERTISED_LISTENERS"), ",") {
 			if _, hostport, ok := strings.Cut(l, "://"); ok {
 				advertised[hostport] = true
 			}
 		}
-		for _, b := range strings.Split(env(api, "SECKILL_KAFKA_BROKERS"), ",") {
-			if !advertised[b] {
-				probs.addf("compose: broker %q is not an advertised listener of kafka (%s)", b, env(kafka, "KAFKA_ADVERTISED_LISTENERS"))
-			}
+	}
+	seeds := strings.Split(env(api, "SECKILL_KAFKA_BROKERS"), ",")
+	for _, b := range seeds {
+		if !advertised[b] {
+			probs.addf("compose: broker %q is not an advertised listener of a kafka service", b)
 		}
-		// The api creates topics with this replication; one broker holds one replica.
-		if got := env(api, "SECKILL_REPLICATION"); got != "1" {
-			probs.addf("compose: api SECKILL_REPLICATION=%q, want 1 for the single broker", got)
-		}
+	}
+	if len(seeds) != len(brokers) {
+		probs.addf("compose: SECKILL_KAFKA_BROKERS names %d brokers, want all %d", len(seeds), len(brokers))
+	}
+	// The api creates topics with this replication: one replica per broker.
+	if got := env(api, "SECKILL_REPLICATION"); got != strconv.Itoa(len(brokers)) {
+		probs.addf("compose: api SECKILL_REPLICATION=%q, want %d, one replica per broker", got, len(brokers))
 	}
 	return probs
 }
