@@ -948,18 +948,26 @@ func TestFaultSweeperKill(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	c.killTheSweeper(t, c.compensator, sweep, time.Second)
+}
+
+// killTheSweeper makes reservations that expire ttl later and never become orders, kills the
+// sweeper's lease holder with -9 and checks that the standby releases them in time: within the
+// lease and one sweep interval of their deadline.
+func (c *cluster) killTheSweeper(t *testing.T, holder *role, sweep, ttl time.Duration) {
+	t.Helper()
 	campaign := c.createCampaign(t, 100, 10)
 	ctx := context.Background()
 	var ids []string
 	var deadline time.Time
 	for i := range 20 {
-		res, err := c.redis.Reserve(ctx, campaign, events.NewOrderID(campaign), fmt.Sprintf("ghost-%d", i), 1, time.Second)
+		res, err := c.redis.Reserve(ctx, campaign, events.NewOrderID(campaign), fmt.Sprintf("ghost-%d", i), 1, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids, deadline = append(ids, res.OrderID), res.Deadline
 	}
-	if err := c.compensator.stop(true); err != nil {
+	if err := holder.stop(true); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -972,14 +980,14 @@ func TestFaultSweeperKill(t *testing.T) {
 		return true
 	})
 	late := time.Since(deadline)
-	t.Logf("holder killed %v before the deadline; every reservation released %v after it (sweep interval %v)",
-		deadline.Sub(killed).Round(time.Millisecond), late.Round(time.Millisecond), sweep)
+	t.Logf("%s (the lease holder) killed %v before the deadline; every reservation released %v after it (sweep interval %v)",
+		holder.name, deadline.Sub(killed).Round(time.Millisecond), late.Round(time.Millisecond), sweep)
 	// Before the lease fitted the interval (a lease of 3 intervals, a try per interval), the
 	// release came 5 to 8 s after the deadline here. A standby holds the lease at most a lease
 	// and a retry after the kill, and sweeps once an interval from then: a kill just before
 	// the deadline may add the lease to the interval. The bound leaves the machine half a
 	// second more.
-	lease, retry := 1*time.Second, 250*time.Millisecond
+	lease, retry := max(sweep/2, time.Second), max(sweep/2, time.Second)/4 // compensator.sweeperLease
 	if late > sweep+lease+retry+500*time.Millisecond {
 		t.Errorf("released %v after the deadline: past the lease and one sweep interval (%v)", late.Round(time.Millisecond), sweep)
 	}
