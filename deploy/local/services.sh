@@ -681,10 +681,14 @@ sentinel_ok() { # the sentinels agree on a primary that answers, and see its rep
 sentinel_up() {
   local i start=$SECONDS primary=$SENTINEL_PORT
   log "redis-sentinel: starting a primary, a replica and 3 sentinels on :$SENTINEL_PORT-$((SENTINEL_PORT + 4))..."
-  # A node restarted after a failover comes back as a replica of whoever is primary now.
-  if [[ -s $SENTINEL_DIR/s0/sentinel.conf ]] && redis_port_answers $((SENTINEL_PORT + 2)); then
+  # A node restarted after a failover comes back as a replica of whoever is primary now: what
+  # the sentinels say, or, when they are down too, what they last wrote in their config.
+  if redis_port_answers $((SENTINEL_PORT + 2)); then
     primary=$(redis-cli -h $HOST -p $((SENTINEL_PORT + 2)) sentinel get-master-addr-by-name $SENTINEL_MASTER | sed -n 2p)
+  elif [[ -s $SENTINEL_DIR/s0/sentinel.conf ]]; then
+    primary=$(sed -n "s/^sentinel monitor $SENTINEL_MASTER [^ ]* \([0-9]*\) .*/\1/p" "$SENTINEL_DIR/s0/sentinel.conf")
   fi
+  [[ $primary =~ ^[0-9]+$ ]] || primary=$SENTINEL_PORT
   for i in 0 1; do
     local port=$((SENTINEL_PORT + i)) extra=""
     ((port == primary)) || extra="replicaof $HOST $primary"
