@@ -929,7 +929,7 @@ func (c *cluster) checkFinal(t *testing.T, campaign string) finalState {
 	for _, o := range orders {
 		f.orders[o.OrderID] = o
 		switch o.Status {
-		case events.Confirmed:
+		case events.Confirmed, events.Paid:
 			f.confirmedUnits += o.Quantity
 			byUser[o.UserID] += o.Quantity
 			f.byReason["confirmed"]++
@@ -946,7 +946,8 @@ func (c *cluster) checkFinal(t *testing.T, campaign string) finalState {
 	for _, res := range snap.Reservations {
 		f.reservations[res.OrderID] = res
 		o, ok := f.orders[res.OrderID]
-		want := map[events.Status]string{events.Confirmed: "confirmed", events.Failed: "released", events.Refunded: "refunded"}[o.Status]
+		want := map[events.Status]string{events.Confirmed: "confirmed", events.Paid: "confirmed", events.Failed: "released",
+			events.Refunded: "refunded", events.Expired: "expired"}[o.Status]
 		if !ok || res.State != want {
 			bad = append(bad, fmt.Sprintf("%s is %s in redis, %q in the store", res.OrderID, res.State, o.Status))
 		}

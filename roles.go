@@ -68,6 +68,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	addr := f.String("addr", ":8080", "listen address of the public API")
 	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics, for operators only")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
+	paymentToken := f.String("payment-token", "", "bearer token of the payment service, which may record payments and nothing else (the admin token may too)")
 	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
 	linger := f.Duration("produce-linger", 0, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
@@ -80,8 +81,8 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "reservation_ttl", *ttl, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
-	cfg := api.Config{Addr: *addr, DrainDelay: *drainDelay, AdminToken: *adminToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
+	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "payment_token_set", *paymentToken != "", "reservation_ttl", *ttl, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
+	cfg := api.Config{Addr: *addr, DrainDelay: *drainDelay, AdminToken: *adminToken, PaymentToken: *paymentToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
 	}

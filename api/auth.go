@@ -192,11 +192,24 @@ func sameSecret(got, want string) bool {
 // admin lets a request through only with the admin bearer token; with no token configured it
 // lets none through.
 func (s *Server) admin(next echo.HandlerFunc) echo.HandlerFunc {
+	return s.bearer(next, "this endpoint needs the admin bearer token", s.cfg.AdminToken)
+}
+
+// payer lets the payment token through as well as the admin token.
+func (s *Server) payer(next echo.HandlerFunc) echo.HandlerFunc {
+	return s.bearer(next, "this endpoint needs the payment or the admin bearer token", s.cfg.AdminToken, s.cfg.PaymentToken)
+}
+
+// bearer lets through a request whose bearer token is one of tokens (an empty one matches
+// nothing), and refuses the others with refusal.
+func (s *Server) bearer(next echo.HandlerFunc, refusal string, tokens ...string) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		got, ok := cutBearer(c.Request().Header.Get("Authorization"))
-		if !ok || s.cfg.AdminToken == "" || !sameSecret(got, s.cfg.AdminToken) {
-			return events.Errorf(events.Unauthorized, "this endpoint needs the admin bearer token")
+		for _, want := range tokens {
+			if ok && want != "" && sameSecret(got, want) {
+				return next(c)
+			}
 		}
-		return next(c)
+		return events.Errorf(events.Unauthorized, "%s", refusal)
 	}
 }

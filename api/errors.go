@@ -22,7 +22,8 @@ func ErrorStatusCode(code events.Code) int {
 		return http.StatusNotFound
 	case codeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
-	case events.CampaignExists, events.SoldOut, events.LimitExceeded, events.NotStarted, events.Ended, events.IdempotencyInProgress:
+	case events.CampaignExists, events.SoldOut, events.LimitExceeded, events.NotStarted, events.Ended, events.IdempotencyInProgress,
+		events.AlreadyPaid, events.PaymentWindowClosed, events.OrderNotConfirmed, events.OrderNotPayable:
 		return http.StatusConflict
 	case events.BodyTooLarge:
 		return http.StatusRequestEntityTooLarge

@@ -140,6 +140,9 @@ type campaignRequest struct {
 	PerUserLimit *int64     `json:"per_user_limit"`
 	StartsAt     *time.Time `json:"starts_at"`
 	EndsAt       *time.Time `json:"ends_at"`
+	// PaymentWindowSeconds is how long a confirmed order has to be paid; 0 or absent: no
+	// payment step.
+	PaymentWindowSeconds *int64 `json:"payment_window_seconds"`
 }
 
 type campaignResponse struct {
@@ -150,8 +153,14 @@ type campaignResponse struct {
 	StartsAt     time.Time  `json:"starts_at"`
 	EndsAt       *time.Time `json:"ends_at"`
 	Remaining    int64      `json:"remaining"`
-	Sold         int64      `json:"sold"`
+	Sold         int64      `json:"sold"` // units of confirmed and paid orders
+	Paid         int64      `json:"paid"` // units of paid orders
+
+	PaymentWindowSeconds int64 `json:"payment_window_seconds"`
 }
+
+// maxPaymentWindow bounds a campaign's payment window: a week.
+const maxPaymentWindow = 7 * 24 * 3600
 
 // createTimeout bounds each step of a campaign's creation.
 const createTimeout = 5 * time.Second
@@ -179,8 +188,13 @@ func (s *Server) createCampaign(c echo.Context) error {
 		return events.Errorf(events.Invalid, "stock must be a whole number from 0 to %d", int64(maxStock))
 	case req.PerUserLimit == nil || *req.PerUserLimit < 1 || *req.PerUserLimit > maxStock:
 		return events.Errorf(events.Invalid, "per_user_limit must be a whole number from 1 to %d", int64(maxStock))
+	case req.PaymentWindowSeconds != nil && (*req.PaymentWindowSeconds < 0 || *req.PaymentWindowSeconds > maxPaymentWindow):
+		return events.Errorf(events.Invalid, "payment_window_seconds must be a whole number from 0 (no payment step) to %d", maxPaymentWindow)
 	}
 	camp.Stock, camp.PerUserLimit = *req.Stock, *req.PerUserLimit
+	if req.PaymentWindowSeconds != nil {
+		camp.PaymentWindowMs = *req.PaymentWindowSeconds * 1000
+	}
 	// Times are kept to the millisecond, and 0 means "no end": a time at or before 1970 or a
 	// window under a millisecond could not be kept as given.
 	if req.StartsAt != nil {
@@ -211,7 +225,7 @@ func (s *Server) createCampaign(c echo.Context) error {
 			s.cfg.Logger.Error("undo a campaign's creation; the compensator puts it on sale later", "campaign", camp.ID, "err", derr)
 			return events.Errorf(events.Unavailable, "campaign %s was created but is not on sale yet; it will be within a minute", camp.ID)
 		case !deleted: // the compensator's reconciler put it on sale meanwhile
-			return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock))
+			return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock, 0))
 		}
 		return events.Errorf(events.Unavailable, "the campaign could not be put on sale, so nothing was created; try again shortly")
 	}
@@ -219,13 +233,14 @@ func (s *Server) createCampaign(c echo.Context) error {
 		// It is on sale; the compensator's reconciler records that.
 		s.cfg.Logger.Warn("record a campaign on sale; the compensator records it", "campaign", camp.ID, "err", err)
 	}
-	return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock))
+	return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock, 0))
 }
 
-func (s *Server) campaignResponse(c store.Campaign, remaining int64) campaignResponse {
+func (s *Server) campaignResponse(c store.Campaign, remaining, paid int64) campaignResponse {
 	r := campaignResponse{
 		ID: c.ID, Name: c.Name, Stock: c.Stock, PerUserLimit: c.PerUserLimit,
-		StartsAt: time.UnixMilli(c.StartsAtMs).UTC(), Remaining: remaining, Sold: c.Sold,
+		StartsAt: time.UnixMilli(c.StartsAtMs).UTC(), Remaining: remaining, Sold: c.Sold, Paid: paid,
+		PaymentWindowSeconds: c.PaymentWindowMs / 1000,
 	}
 	if c.EndsAtMs > 0 {
 		t := time.UnixMilli(c.EndsAtMs).UTC()
@@ -251,7 +266,13 @@ func (s *Server) getCampaign(c echo.Context) error {
 	if !ok {
 		remaining = camp.Stock - camp.Sold
 	}
-	return c.JSON(http.StatusOK, s.campaignResponse(camp, remaining))
+	var paid int64
+	if camp.PaymentWindowMs > 0 {
+		if paid, err = s.store.PaidUnits(ctx, id); err != nil {
+			return err
+		}
+	}
+	return c.JSON(http.StatusOK, s.campaignResponse(camp, remaining, paid))
 }
 
 type purchaseRequest struct {
@@ -595,14 +616,22 @@ type OrderView struct {
 	Status     events.Status `json:"status"`
 	Reason     string        `json:"reason,omitempty"`
 	CreatedAt  time.Time     `json:"created_at"`
+	// PayBy is when an order of a campaign with a payment window must be paid by.
+	PayBy     *time.Time `json:"pay_by,omitempty"`
+	PaymentID string     `json:"payment_id,omitempty"`
 }
 
 // ViewOrder returns the API view of a stored order.
 func ViewOrder(o store.Order) OrderView {
-	return OrderView{
+	v := OrderView{
 		OrderID: o.OrderID, CampaignID: o.CampaignID, UserID: o.UserID, Quantity: o.Quantity,
-		Status: o.Status, Reason: o.Reason, CreatedAt: time.UnixMilli(o.CreatedAtMs).UTC(),
+		Status: o.Status, Reason: o.Reason, CreatedAt: time.UnixMilli(o.CreatedAtMs).UTC(), PaymentID: o.PaymentID,
 	}
+	if o.PayByMs > 0 {
+		t := time.UnixMilli(o.PayByMs).UTC()
+		v.PayBy = &t
+	}
+	return v
 }
 
 // order finds an order: in the store once it is final, else as a reservation in Redis. It asks
@@ -658,6 +687,32 @@ func (s *Server) getOrder(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, o)
+}
+
+type paymentRequest struct {
+	PaymentID string `json:"payment_id"`
+}
+
+// pay records the payment of a confirmed order (the payment service calls it once the payer
+// has paid).
+func (s *Server) pay(c echo.Context) error {
+	id := c.Param("id")
+	if _, ok := events.CampaignOf(id); !ok {
+		return events.Errorf(events.OrderNotFound, "order %q not found", id)
+	}
+	var req paymentRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	if n := utf8.RuneCountInString(req.PaymentID); n < 1 || n > 255 || !utf8.ValidString(req.PaymentID) ||
+		strings.ContainsFunc(req.PaymentID, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return events.Errorf(events.Invalid, "payment_id must be 1 to 255 printable characters")
+	}
+	o, err := s.resolver.Pay(c.Request().Context(), id, req.PaymentID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ViewOrder(o))
 }
 
 func (s *Server) compensate(c echo.Context) error {

@@ -11,7 +11,7 @@ import (
 	"github.com/seckill/seckill/events"
 )
 
-// hub reads the results topic (OrderConfirmed, OrderFailed, OrderRefunded) from its end and
+// hub reads the results topic (OrderConfirmed, OrderFailed, OrderRefunded, OrderPaid, OrderExpired) from its end and
 // passes each event on: it wakes the event streams of the order it names, and when units went
 // back (a failed or refunded order) it ends this api's sold-out flag for the campaign, so units
 // given back by any process are on sale here as soon as the event arrives. One reader per api,
@@ -65,7 +65,7 @@ func (h *hub) run(ctx context.Context) {
 			if err != nil {
 				return // the dead-letter topic's business, not a stream's
 			}
-			if ev.Type == events.OrderFailed || ev.Type == events.OrderRefunded {
+			if ev.Type == events.OrderFailed || ev.Type == events.OrderRefunded || ev.Type == events.OrderExpired {
 				h.giveBack(ev.CampaignID)
 			}
 			h.wake(ev.OrderID)

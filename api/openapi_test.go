@@ -35,6 +35,10 @@ var allCodes = []events.Code{
 	events.RateLimited,
 	events.IdempotencyKeyReused,
 	events.IdempotencyInProgress,
+	events.AlreadyPaid,
+	events.PaymentWindowClosed,
+	events.OrderNotConfirmed,
+	events.OrderNotPayable,
 }
 
 // The router's own codes (unexported in api), for paths and methods no operation serves.

@@ -29,6 +29,9 @@ type Config struct {
 	// AdminToken is the bearer token of the admin endpoints, at least MinSecretLen bytes; empty
 	// denies them all.
 	AdminToken string
+	// PaymentToken is a bearer token that may record payments and nothing else, for the payment
+	// service (the admin token may too); at least MinSecretLen bytes. Default: none.
+	PaymentToken string
 	// JWTSecret verifies buyers' bearer tokens: HS256 JWTs whose sub names the buyer and which
 	// carry exp. At least MinSecretLen bytes. Default: none, and no token is accepted.
 	JWTSecret []byte
@@ -109,6 +112,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.AdminToken != "" && len(c.AdminToken) < MinSecretLen:
 		return fmt.Errorf("the admin token must be at least %d bytes", MinSecretLen)
+	case c.PaymentToken != "" && len(c.PaymentToken) < MinSecretLen:
+		return fmt.Errorf("the payment token must be at least %d bytes", MinSecretLen)
 	case len(c.OrderIDSecret) > 0 && len(c.OrderIDSecret) < MinSecretLen:
 		return fmt.Errorf("the order id secret must be at least %d bytes", MinSecretLen)
 	case len(c.JWTSecret) > 0 && len(c.JWTSecret) < MinSecretLen:
@@ -172,6 +177,7 @@ type Store interface {
 	MarkOnSale(ctx context.Context, id string) error
 	Campaign(ctx context.Context, id string) (store.Campaign, error)
 	Order(ctx context.Context, id string) (store.Order, error)
+	PaidUnits(ctx context.Context, campaign string) (int64, error)
 	Ping(ctx context.Context) error
 }
 
@@ -260,6 +266,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis, producer *kgo.Client) *Serve
 	e.GET("/v1/orders/:id", s.getOrder)
 	e.GET("/v1/orders/:id/events", s.orderEvents)
 	e.POST("/v1/admin/orders/:id/compensate", s.compensate, s.admin)
+	e.POST("/v1/admin/orders/:id/payment", s.pay, s.payer)
 	s.echo = e
 	return s
 }

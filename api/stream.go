@@ -21,9 +21,10 @@ const maxStream = 10 * time.Minute
 // cut every stream at 15 s, so each write moves the deadline.
 const writeWait = 10 * time.Second
 
-// final reports whether an order's status will not change on its own (a confirmed order becomes
-// refunded only by an operator's hand).
-func final(s events.Status) bool { return s != events.Pending }
+// final reports whether an order will not change on its own: pending becomes confirmed or
+// failed, and a confirmed order with a pay_by becomes paid or expired (a refund is an operator's
+// act, not the order's own course).
+func final(o OrderView) bool { return o.Status != events.Pending && (o.Status != events.Confirmed || o.PayBy == nil) }
 
 // orderEvents streams an order's status changes as server-sent events: the current status at
 // once, then each change, until the status is final. Each event is
@@ -90,7 +91,7 @@ func (s *Server) orderEvents(c echo.Context) error {
 			return nil
 		}
 	}
-	if final(o.Status) {
+	if final(o) {
 		return nil
 	}
 	beat := time.NewTicker(s.cfg.StreamHeartbeat)
@@ -116,7 +117,7 @@ func (s *Server) orderEvents(c echo.Context) error {
 			return false
 		}
 		o = now
-		return sendOrder(o) != nil || final(o.Status)
+		return sendOrder(o) != nil || final(o)
 	}
 	for {
 		select {

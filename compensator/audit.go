@@ -136,15 +136,22 @@ func (a *Auditor) auditCampaign(ctx context.Context, c store.Campaign) (Campaign
 		return CampaignAudit{}, err
 	}
 	rows := make(map[string]store.Order, len(orders))
-	var storeConfirmed int64
+	var storeConfirmed, storePaid int64 // units held: confirmed (awaiting payment or not) and paid
 	storeByUser := map[string]int64{}
 	count := map[events.Status]int{}
+	var unpaid []string // past pay_by + grace, neither paid nor expired (I6)
 	for _, o := range orders {
 		rows[o.OrderID] = o
 		count[o.Status]++
-		if o.Status == events.Confirmed {
+		if o.Status == events.Confirmed || o.Status == events.Paid {
 			storeConfirmed += o.Quantity
 			storeByUser[o.UserID] += o.Quantity
+		}
+		if o.Status == events.Paid {
+			storePaid += o.Quantity
+		}
+		if o.Status == events.Confirmed && o.PayByMs > 0 && o.PayByMs+grace.Milliseconds() < now {
+			unpaid = append(unpaid, o.OrderID)
 		}
 	}
 
@@ -171,6 +178,8 @@ func (a *Auditor) auditCampaign(ctx context.Context, c store.Campaign) (Campaign
 			events.Confirmed: {"confirmed", "pending"},
 			events.Failed:    {"released", "pending"},
 			events.Refunded:  {"refunded", "confirmed"},
+			events.Paid:      {"confirmed"},
+			events.Expired:   {"expired", "confirmed"}, // confirmed: its units are on their way back
 		}[row.Status]
 		if !slices.Contains(allowed, res.State) {
 			mismatches = append(mismatches, fmt.Sprintf("%s is %q in the store but %s in redis", res.OrderID, row.Status, res.State))
@@ -213,12 +222,16 @@ func (a *Auditor) auditCampaign(ctx context.Context, c store.Campaign) (Campaign
 	add("I1 conservation", c.Stock == snap.Remaining+pending+confirmed,
 		"stock %d, remaining %d + pending %d + confirmed %d = %d", c.Stock, snap.Remaining, pending, confirmed, snap.Remaining+pending+confirmed)
 	add("I2 resolution", len(mismatches) == 0 && c.Sold == storeConfirmed,
-		"store: %d confirmed (%d units, sold %d), %d failed, %d refunded; %d disagree with redis%s",
-		count[events.Confirmed], storeConfirmed, c.Sold, count[events.Failed], count[events.Refunded], len(mismatches), first(mismatches))
+		"store: %d confirmed, %d paid (%d units, %d paid, sold %d), %d failed, %d refunded, %d expired; %d disagree with redis%s",
+		count[events.Confirmed], count[events.Paid], storeConfirmed, storePaid, c.Sold, count[events.Failed], count[events.Refunded],
+		count[events.Expired], len(mismatches), first(mismatches))
 	add("I3 per-user limit", len(over) == 0, "%d buyers in redis, %d in the store, limit %d; %d violations%s",
 		len(redisByUser), len(storeByUser), c.PerUserLimit, len(over), first(over))
 	add("I4 no oversell", snap.Remaining >= 0 && c.Sold <= c.Stock, "remaining %d >= 0, sold %d <= stock %d", snap.Remaining, c.Sold, c.Stock)
 	add("I5 no lost order", len(stale) == 0, "%d reservations pending past deadline + %v%s", len(stale), grace, first(stale))
+	if c.PaymentWindowMs > 0 {
+		add("I6 paid or expired", len(unpaid) == 0, "%d confirmed orders unpaid past pay_by + %v%s", len(unpaid), grace, first(unpaid))
+	}
 	return CampaignAudit{Campaign: c.ID, Checks: checks}, nil
 }
 

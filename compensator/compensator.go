@@ -76,6 +76,7 @@ func (c Config) Validate() error {
 // Campaigns lists the campaigns the sweeper visits.
 type Campaigns interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
+	ExpiringOrders(ctx context.Context, now time.Time, limit int) ([]store.Order, error)
 }
 
 // Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
@@ -229,8 +230,9 @@ func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) err
 	}
 }
 
-// SweepOnce fails every reservation past its deadline that the consumer has not confirmed, and
-// returns how many it resolved. fence is the sweeper lock's token (zero: unfenced).
+// SweepOnce fails every reservation past its deadline that the consumer has not confirmed,
+// expires every order left unpaid past its pay_by, and returns how many it resolved. fence is
+// the sweeper lock's token (zero: unfenced).
 func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, error) {
 	cs, err := c.campaigns.Campaigns(ctx)
 	if err != nil {
@@ -258,6 +260,17 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 			}
 			n++
 		}
+	}
+	// A page per sweep, as above.
+	unpaid, err := c.campaigns.ExpiringOrders(ctx, now, 1000)
+	if err != nil {
+		return n, err
+	}
+	for _, o := range unpaid {
+		if _, err := c.Expire(ctx, o.OrderID, now); err != nil {
+			return n, err
+		}
+		n++
 	}
 	return n, nil
 }

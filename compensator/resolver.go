@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/failpoint"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
@@ -18,6 +19,9 @@ type Store interface {
 	Order(ctx context.Context, id string) (store.Order, error)
 	FailOrderFenced(ctx context.Context, e events.Event, reason string, f store.Fence) (store.Order, error)
 	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
+	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
+	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
+	MarkUnpaid(ctx context.Context, orderID string) error
 }
 
 // Redis is the part of Redis the compensator needs.
@@ -26,6 +30,7 @@ type Redis interface {
 	Release(ctx context.Context, orderID string) (lua.Outcome, error)
 	Confirm(ctx context.Context, orderID string) (lua.Outcome, error)
 	Refund(ctx context.Context, orderID string) (lua.Outcome, error)
+	Expire(ctx context.Context, orderID string) (lua.Outcome, error)
 }
 
 var (
@@ -101,11 +106,60 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 		return o, err
 	}
 	switch o.Status {
-	case events.Confirmed:
+	case events.Confirmed, events.Paid:
 		return r.refund(ctx, o)
 	case events.Failed, events.Refunded: // finish what may have stopped half way
 		return r.Fail(ctx, orderEvent(o), o.Reason, "operator")
 	}
+	return o, nil
+}
+
+// Pay records the payment of a confirmed order within its window and announces it; paying again
+// with the same payment id returns the paid order. Refusals are *events.Error (store.PayOrder);
+// a pending order is events.OrderNotConfirmed.
+func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Order, error) {
+	o, changed, err := r.Store.PayOrder(ctx, orderID, paymentID, time.Now())
+	if events.ErrorCode(err) == events.OrderNotFound {
+		if _, rerr := r.Redis.Reservation(ctx, orderID); rerr == nil {
+			return o, events.Errorf(events.OrderNotConfirmed, "order %q is not confirmed yet; try again shortly", orderID)
+		} else if !errors.Is(rerr, lua.ErrNoReservation) {
+			return o, events.Wrap(events.Unavailable, rerr, "the order cannot be read right now; try again shortly")
+		}
+	}
+	if err != nil || !changed {
+		return o, err
+	}
+	ev := orderEvent(o).New(events.OrderPaid, time.Now())
+	ev.PaymentID = o.PaymentID
+	return o, r.publish(ctx, ev)
+}
+
+// Expire ends an order left unpaid past its pay_by: the store records it expired (the first
+// final row wins, so an order paid at the same instant stays paid), Redis gives its units back
+// once, OrderExpired is announced, and the store notes that the units are back. An expiry that
+// stopped half way is finished by the next call (store.ExpiringOrders lists it again).
+func (r *Resolver) Expire(ctx context.Context, orderID string, now time.Time) (store.Order, error) {
+	o, err := r.Store.ExpireOrder(ctx, orderID, now)
+	if err != nil || o.Status != events.Expired || o.Reason != "" {
+		return o, err
+	}
+	failpoint.Inject(failpoint.CompensatorMidExpiry)
+	// Confirm first: a consumer that stopped between the store and Redis left it pending.
+	if _, err := r.Redis.Confirm(ctx, o.OrderID); err != nil {
+		return o, err
+	}
+	out, err := r.Redis.Expire(ctx, o.OrderID)
+	if err != nil {
+		return o, err
+	}
+	compensations.WithLabelValues("payment_window", outcome(out, "expired")).Inc()
+	if err := r.publish(ctx, orderEvent(o).New(events.OrderExpired, now)); err != nil {
+		return o, err
+	}
+	if err := r.Store.MarkUnpaid(ctx, o.OrderID); err != nil {
+		return o, err
+	}
+	o.Reason = events.ReasonUnpaid
 	return o, nil
 }
 

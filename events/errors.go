@@ -44,6 +44,14 @@ const (
 	IdempotencyKeyReused Code = "idempotency_key_reused"
 	// IdempotencyInProgress means the first request with the Idempotency-Key is still running.
 	IdempotencyInProgress Code = "idempotency_in_progress"
+	// AlreadyPaid means the order was paid with another payment.
+	AlreadyPaid Code = "already_paid"
+	// PaymentWindowClosed means the order was not paid in time; its units went back on sale.
+	PaymentWindowClosed Code = "payment_window_closed"
+	// OrderNotConfirmed means the order is still pending: a payment may be retried shortly.
+	OrderNotConfirmed Code = "order_not_confirmed"
+	// OrderNotPayable means the order failed, was refunded, or needs no payment.
+	OrderNotPayable Code = "order_not_payable"
 )
 
 // Error is seckill's one error type for failures a caller must tell apart.

@@ -27,10 +27,16 @@ const (
 	OrderFailed Type = "OrderFailed"
 	// OrderRefunded is produced by the compensator after a confirmed order was refunded.
 	OrderRefunded Type = "OrderRefunded"
+	// OrderPaid is produced by the api after a confirmed order was paid within its window.
+	OrderPaid Type = "OrderPaid"
+	// OrderExpired is produced by the compensator after an order left unpaid past its window
+	// was expired and its units given back.
+	OrderExpired Type = "OrderExpired"
 )
 
 // Event is one order event. All order events carry the same order facts, so one flat type serves
-// them all; Reason is set only on OrderFailed, Deadline only on OrderRequested.
+// them all; Reason is set only on OrderFailed, Deadline only on OrderRequested, PaymentID only
+// on OrderPaid.
 type Event struct {
 	Type       Type      `json:"type"`
 	Version    int       `json:"version"`
@@ -44,6 +50,8 @@ type Event struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Reason says why an order failed (one of the Reason constants, or an error text).
 	Reason string `json:"reason,omitempty"`
+	// PaymentID is the payment service's id of the payment that paid the order.
+	PaymentID string `json:"payment_id,omitempty"`
 }
 
 // New returns an event of type t about the same order as e, with a fresh id and time.
@@ -80,7 +88,8 @@ func Decode(b []byte) (Event, error) {
 // Validate reports whether the event is one this version can act on.
 func (e Event) Validate() error {
 	switch {
-	case e.Type != OrderRequested && e.Type != OrderConfirmed && e.Type != OrderFailed && e.Type != OrderRefunded:
+	case e.Type != OrderRequested && e.Type != OrderConfirmed && e.Type != OrderFailed && e.Type != OrderRefunded &&
+		e.Type != OrderPaid && e.Type != OrderExpired:
 		return fmt.Errorf("event: unknown type %q", e.Type)
 	case e.Version < 1 || e.Version > Version:
 		return fmt.Errorf("event: unsupported version %d (this reader knows up to %d)", e.Version, Version)

@@ -69,6 +69,27 @@ var golden = []struct {
 		UserID:     "user-42",
 		Quantity:   2,
 	}},
+	{"order_paid.json", events.Event{
+		Type:       events.OrderPaid,
+		Version:    events.Version,
+		EventID:    "01jc0000000000000000000005",
+		OccurredAt: occurred.Add(2 * time.Minute),
+		OrderID:    "singles-day.01jc00000000000000000000aa",
+		CampaignID: "singles-day",
+		UserID:     "user-42",
+		Quantity:   2,
+		PaymentID:  "pay_3xK9",
+	}},
+	{"order_expired.json", events.Event{
+		Type:       events.OrderExpired,
+		Version:    events.Version,
+		EventID:    "01jc0000000000000000000006",
+		OccurredAt: occurred.Add(15 * time.Minute),
+		OrderID:    "singles-day.01jc00000000000000000000cc",
+		CampaignID: "singles-day",
+		UserID:     "user-9",
+		Quantity:   1,
+	}},
 }
 
 func TestGoldenEncode(t *testing.T) {
@@ -120,6 +141,7 @@ func TestGoldenFields(t *testing.T) {
 	extra := map[events.Type][]string{
 		events.OrderRequested: {"deadline"},
 		events.OrderFailed:    {"reason"},
+		events.OrderPaid:      {"payment_id"},
 	}
 	for _, g := range golden {
 		t.Run(string(g.event.Type), func(t *testing.T) {

@@ -3,13 +3,16 @@ package events
 // Status is an order's state as clients see it.
 type Status string
 
-// The order statuses. Pending lives only in Redis; the others are final rows in the store, and
-// Refunded can only follow Confirmed.
+// The order statuses. Pending lives only in Redis; the others are rows in the store. Confirmed
+// is final unless the campaign has a payment window: then the order ends Paid or Expired.
+// Refunded follows Confirmed or Paid.
 const (
 	Pending   Status = "pending"
 	Confirmed Status = "confirmed"
 	Failed    Status = "failed"
 	Refunded  Status = "refunded"
+	Paid      Status = "paid"
+	Expired   Status = "expired"
 )
 
 // Reasons an order failed, carried in OrderFailed events, DLQ headers and order rows.
@@ -20,4 +23,7 @@ const (
 	ReasonStoreSoldOut = "store_sold_out" // the store's conditional stock update refused it
 	ReasonStoreLimit   = "store_limit_exceeded"
 	ReasonPoison       = "poison" // the event could not be decoded or validated
+	// ReasonUnpaid is the reason of an order that expired unpaid, once its units are back in
+	// Redis; until then an expired order's reason is "" (store.ExpiringOrders).
+	ReasonUnpaid = "unpaid"
 )

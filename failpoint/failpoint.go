@@ -14,4 +14,5 @@ const (
 	APIAfterProduce          = "api.after-produce"           // event acknowledged, buyer not yet answered
 	StoreBeforeConfirmCommit = "store.before-confirm-commit" // a batch written, its transaction not committed
 	ConsumerAfterStoreCommit = "consumer.after-store-commit" // the batch committed, Redis and offsets not
+	CompensatorMidExpiry     = "compensator.mid-expiry"      // an unpaid order expired in the store, its units not yet back
 )

@@ -175,7 +175,7 @@ type Reservation struct {
 	Campaign string
 	User     string
 	Quantity int
-	State    string // pending, confirmed, released, refunded
+	State    string // pending, confirmed (also of a paid order), released, refunded, expired
 	Deadline time.Time
 }
 
@@ -235,6 +235,12 @@ func (r *Redis) Release(ctx context.Context, orderID string) (Outcome, error) {
 // Refund moves a confirmed reservation to refunded and gives its units back.
 func (r *Redis) Refund(ctx context.Context, orderID string) (Outcome, error) {
 	return r.release(ctx, orderID, "confirmed", "refunded")
+}
+
+// Expire moves a confirmed reservation whose order was not paid in its window to expired and
+// gives its units back.
+func (r *Redis) Expire(ctx context.Context, orderID string) (Outcome, error) {
+	return r.release(ctx, orderID, "confirmed", "expired")
 }
 
 func (r *Redis) release(ctx context.Context, orderID, from, to string) (Outcome, error) {

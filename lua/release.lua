@@ -1,5 +1,5 @@
 -- release: move one reservation from state ARGV[2] to ARGV[3] and give its units back, exactly
--- once: pending -> released, or confirmed -> refunded. Any other state is left alone, so running
+-- once: pending -> released, confirmed -> refunded, or confirmed -> expired (unpaid). Any other state is left alone, so running
 -- the script twice restores once.
 -- The record stays, now final, for the retention (see trim.lua): the done set has it by the time
 -- it ended.

@@ -58,7 +58,7 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 			return err
 		}
 		accepted, repeats := b.decide(evs, results)
-		if err := s.insertConfirmed(ctx, tx, evs, accepted, results); err != nil {
+		if err := s.insertConfirmed(ctx, tx, b, evs, accepted, results); err != nil {
 			return err
 		}
 		// Orders the compensator stored meanwhile are duplicates now, adding nothing.
@@ -111,6 +111,7 @@ func (s *Store) confirmOptimistic(ctx context.Context, evs []events.Event, resul
 			return errRecheck
 		}
 		t := sumTotals(evs, accepted)
+		now := time.Now().UnixMilli()
 		// The orders' insert has no ON CONFLICT: a stored order fails the statement, which is
 		// then done again with the reads, and a new order costs one primary key descent, not
 		// a check and then an insert.
@@ -120,8 +121,8 @@ func (s *Store) confirmOptimistic(ctx context.Context, evs []events.Event, resul
 		}
 		err = tx.GetContext(ctx, &got, `WITH
 			ins AS (
-				INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, updated_at_ms, status, reason)
-				SELECT o.*, $6::bigint, 'confirmed', '' FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS o),
+				INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, pay_by_ms, updated_at_ms, status, reason)
+				SELECT o.*, $6::bigint, 'confirmed', '' FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $12::bigint[]) AS o),
 			upd AS (
 				UPDATE campaigns SET sold = campaigns.sold + x.n FROM unnest($7::text[], $8::bigint[]) AS x (id, n)
 				WHERE campaigns.id = x.id AND campaigns.sold + x.n <= campaigns.stock RETURNING 1),
@@ -131,8 +132,9 @@ func (s *Store) confirmOptimistic(ctx context.Context, evs []events.Event, resul
 				RETURNING campaign_id, bought)
 			SELECT (SELECT count(*) FROM upd) AS updated,
 				(SELECT count(*) FROM tot JOIN campaigns c ON c.id = tot.campaign_id WHERE tot.bought > c.per_user_limit) AS over`,
-			append(orderColumns(evs, accepted), time.Now().UnixMilli(),
-				pq.StringArray(t.campaigns), pq.Int64Array(t.sold), pq.StringArray(t.buyerCampaigns), pq.StringArray(t.buyers), pq.Int64Array(t.bought))...)
+			append(orderColumns(evs, accepted), now,
+				pq.StringArray(t.campaigns), pq.Int64Array(t.sold), pq.StringArray(t.buyerCampaigns), pq.StringArray(t.buyers), pq.Int64Array(t.bought),
+				pq.Int64Array(b.payBy(evs, accepted, now)))...)
 		switch {
 		case isUniqueViolation(err):
 			return errRecheck
@@ -266,11 +268,24 @@ func (b *batch) decide(evs []events.Event, results []Result) (accepted []int, re
 	return accepted, repeats
 }
 
+// payBy returns, for each accepted order, when it must be paid by if confirmed at now: now plus
+// its campaign's payment window, or 0 for a campaign without one.
+func (b *batch) payBy(evs []events.Event, accepted []int, now int64) []int64 {
+	out := make([]int64, len(accepted))
+	for n, i := range accepted {
+		if c := b.campaigns[evs[i].CampaignID]; c != nil && c.PaymentWindowMs > 0 {
+			out[n] = now + c.PaymentWindowMs
+		}
+	}
+	return out
+}
+
 // insertConfirmed inserts the accepted orders. A row that conflicts was inserted by the
 // compensator between loadBatch and now (it fails orders without the campaign lock): that order
 // becomes a duplicate with the compensator's status and takes nothing from the totals.
-func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, evs []events.Event, accepted []int, results []Result) error {
+func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, b *batch, evs []events.Event, accepted []int, results []Result) error {
 	now := time.Now().UnixMilli()
+	payBy := b.payBy(evs, accepted, now)
 	got := make(map[string]bool, len(accepted))
 	each := func(rs *sqlx.Rows) error {
 		for rs.Next() {
@@ -286,18 +301,18 @@ func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, evs []events.E
 		rows := make([][]any, len(accepted))
 		for n, i := range accepted {
 			e := evs[i]
-			rows[n] = []any{e.OrderID, e.CampaignID, e.UserID, e.Quantity, e.OccurredAt.UnixMilli(), now}
+			rows[n] = []any{e.OrderID, e.CampaignID, e.UserID, e.Quantity, e.OccurredAt.UnixMilli(), payBy[n], now}
 		}
-		err := s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, updated_at_ms, status, reason) VALUES `,
+		err := s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, pay_by_ms, updated_at_ms, status, reason) VALUES `,
 			`, 'confirmed', ''`, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, each)
 		if err != nil {
 			return err
 		}
 	} else if len(accepted) > 0 {
-		err := queryEach(ctx, tx, each, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, updated_at_ms, status, reason)
-			SELECT o.*, $6::bigint, 'confirmed', '' FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS o
+		err := queryEach(ctx, tx, each, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, pay_by_ms, updated_at_ms, status, reason)
+			SELECT o.*, $6::bigint, 'confirmed', '' FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $7::bigint[]) AS o
 			ON CONFLICT (order_id) DO NOTHING RETURNING order_id`,
-			append(orderColumns(evs, accepted), now)...)
+			append(orderColumns(evs, accepted), now, pq.Int64Array(payBy))...)
 		if err != nil {
 			return err
 		}

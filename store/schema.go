@@ -1,9 +1,20 @@
 package store
 
+// migration is one step of the schema: the same SQL on both databases unless sqlite is set.
+type migration struct{ sql, sqlite string }
+
+// on returns the migration's SQL for the database.
+func (m migration) on(sqlite bool) string {
+	if sqlite && m.sqlite != "" {
+		return m.sqlite
+	}
+	return m.sql
+}
+
 // migrations are applied in order, each once; a migration is never edited after it shipped.
 // Times are Unix milliseconds in BIGINT columns, which read the same on both databases.
-var migrations = []string{
-	`CREATE TABLE campaigns (
+var migrations = []migration{
+	{sql: `CREATE TABLE campaigns (
 		id             TEXT PRIMARY KEY,
 		name           TEXT NOT NULL,
 		stock          BIGINT NOT NULL CHECK (stock >= 0),
@@ -29,14 +40,45 @@ var migrations = []string{
 		user_id     TEXT NOT NULL,
 		bought      BIGINT NOT NULL CHECK (bought >= 0),
 		PRIMARY KEY (campaign_id, user_id)
-	);`,
+	);`},
 	// fences holds the latest fencing token each lease lock has written with.
-	`CREATE TABLE fences (
+	{sql: `CREATE TABLE fences (
 		name  TEXT PRIMARY KEY,
 		token BIGINT NOT NULL
-	);`,
+	);`},
 	// on_sale: the campaign was put on sale in Redis once. Until then the compensator's
 	// reconciler may load it; after, only a rebuild may, so a campaign that Redis lost is never
 	// put back on sale without the freeze. Every campaign before this column was on sale.
-	`ALTER TABLE campaigns ADD COLUMN on_sale BOOLEAN NOT NULL DEFAULT TRUE;`,
+	{sql: `ALTER TABLE campaigns ADD COLUMN on_sale BOOLEAN NOT NULL DEFAULT TRUE;`},
+	// The payment window: a campaign's window, an order's deadline to pay (0: no payment step)
+	// and its payment's id, and two final states after confirmed, paid and expired. An index
+	// finds the unpaid orders past their deadline. SQLite cannot change a CHECK constraint:
+	// its orders table is made again.
+	{
+		sql: `ALTER TABLE campaigns ADD COLUMN payment_window_ms BIGINT NOT NULL DEFAULT 0 CHECK (payment_window_ms >= 0);
+		ALTER TABLE orders ADD COLUMN pay_by_ms BIGINT NOT NULL DEFAULT 0;
+		ALTER TABLE orders ADD COLUMN payment_id TEXT NOT NULL DEFAULT '';
+		ALTER TABLE orders DROP CONSTRAINT orders_status_check;
+		ALTER TABLE orders ADD CONSTRAINT orders_status_check CHECK (status IN ('confirmed', 'failed', 'refunded', 'paid', 'expired'));
+		CREATE INDEX orders_to_expire ON orders (pay_by_ms) WHERE status = 'confirmed' AND pay_by_ms > 0;`,
+		sqlite: `ALTER TABLE campaigns ADD COLUMN payment_window_ms BIGINT NOT NULL DEFAULT 0 CHECK (payment_window_ms >= 0);
+		CREATE TABLE orders_v4 (
+			order_id      TEXT PRIMARY KEY,
+			campaign_id   TEXT NOT NULL,
+			user_id       TEXT NOT NULL,
+			quantity      BIGINT NOT NULL CHECK (quantity >= 1),
+			status        TEXT NOT NULL CHECK (status IN ('confirmed', 'failed', 'refunded', 'paid', 'expired')),
+			reason        TEXT NOT NULL DEFAULT '',
+			created_at_ms BIGINT NOT NULL,
+			updated_at_ms BIGINT NOT NULL,
+			pay_by_ms     BIGINT NOT NULL DEFAULT 0,
+			payment_id    TEXT NOT NULL DEFAULT ''
+		);
+		INSERT INTO orders_v4 (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
+			SELECT order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms FROM orders;
+		DROP TABLE orders;
+		ALTER TABLE orders_v4 RENAME TO orders;
+		CREATE INDEX orders_by_campaign ON orders (campaign_id, status);
+		CREATE INDEX orders_to_expire ON orders (pay_by_ms) WHERE status = 'confirmed' AND pay_by_ms > 0;`,
+	},
 }

@@ -126,7 +126,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("migrate %d: %w", v, err)
 		}
-		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+		if _, err := tx.ExecContext(ctx, migrations[v-1].on(s.sqlite)); err != nil {
 			tx.Rollback()
 			return fmt.Errorf("migrate %d: %w", v, err)
 		}
@@ -152,13 +152,15 @@ type Campaign struct {
 	Sold         int64  `db:"sold"`       // units of confirmed orders
 	CreatedAtMs  int64  `db:"created_at_ms"`
 	OnSale       bool   `db:"on_sale"` // put on sale in Redis once (see MarkOnSale)
+	// PaymentWindowMs is how long a confirmed order has to be paid; 0: no payment step.
+	PaymentWindowMs int64 `db:"payment_window_ms"`
 }
 
 // CreateCampaign inserts c; a campaign with the same id is an events.CampaignExists error.
 func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
 	_, err := s.db.NamedExecContext(ctx, `INSERT INTO campaigns
-		(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms, on_sale)
-		VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms, :on_sale)`, c)
+		(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms, on_sale, payment_window_ms)
+		VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms, :on_sale, :payment_window_ms)`, c)
 	if isUniqueViolation(err) {
 		return events.Errorf(events.CampaignExists, "campaign %q exists already", c.ID)
 	}
@@ -251,6 +253,8 @@ type Order struct {
 	Reason      string        `db:"reason"`
 	CreatedAtMs int64         `db:"created_at_ms"`
 	UpdatedAtMs int64         `db:"updated_at_ms"`
+	PayByMs     int64         `db:"pay_by_ms"`  // confirmed: when it must be paid by; 0: no payment step
+	PaymentID   string        `db:"payment_id"` // paid: the payment service's id
 }
 
 // Order returns the order with id, or an events.OrderNotFound error.
@@ -363,19 +367,20 @@ func (s *Store) AuditView(ctx context.Context, campaign string) (Campaign, []Ord
 	return c, orders, holdings, err
 }
 
-// Confirmed returns the confirmed orders of a campaign, for rebuilding Redis.
+// Confirmed returns the orders of a campaign that hold units, confirmed or paid, for rebuilding
+// Redis (which knows both as confirmed).
 func (s *Store) Confirmed(ctx context.Context, campaign string) ([]Order, error) {
 	var os []Order
-	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status = 'confirmed'`), campaign)
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status IN ('confirmed', 'paid')`), campaign)
 	if err != nil {
 		return nil, fmt.Errorf("confirmed orders of %s: %w", campaign, err)
 	}
 	return os, nil
 }
 
-// RefundOrder moves a confirmed order to refunded and takes its units off the campaign's and the
-// buyer's totals, once. It returns the order's row; an order that is not confirmed is returned
-// unchanged.
+// RefundOrder moves a confirmed or paid order to refunded and takes its units off the campaign's
+// and the buyer's totals, once. It returns the order's row; an order in another state is
+// returned unchanged.
 func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) {
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var campaign string
@@ -392,24 +397,135 @@ func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) 
 		}
 		var o Order
 		err = tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'refunded', updated_at_ms = ?
-			WHERE order_id = ? AND status = 'confirmed' RETURNING *`), time.Now().UnixMilli(), orderID)
+			WHERE order_id = ? AND status IN ('confirmed', 'paid') RETURNING *`), time.Now().UnixMilli(), orderID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE campaigns SET sold = sold - ? WHERE id = ?`), o.Quantity, o.CampaignID); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE purchases SET bought = bought - ? WHERE campaign_id = ? AND user_id = ?`),
-			o.Quantity, o.CampaignID, o.UserID)
-		return err
+		return giveBack(ctx, tx, o)
 	})
 	if err != nil {
 		return Order{}, fmt.Errorf("refund order %s: %w", orderID, err)
 	}
 	return s.Order(ctx, orderID)
+}
+
+// giveBack takes an order's units off its campaign's sold and its buyer's bought.
+func giveBack(ctx context.Context, tx *sqlx.Tx, o Order) error {
+	if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE campaigns SET sold = sold - ? WHERE id = ?`), o.Quantity, o.CampaignID); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE purchases SET bought = bought - ? WHERE campaign_id = ? AND user_id = ?`),
+		o.Quantity, o.CampaignID, o.UserID)
+	return err
+}
+
+// PayOrder records the payment paymentID of a confirmed order whose window is open at now, and
+// returns the order. The first final row wins: an order expired or refunded first is not paid.
+// Refusals are *events.Error: OrderNotFound (no row: pending or unknown, the caller tells
+// which), AlreadyPaid (paid with another payment), PaymentWindowClosed (expired, or past its
+// pay_by), OrderNotPayable (failed, refunded, or of a campaign without a payment step). Paying
+// again with the same paymentID returns the paid order, changed nothing.
+func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (o Order, changed bool, err error) {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?
+			WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ? RETURNING *`), paymentID, now.UnixMilli(), orderID, now.UnixMilli())
+		if err == nil {
+			changed = true
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if err := tx.GetContext(ctx, &o, tx.Rebind(`SELECT * FROM orders WHERE order_id = ?`), orderID); errors.Is(err, sql.ErrNoRows) {
+			return events.Errorf(events.OrderNotFound, "order %q not found", orderID)
+		} else if err != nil {
+			return err
+		}
+		switch {
+		case o.Status == events.Paid && o.PaymentID == paymentID:
+			return nil
+		case o.Status == events.Paid:
+			return events.Errorf(events.AlreadyPaid, "order %q is paid already, with another payment", orderID)
+		case o.Status == events.Expired, o.Status == events.Confirmed && o.PayByMs > 0:
+			return events.Errorf(events.PaymentWindowClosed, "order %q was not paid by %s; its units are back on sale", orderID,
+				time.UnixMilli(o.PayByMs).UTC().Format(time.RFC3339))
+		}
+		return events.Errorf(events.OrderNotPayable, "order %q is %s and cannot be paid", orderID, o.Status)
+	})
+	if err != nil && events.ErrorCode(err) == events.Internal {
+		err = fmt.Errorf("pay order %s: %w", orderID, err)
+	}
+	return o, changed, err
+}
+
+// ExpiringOrders returns up to limit orders to expire at now: confirmed, unpaid and past their
+// pay_by, or expired already with their units not yet back in Redis (their reason is still "":
+// an expiry that stopped between the store and Redis).
+func (s *Store) ExpiringOrders(ctx context.Context, now time.Time, limit int) ([]Order, error) {
+	var os []Order
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders
+		WHERE status = 'confirmed' AND pay_by_ms > 0 AND pay_by_ms <= ?
+		UNION ALL SELECT * FROM orders WHERE status = 'expired' AND reason = ''
+		LIMIT ?`), now.UnixMilli(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("orders to expire: %w", err)
+	}
+	return os, nil
+}
+
+// ExpireOrder moves a confirmed order that was not paid by its pay_by (at now) to expired and
+// takes its units off the campaign's and the buyer's totals, once. It returns the order's row;
+// an order paid, refunded or still in its window is returned unchanged. The expired row's
+// reason stays "" until MarkUnpaid says its units are back in Redis.
+func (s *Store) ExpireOrder(ctx context.Context, orderID string, now time.Time) (Order, error) {
+	var o Order
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if err := tx.GetContext(ctx, &o, tx.Rebind(`SELECT * FROM orders WHERE order_id = ?`), orderID); err != nil {
+			return err
+		}
+		if _, err := s.lockCampaign(ctx, tx, o.CampaignID); err != nil {
+			return err
+		}
+		err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'expired', reason = '', updated_at_ms = ?
+			WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > 0 AND pay_by_ms <= ? RETURNING *`),
+			now.UnixMilli(), orderID, now.UnixMilli())
+		if errors.Is(err, sql.ErrNoRows) {
+			return tx.GetContext(ctx, &o, tx.Rebind(`SELECT * FROM orders WHERE order_id = ?`), orderID)
+		}
+		if err != nil {
+			return err
+		}
+		return giveBack(ctx, tx, o)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return o, events.Errorf(events.OrderNotFound, "order %q not found", orderID)
+	}
+	if err != nil {
+		return o, fmt.Errorf("expire order %s: %w", orderID, err)
+	}
+	return o, nil
+}
+
+// MarkUnpaid records that an expired order's units are back in Redis.
+func (s *Store) MarkUnpaid(ctx context.Context, orderID string) error {
+	_, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE orders SET reason = ? WHERE order_id = ? AND status = 'expired'`), events.ReasonUnpaid, orderID)
+	if err != nil {
+		return fmt.Errorf("mark order %s unpaid: %w", orderID, err)
+	}
+	return nil
+}
+
+// PaidUnits returns the units of a campaign's paid orders.
+func (s *Store) PaidUnits(ctx context.Context, campaign string) (int64, error) {
+	var n int64
+	err := s.db.GetContext(ctx, &n, s.db.Rebind(`SELECT COALESCE(SUM(quantity), 0) FROM orders WHERE campaign_id = ? AND status = 'paid'`), campaign)
+	if err != nil {
+		return 0, fmt.Errorf("paid units of %s: %w", campaign, err)
+	}
+	return n, nil
 }
 
 // lockCampaign returns the campaign's per-user limit and, on PostgreSQL, holds the campaign's

@@ -1,0 +1,98 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+)
+
+// TestPaymentContract walks every answer of POST /v1/admin/orders/{id}/payment, each checked
+// against the spec: an order is paid once, by one payment, inside its window only.
+func TestPaymentContract(t *testing.T) {
+	const paymentToken = "payment-service-token-0123456789abcdef"
+	h := newHarness(t, func(c *api.Config) { c.PaymentToken = paymentToken })
+	camp := h.createCampaign(t, `{"id": "paywin", "name": "Pay", "stock": 10, "per_user_limit": 5, "payment_window_seconds": 60}`)
+	wantField(t, camp, "payment_window_seconds", float64(60))
+	wantField(t, camp, "paid", float64(0))
+	plain := h.createCampaign(t, `{"id": "nopay", "name": "No payment step", "stock": 10, "per_user_limit": 5}`)
+	wantField(t, plain, "payment_window_seconds", float64(0))
+
+	payer := []string{"Authorization", "Bearer " + paymentToken}
+	pay := func(id, paymentID string, headers ...string) *http.Request {
+		return request("POST", "/v1/admin/orders/"+id+"/payment", `{"payment_id": "`+paymentID+`"}`, headers...)
+	}
+
+	pending := h.buy(t, "paywin", "ann", 1)
+	h.fail(t, pay(pending, "p-1", payer...), http.StatusConflict, events.OrderNotConfirmed)
+	h.confirm(t, pending)
+	order := h.do(t, request("GET", "/v1/orders/"+pending, "", user("ann")...), http.StatusOK)
+	wantField(t, order, "status", "confirmed")
+	if payBy, _ := order["pay_by"].(string); payBy == "" {
+		t.Errorf("a confirmed order of a campaign with a window has no pay_by: %v", order)
+	}
+
+	// Who may pay, and what a payment id may be.
+	h.fail(t, pay(pending, "p-1"), http.StatusUnauthorized, events.Unauthorized)
+	h.fail(t, pay(pending, "p-1", "Authorization", "Bearer wrong-token-wrong-token-wrong-token"), http.StatusUnauthorized, events.Unauthorized)
+	h.fail(t, pay(pending, "", payer...), http.StatusBadRequest, events.Invalid)
+	h.fail(t, pay(pending, strings.Repeat("x", 256), payer...), http.StatusBadRequest, events.Invalid)
+	h.fail(t, pay(pending, `tab\there`, payer...), http.StatusBadRequest, events.Invalid)
+	h.fail(t, pay("paywin.nosuchorder", "p-1", payer...), http.StatusNotFound, events.OrderNotFound)
+	h.fail(t, pay("not-an-order-id", "p-1", payer...), http.StatusNotFound, events.OrderNotFound)
+	// The payment token records payments and nothing else.
+	h.fail(t, request("POST", "/v1/admin/orders/"+pending+"/compensate", "", payer...), http.StatusUnauthorized, events.Unauthorized)
+
+	paid := h.do(t, pay(pending, "p-1", payer...), http.StatusOK)
+	wantField(t, paid, "status", "paid")
+	wantField(t, paid, "payment_id", "p-1")
+	again := h.do(t, pay(pending, "p-1", h.bearer()...), http.StatusOK) // the admin token may pay too
+	wantField(t, again, "status", "paid")
+	h.fail(t, pay(pending, "p-2", payer...), http.StatusConflict, events.AlreadyPaid)
+	camp = h.do(t, request("GET", "/v1/campaigns/paywin", ""), http.StatusOK)
+	wantField(t, camp, "paid", float64(1))
+	wantField(t, camp, "sold", float64(1))
+
+	// A refund of a paid order gives its units back; a payment replayed after it is refused.
+	refunded := h.do(t, request("POST", "/v1/admin/orders/"+pending+"/compensate", "", h.bearer()...), http.StatusOK)
+	wantField(t, refunded, "status", "refunded")
+	h.fail(t, pay(pending, "p-1", payer...), http.StatusConflict, events.OrderNotPayable)
+
+	// No payment step: nothing to pay.
+	noStep := h.buy(t, "nopay", "bob", 1)
+	h.confirm(t, noStep)
+	h.fail(t, pay(noStep, "p-3", payer...), http.StatusConflict, events.OrderNotPayable)
+
+	// Past the window: refused before the compensator expires it, and after.
+	late := h.buy(t, "paywin", "cid", 2)
+	h.confirm(t, late)
+	if _, err := h.store.DB().Exec(`UPDATE orders SET pay_by_ms = ? WHERE order_id = ?`, time.Now().Add(-time.Second).UnixMilli(), late); err != nil {
+		t.Fatal(err)
+	}
+	h.fail(t, pay(late, "p-4", payer...), http.StatusConflict, events.PaymentWindowClosed)
+	r := &compensator.Resolver{Store: h.store, Redis: h.redis, Producer: newProducer(t, h.brokers), Results: h.topics.Results}
+	o, err := r.Expire(context.Background(), late, time.Now())
+	if err != nil || o.Status != events.Expired {
+		t.Fatalf("expire: %+v %v", o, err)
+	}
+	h.fail(t, pay(late, "p-4", payer...), http.StatusConflict, events.PaymentWindowClosed)
+	camp = h.do(t, request("GET", "/v1/campaigns/paywin", ""), http.StatusOK)
+	wantField(t, camp, "remaining", float64(10)) // the refunded unit and the expired two are back
+	wantField(t, camp, "sold", float64(0))
+	expired := h.do(t, request("GET", "/v1/orders/"+late, "", user("cid")...), http.StatusOK)
+	wantField(t, expired, "status", "expired")
+
+	// A window out of bounds.
+	for _, body := range []string{
+		`{"name": "x", "stock": 1, "per_user_limit": 1, "payment_window_seconds": -1}`,
+		`{"name": "x", "stock": 1, "per_user_limit": 1, "payment_window_seconds": 604801}`,
+		`{"name": "x", "stock": 1, "per_user_limit": 1, "payment_window_seconds": 1.5}`,
+	} {
+		h.fail(t, request("POST", "/v1/campaigns", body, h.bearer()...), http.StatusBadRequest, events.Invalid)
+	}
+}
