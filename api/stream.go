@@ -24,7 +24,9 @@ const writeWait = 10 * time.Second
 // final reports whether an order will not change on its own: pending becomes confirmed or
 // failed, and a confirmed order with a pay_by becomes paid or expired (a refund is an operator's
 // act, not the order's own course).
-func final(o OrderView) bool { return o.Status != events.Pending && (o.Status != events.Confirmed || o.PayBy == nil) }
+func final(o OrderView) bool {
+	return o.Status != events.Pending && (o.Status != events.Confirmed || o.PayBy == nil)
+}
 
 // orderEvents streams an order's status changes as server-sent events: the current status at
 // once, then each change, until the status is final. Each event is
