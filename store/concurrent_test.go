@@ -51,7 +51,7 @@ func checkTotals(t *testing.T, s *store.Store, c store.Campaign) map[string]orde
 			t.Errorf("order %s is stored twice", r.OrderID)
 		}
 		orders[r.OrderID] = r
-		if r.Status == events.Confirmed {
+		if r.Status == events.Confirmed || r.Status == events.Paid {
 			confirmedUnits += r.Quantity
 			perUser[r.UserID] += r.Quantity
 		}
