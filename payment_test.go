@@ -176,6 +176,25 @@ func TestPaymentWindowSale(t *testing.T) {
 	if !strings.Contains(audit, "I6 paid or expired") {
 		t.Errorf("the audit does not check I6:\n%s", audit)
 	}
+
+	// A paid order refunded, then its payment replayed: refused, and its unit is back on sale.
+	for id, o := range f.orders {
+		if o.Status != events.Paid {
+			continue
+		}
+		if a := c.admin_(t, "POST", "/v1/admin/orders/"+id+"/compensate", ""); a.status != http.StatusOK {
+			t.Fatalf("refund a paid order: %+v", a)
+		}
+		if a := c.admin_(t, "POST", "/v1/admin/orders/"+id+"/payment", `{"payment_id": "`+o.PaymentID+`"}`); a.status != http.StatusConflict || a.code != "order_not_payable" {
+			t.Errorf("a payment replayed after the refund answered %d %s, want 409 order_not_payable", a.status, a.code)
+		}
+		c.settle(t, campaign, 30*time.Second)
+		if f := c.checkFinal(t, campaign); f.remaining != 1 || f.orders[id].Status != events.Refunded {
+			t.Errorf("after the refund: remaining %d, the order %s", f.remaining, f.orders[id].Status)
+		}
+		c.audit(t, campaign)
+		break
+	}
 }
 
 // admin_ sends an admin request with a JSON body to the first api.
