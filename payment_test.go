@@ -200,30 +200,7 @@ func TestPaymentWindowSale(t *testing.T) {
 // admin_ sends an admin request with a JSON body to the first api.
 func (c *cluster) admin_(t *testing.T, method, path, body string) answer {
 	t.Helper()
-	start := time.Now()
-	a := answer{started: start}
-	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.admin)
-	resp, err := c.http.Do(req)
-	a.took = time.Since(start)
-	if err != nil {
-		a.err = err
-		return a
-	}
-	defer resp.Body.Close()
-	a.status = resp.StatusCode
-	var b struct {
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	json.NewDecoder(resp.Body).Decode(&b)
-	a.code = b.Error.Code
-	return a
+	return c.send(context.Background(), method, c.base+path, body, "Authorization", "Bearer "+c.admin)
 }
 
 // waitConfirmed waits until the store holds the order, and returns it.

@@ -690,18 +690,26 @@ func (c *cluster) buy(ctx context.Context, campaign, user string, qty int, key s
 
 // buyAt sends one purchase to the api at base.
 func (c *cluster) buyAt(ctx context.Context, base, campaign, user string, qty int, key string) answer {
+	header := []string{"X-User-ID", user}
+	if key != "" {
+		header = append(header, "Idempotency-Key", key)
+	}
+	return c.send(ctx, "POST", base+"/v1/campaigns/"+campaign+"/purchases", fmt.Sprintf(`{"quantity":%d}`, qty), header...)
+}
+
+// send sends a request with a JSON body and the headers given as name, value pairs, and
+// records its answer: the order id of an order, the code of an error.
+func (c *cluster) send(ctx context.Context, method, url, body string, header ...string) answer {
 	start := time.Now()
 	a := answer{started: start}
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/campaigns/"+campaign+"/purchases",
-		strings.NewReader(fmt.Sprintf(`{"quantity":%d}`, qty)))
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		a.err = err
 		return a
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-User-ID", user)
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := c.http.Do(req)
 	a.took = time.Since(start)
@@ -711,17 +719,17 @@ func (c *cluster) buyAt(ctx context.Context, base, campaign, user string, qty in
 	}
 	defer resp.Body.Close()
 	a.status = resp.StatusCode
-	var body struct {
+	var b struct {
 		OrderID string `json:"order_id"`
 		Error   struct {
 			Code string `json:"code"`
 		} `json:"error"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
 		a.err = fmt.Errorf("status %d, undecodable body: %w", resp.StatusCode, err)
 		return a
 	}
-	a.orderID, a.code = body.OrderID, body.Error.Code
+	a.orderID, a.code = b.OrderID, b.Error.Code
 	return a
 }
 

@@ -247,10 +247,21 @@ func TestTopologyCluster(t *testing.T) {
 	t.Run("crowd over the shards", func(t *testing.T) {
 		byShard := shardedCampaigns(t, c, 2, 200, 2)
 		s := newSale(c, slices.Concat(mapValues(byShard)...), refusals)
-		ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+		// Until every campaign is sold out, not for a while: a loaded machine sells slower.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		start := time.Now()
-		s.run(ctx, 48, 2000, 0).Wait()
+		wg := s.run(ctx, 48, 2000, 0)
+		eventually(t, 60*time.Second, "every campaign sells out", func() bool {
+			for _, id := range s.campaigns {
+				if n, _, err := c.redis.Remaining(context.Background(), id); err != nil || n > 0 {
+					return false
+				}
+			}
+			return true
+		})
+		cancel()
+		wg.Wait()
 		took := time.Since(start)
 		lines := s.settle(t, 30*time.Second)
 		t.Logf("%d campaigns over 3 shards, 3 apis, %v:\n%s", len(s.campaigns), took.Round(time.Millisecond), strings.Join(lines, "\n"))
@@ -273,17 +284,7 @@ func TestTopologyCluster(t *testing.T) {
 		s := newSale(c, slices.Concat(mapValues(byShard)...), allowedUnderFaults)
 		ctx, cancel := context.WithCancel(context.Background())
 		wg := s.run(ctx, 24, 500, 5*time.Millisecond)
-		time.Sleep(2 * time.Second)
-		killed := time.Now()
-		killRedis(t, victim)
-		back := sellsAgain(t, s.ledgers[byShard[victim][0]], killed)
-		time.Sleep(2 * time.Second)
-		cancel()
-		wg.Wait()
-		if out, err := exec.Command(servicesScript, "start", "redis-cluster").CombinedOutput(); err != nil {
-			t.Fatalf("restart the killed node: %v\n%s", err, out)
-		}
-		lines := s.settle(t, 60*time.Second)
+		killed, back, lines := s.killRedisMidSale(t, victim, "redis-cluster", s.ledgers[byShard[victim][0]], cancel, wg)
 		t.Logf("primary %s killed; its campaign sells again %v later:\n%s", victim, back.Sub(killed).Round(time.Millisecond), strings.Join(lines, "\n"))
 		for addr, ids := range byShard {
 			unavailable := kinds(s.ledgers[ids[0]].between(killed, time.Now()))["503 unavailable"]
@@ -392,20 +393,29 @@ func TestTopologySentinel(t *testing.T) {
 	s := newSale(c, []string{campaign}, allowedUnderFaults)
 	ctx, cancel := context.WithCancel(context.Background())
 	wg := s.run(ctx, 24, 500, 5*time.Millisecond)
-	time.Sleep(2 * time.Second)
 	addr := sentinelPrimary(t, env)
-	killRedis(t, addr)
-	killed := time.Now()
-	back := sellsAgain(t, s.ledgers[campaign], killed)
-	time.Sleep(2 * time.Second)
-	cancel()
-	wg.Wait()
-	if out, err := exec.Command(servicesScript, "start", "redis-sentinel").CombinedOutput(); err != nil {
-		t.Fatalf("restart the killed primary: %v\n%s", err, out)
-	}
-	lines := s.settle(t, 60*time.Second)
+	killed, back, lines := s.killRedisMidSale(t, addr, "redis-sentinel", s.ledgers[campaign], cancel, wg)
 	t.Logf("primary %s killed; sells again %v later; after the kill: %v\n%s", addr, back.Sub(killed).Round(time.Millisecond),
 		kinds(s.ledgers[campaign].between(killed, time.Now())), strings.Join(lines, "\n"))
+}
+
+// killRedisMidSale lets the sale run 2 s, kills the Redis server at addr with -9, waits until
+// the campaign of l sells again and 2 s more, stops the sale, starts the killed server again
+// (services.sh start service) and settles the sale. It returns when it killed, when the
+// campaign sold again, and the settled campaigns' lines.
+func (s *sale) killRedisMidSale(t *testing.T, addr, service string, l *ledger, stop func(), wg *sync.WaitGroup) (killed, back time.Time, lines []string) {
+	t.Helper()
+	time.Sleep(2 * time.Second)
+	killed = time.Now()
+	killRedis(t, addr)
+	back = sellsAgain(t, l, killed)
+	time.Sleep(2 * time.Second)
+	stop()
+	wg.Wait()
+	if out, err := exec.Command(servicesScript, "start", service).CombinedOutput(); err != nil {
+		t.Fatalf("start the killed redis again: %v\n%s", err, out)
+	}
+	return killed, back, s.settle(t, 60*time.Second)
 }
 
 // sellsAgain waits until a purchase sent well after the kill is answered 202, and returns when
