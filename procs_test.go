@@ -509,8 +509,9 @@ type clusterOptions struct {
 
 	// How many processes of each role (default 1 each); apis listen on addresses of their own.
 	apis, consumers, compensators int
-	replication                   int      // of the topics the api creates; default 1
-	consumerArgs                  []string // more flags for every consumer
+	replication                   int           // of the topics the api creates; default 1
+	drainDelay                    time.Duration // the apis' --drain-delay; default 500ms
+	consumerArgs                  []string      // more flags for every consumer
 }
 
 func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
@@ -529,6 +530,9 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 	}
 	o.apis, o.consumers, o.compensators = max(o.apis, 1), max(o.consumers, 1), max(o.compensators, 1)
 	o.replication = max(o.replication, 1)
+	if o.drainDelay == 0 {
+		o.drainDelay = 500 * time.Millisecond
+	}
 	if w.redisURL == "" {
 		luatest.MustRedis(t) // fails with the reason when the shared Redis is missing
 		w.redisURL = os.Getenv(luatest.RedisEnv)
@@ -584,7 +588,7 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 		c.bases = append(c.bases, base)
 		c.apis = append(c.apis, &role{name: name("api", i), c: c, args: func() []string {
 			return []string{"api", "--addr", strings.TrimPrefix(base, "http://"), "--metrics-addr", "127.0.0.1:0", "--admin-token", c.admin,
-				"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0", "--drain-delay", "500ms",
+				"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0", "--drain-delay", o.drainDelay.String(),
 				"--partitions", "3", "--replication", strconv.Itoa(o.replication), "--reservation-ttl", o.reservationTTL.String()}
 		}})
 	}

@@ -57,6 +57,9 @@ func topology(t *testing.T, names ...string) map[string]string {
 func production(t *testing.T, redisURL string, env map[string]string, o clusterOptions) *cluster {
 	t.Helper()
 	o.apis, o.consumers, o.compensators, o.replication = 3, 3, 2, 3
+	// Longer than the buyers' view of /readyz can lag on a loaded machine: a rolling restart
+	// must find no api closing under a request sent to it while it was ready.
+	o.drainDelay = 2 * time.Second
 	// A consumer that dies hands its partitions on within 3 s (kafka3's brokers allow it).
 	o.consumerArgs = append(o.consumerArgs, "--session-timeout", "2s")
 	return newCluster(t, where{redisURL: redisURL, brokers: strings.Split(env["SECKILL_TEST_KAFKA3_BROKERS"], ",")}, o)
