@@ -15,6 +15,7 @@ import (
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/api/apitest"
+	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
 )
 
@@ -124,6 +125,35 @@ func TestOrderEvents(t *testing.T) {
 		}
 		if _, err := s.nextStatus(t); !errors.Is(err, io.EOF) {
 			t.Errorf("the stream goes on after a final status: %v", err)
+		}
+	})
+
+	t.Run("with a payment window: confirmed, then paid or expired, then the end", func(t *testing.T) {
+		h.createCampaign(t, `{"id": "evpay", "name": "Events", "stock": 10, "per_user_limit": 10, "payment_window_seconds": 60}`)
+		paid, unpaid := h.buy(t, "evpay", "pat", 1), h.buy(t, "evpay", "una", 1)
+		h.confirm(t, paid)
+		h.confirm(t, unpaid)
+		sp, su := openStream(t, ctx, ts.URL, paid, "pat"), openStream(t, ctx, ts.URL, unpaid, "una")
+		for _, s := range []*sse{sp, su} {
+			if o, err := s.nextStatus(t); err != nil || o.Status != events.Confirmed || o.PayBy == nil {
+				t.Fatalf("first event: %+v %v", o, err)
+			}
+		}
+		h.do(t, request("POST", "/v1/admin/orders/"+paid+"/payment", `{"payment_id": "p1"}`, h.bearer()...), 200)
+		if _, err := h.store.DB().Exec(`UPDATE orders SET pay_by_ms = ? WHERE order_id = ?`, time.Now().Add(-time.Second).UnixMilli(), unpaid); err != nil {
+			t.Fatal(err)
+		}
+		r := &compensator.Resolver{Store: h.store, Redis: h.redis, Producer: newProducer(t, h.brokers), Results: h.topics.Results}
+		if _, err := r.Expire(ctx, unpaid, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for s, want := range map[*sse]events.Status{sp: events.Paid, su: events.Expired} {
+			if o, err := s.nextStatus(t); err != nil || o.Status != want {
+				t.Fatalf("second event: %+v %v, want %s", o, err, want)
+			}
+			if _, err := s.nextStatus(t); !errors.Is(err, io.EOF) {
+				t.Errorf("the stream goes on after %s: %v", want, err)
+			}
 		}
 	})
 
