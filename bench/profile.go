@@ -2,10 +2,7 @@ package bench
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/google/pprof/profile"
 )
 
 // PprofHandler serves net/http/pprof's endpoints under /debug/pprof/, for the processes the
@@ -88,45 +87,45 @@ func fetch(ctx context.Context, url string) ([]byte, error) {
 // most flat and the most cumulative weight in the sample type named sampleType ("cpu",
 // "alloc_space", "alloc_objects"; "" for the profile's last, which is its default).
 func Top(raw []byte, sampleType string, n int) (Profile, error) {
-	p, err := parseProfile(raw)
+	p, err := profile.Parse(bytes.NewReader(raw)) // gzipped or not
 	if err != nil {
-		return Profile{}, err
+		return Profile{}, fmt.Errorf("read profile: %w", err)
 	}
-	idx := len(p.sampleTypes) - 1
+	idx := len(p.SampleType) - 1
 	if sampleType != "" {
 		idx = -1
-		for i, st := range p.sampleTypes {
-			if st.typ == sampleType {
+		for i, st := range p.SampleType {
+			if st.Type == sampleType {
 				idx = i
 			}
 		}
 	}
 	if idx < 0 {
 		var have []string
-		for _, st := range p.sampleTypes {
-			have = append(have, st.typ)
+		for _, st := range p.SampleType {
+			have = append(have, st.Type)
 		}
 		return Profile{}, fmt.Errorf("profile has no sample type %q (it has %s)", sampleType, strings.Join(have, ", "))
 	}
-	out := Profile{Kind: p.sampleTypes[idx].typ, Unit: p.sampleTypes[idx].unit}
+	out := Profile{Kind: p.SampleType[idx].Type, Unit: p.SampleType[idx].Unit}
 	flat, cum := map[string]int64{}, map[string]int64{}
 	seen := map[string]bool{}
-	for _, s := range p.samples {
-		if idx >= len(s.values) {
+	for _, s := range p.Sample {
+		if idx >= len(s.Value) {
 			continue
 		}
-		v := s.values[idx]
+		v := s.Value[idx]
 		if v == 0 {
 			continue
 		}
 		out.Total += v
 		clear(seen)
-		for li, locID := range s.locations {
-			loc := p.locations[locID]
-			for fi, fnID := range loc {
-				name := p.functions[fnID]
-				if name == "" {
-					name = "?"
+		for li, loc := range s.Location {
+			// A location's lines run from the innermost inlined function to its caller.
+			for fi, line := range loc.Line {
+				name := "?"
+				if line.Function != nil && line.Function.Name != "" {
+					name = line.Function.Name
 				}
 				if li == 0 && fi == 0 {
 					flat[name] += v
@@ -165,198 +164,3 @@ func Top(raw []byte, sampleType string, n int) (Profile, error) {
 	out.Flat, out.Cum = rows(flat), rows(cum)
 	return out, nil
 }
-
-// The rest of this file reads the profile.proto format of github.com/google/pprof: the few
-// fields Top needs, with a minimal protobuf decoder, so that reading a profile does not need a
-// new dependency (or the go tool at run time).
-
-type sampleType struct{ typ, unit string }
-
-type sample struct {
-	locations []uint64
-	values    []int64
-}
-
-type profile struct {
-	sampleTypes []sampleType
-	samples     []sample
-	locations   map[uint64][]uint64 // location id -> function ids, innermost (inlined) first
-	functions   map[uint64]string   // function id -> name
-}
-
-var errProto = errors.New("malformed pprof profile")
-
-func parseProfile(raw []byte) (*profile, error) {
-	if len(raw) >= 2 && raw[0] == 0x1f && raw[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(raw))
-		if err != nil {
-			return nil, fmt.Errorf("read profile: %w", err)
-		}
-		if raw, err = io.ReadAll(zr); err != nil {
-			return nil, fmt.Errorf("read profile: %w", err)
-		}
-	}
-	var (
-		strs    []string
-		stTypes [][2]int64 // string indexes
-		fnNames = map[uint64]int64{}
-		p       = &profile{locations: map[uint64][]uint64{}, functions: map[uint64]string{}}
-	)
-	err := eachField(raw, func(field int, wire int, v uint64, b []byte) error {
-		switch field {
-		case 1: // sample_type
-			var st [2]int64
-			err := eachField(b, func(f, _ int, v uint64, _ []byte) error {
-				if f == 1 || f == 2 {
-					st[f-1] = int64(v)
-				}
-				return nil
-			})
-			stTypes = append(stTypes, st)
-			return err
-		case 2: // sample
-			var s sample
-			err := eachField(b, func(f, w int, v uint64, b []byte) error {
-				switch f {
-				case 1:
-					return appendVarints(&s.locations, w, v, b)
-				case 2:
-					var u []uint64
-					if err := appendVarints(&u, w, v, b); err != nil {
-						return err
-					}
-					for _, x := range u {
-						s.values = append(s.values, int64(x))
-					}
-				}
-				return nil
-			})
-			p.samples = append(p.samples, s)
-			return err
-		case 4: // location
-			var id uint64
-			var fns []uint64
-			err := eachField(b, func(f, _ int, v uint64, b []byte) error {
-				switch f {
-				case 1:
-					id = v
-				case 4: // line
-					return eachField(b, func(f, _ int, v uint64, _ []byte) error {
-						if f == 1 {
-							fns = append(fns, v)
-						}
-						return nil
-					})
-				}
-				return nil
-			})
-			p.locations[id] = fns
-			return err
-		case 5: // function
-			var id uint64
-			var name int64
-			err := eachField(b, func(f, _ int, v uint64, _ []byte) error {
-				switch f {
-				case 1:
-					id = v
-				case 2:
-					name = int64(v)
-				}
-				return nil
-			})
-			fnNames[id] = name
-			return err
-		case 6: // string_table
-			strs = append(strs, string(b))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	str := func(i int64) string {
-		if i >= 0 && i < int64(len(strs)) {
-			return strs[i]
-		}
-		return ""
-	}
-	for _, st := range stTypes {
-		p.sampleTypes = append(p.sampleTypes, sampleType{typ: str(st[0]), unit: str(st[1])})
-	}
-	for id, name := range fnNames {
-		p.functions[id] = str(name)
-	}
-	if len(p.sampleTypes) == 0 {
-		return nil, fmt.Errorf("%w: no sample types", errProto)
-	}
-	return p, nil
-}
-
-// appendVarints appends a repeated varint field, packed (wire type 2) or not.
-func appendVarints(dst *[]uint64, wire int, v uint64, b []byte) error {
-	if wire == 0 {
-		*dst = append(*dst, v)
-		return nil
-	}
-	for len(b) > 0 {
-		x, n := uvarint(b)
-		if n <= 0 {
-			return errProto
-		}
-		*dst = append(*dst, x)
-		b = b[n:]
-	}
-	return nil
-}
-
-// eachField calls fn with each field of a protobuf message: its number, wire type, and value
-// (varints and fixed-size values in v, length-delimited ones in b).
-func eachField(msg []byte, fn func(field, wire int, v uint64, b []byte) error) error {
-	for len(msg) > 0 {
-		key, n := uvarint(msg)
-		if n <= 0 {
-			return errProto
-		}
-		msg = msg[n:]
-		field, wire := int(key>>3), int(key&7)
-		var v uint64
-		var b []byte
-		switch wire {
-		case 0:
-			v, n = uvarint(msg)
-			if n <= 0 {
-				return errProto
-			}
-			msg = msg[n:]
-		case 1:
-			if len(msg) < 8 {
-				return errProto
-			}
-			for i := 7; i >= 0; i-- {
-				v = v<<8 | uint64(msg[i])
-			}
-			msg = msg[8:]
-		case 2:
-			l, n := uvarint(msg)
-			if n <= 0 || uint64(len(msg)-n) < l {
-				return errProto
-			}
-			b = msg[n : n+int(l)]
-			msg = msg[n+int(l):]
-		case 5:
-			if len(msg) < 4 {
-				return errProto
-			}
-			v = uint64(msg[0]) | uint64(msg[1])<<8 | uint64(msg[2])<<16 | uint64(msg[3])<<24
-			msg = msg[4:]
-		default:
-			return fmt.Errorf("%w: wire type %d", errProto, wire)
-		}
-		if err := fn(field, wire, v, b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func uvarint(b []byte) (uint64, int) { return binary.Uvarint(b) }
