@@ -798,15 +798,22 @@ CONF
 }
 
 kafka3_down() {
-  local i pid n=0
+  local i pid
+  local -a pids=()
   for ((i = 0; i < 3; i++)); do
-    pid_alive "$KAFKA3_DIR/$i/kafka.pid" kafka.Kafka || continue
-    pid=$(<"$KAFKA3_DIR/$i/kafka.pid")
-    kill "$pid"
-    wait_exit "$pid" 60 || kill -9 "$pid" 2>/dev/null || true
-    n=$((n + 1))
+    pid_alive "$KAFKA3_DIR/$i/kafka.pid" kafka.Kafka && pids+=("$(<"$KAFKA3_DIR/$i/kafka.pid")")
   done
-  if ((n)); then log "kafka3: stopped $n brokers"; else log "kafka3: not running"; fi
+  if ((${#pids[@]} == 0)); then
+    log "kafka3: not running"
+    return
+  fi
+  # All at once: stopped one by one, the last two wait out their controlled shutdown on a
+  # controller quorum that is gone.
+  kill "${pids[@]}" 2>/dev/null || true
+  for pid in "${pids[@]}"; do
+    wait_exit "$pid" 20 || kill -9 "$pid" 2>/dev/null || true
+  done
+  log "kafka3: stopped ${#pids[@]} brokers"
 }
 
 topology_status() {
