@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -37,21 +36,16 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 	if len(evs) == 0 {
 		return results, nil
 	}
-	optimistic := !s.portable() && !s.noOptimistic && !s.reading.Load()
-	if optimistic {
+	if !s.sqlite && !s.readsOnly {
 		done, err := s.confirmOptimistic(ctx, evs, results)
 		if err != nil {
 			return nil, fmt.Errorf("confirm %d orders: %w", len(evs), err)
 		}
 		if done {
-			optimisticDone.Add(1)
 			return results, nil
 		}
 		clear(results)
-		optimisticRetries.Add(1)
-		s.reading.Store(true)
 	}
-	var fits bool // whether the optimistic way would have done the batch
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		b, err := s.loadBatch(ctx, tx, evs, false)
 		if err != nil {
@@ -63,7 +57,6 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 		}
 		// Orders the compensator stored meanwhile are duplicates now, adding nothing.
 		inserted := slices.DeleteFunc(slices.Clone(accepted), func(i int) bool { return results[i].Duplicate })
-		fits = len(b.existing) == 0 && len(accepted)+len(repeats) == len(evs) && len(inserted) == len(accepted)
 		if err := s.addTotals(ctx, tx, sumTotals(evs, inserted)); err != nil {
 			return err
 		}
@@ -74,18 +67,8 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 	if err != nil {
 		return nil, fmt.Errorf("confirm %d orders: %w", len(evs), err)
 	}
-	if !s.portable() && !s.noOptimistic {
-		// The next batch tries the optimistic way again once it would have done this one
-		// (no order stored before, none refused). Until then, batches like the one that failed
-		// it (a replay, a redelivered backlog) skip the attempt.
-		s.reading.Store(!fits)
-	}
 	return results, nil
 }
-
-// optimisticDone and optimisticRetries count the batches confirmOptimistic did and handed
-// back, for tests.
-var optimisticDone, optimisticRetries atomic.Int64
 
 // errRecheck rolls back an optimistic batch whose assumption did not hold.
 var errRecheck = errors.New("recheck the batch")
@@ -181,44 +164,19 @@ func (s *Store) loadBatch(ctx context.Context, tx *sqlx.Tx, evs []events.Event, 
 			Bought   int64  `db:"bought"`
 		}
 	)
-	switch {
-	case s.portable(): // SQLite has no arrays, and one writer at a time already
-		lock := ""
-		if !s.sqlite {
-			lock = " FOR UPDATE"
-		}
+	lock := " FOR UPDATE" // the campaigns' row locks, in id order (SQLite has one writer at a time)
+	if s.sqlite {
+		lock = ""
+	}
+	if err := s.selectIn(ctx, tx, &cs, `SELECT * FROM campaigns WHERE id IN (?) ORDER BY id`+lock, campaignIDs); err != nil {
+		return nil, err
+	}
+	if !campaignsOnly {
 		users := distinct(evs, func(e events.Event) string { return e.UserID })
-		if err := s.selectIn(ctx, tx, &cs, `SELECT * FROM campaigns WHERE id IN (?) ORDER BY id`+lock, campaignIDs); err != nil {
-			return nil, err
-		}
 		if err := s.selectIn(ctx, tx, &known, `SELECT order_id, status FROM orders WHERE order_id IN (?)`, orderIDs()); err != nil {
 			return nil, err
 		}
 		if err := s.selectIn(ctx, tx, &held, `SELECT campaign_id, user_id, bought FROM purchases WHERE campaign_id IN (?) AND user_id IN (?)`, campaignIDs, users); err != nil {
-			return nil, err
-		}
-	default:
-		// One array parameter per column, not one parameter per value, so the statements'
-		// text is the same whatever the batch; and each key is looked up by its primary key,
-		// in a LATERAL subquery the planner cannot turn into a join. Left to itself it hashed
-		// the batch's keys and read the whole purchases table (or filtered every order row
-		// through a hashed IN list): a cost that grew with the table, 24ms a batch of 500 at
-		// 100,000 buyers, half of the batch's time.
-		if err := tx.SelectContext(ctx, &cs, `SELECT * FROM campaigns WHERE id = ANY($1) ORDER BY id FOR UPDATE`, pq.StringArray(campaignIDs)); err != nil {
-			return nil, err
-		}
-		if campaignsOnly {
-			break
-		}
-		if err := tx.SelectContext(ctx, &known, `SELECT k.order_id, o.status FROM unnest($1::text[]) AS k (order_id)
-			CROSS JOIN LATERAL (SELECT status FROM orders WHERE orders.order_id = k.order_id LIMIT 1) AS o`, pq.StringArray(orderIDs())); err != nil {
-			return nil, err
-		}
-		pc, pu := distinctKeys(evs)
-		if err := tx.SelectContext(ctx, &held, `SELECT k.campaign_id, k.user_id, p.bought FROM unnest($1::text[], $2::text[]) AS k (campaign_id, user_id)
-			CROSS JOIN LATERAL (SELECT bought FROM purchases
-				WHERE purchases.campaign_id = k.campaign_id AND purchases.user_id = k.user_id LIMIT 1) AS p`,
-			pq.StringArray(pc), pq.StringArray(pu)); err != nil {
 			return nil, err
 		}
 	}
@@ -297,25 +255,15 @@ func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, b *batch, evs 
 		}
 		return rs.Err()
 	}
-	if s.portable() {
-		rows := make([][]any, len(accepted))
-		for n, i := range accepted {
-			e := evs[i]
-			rows[n] = []any{e.OrderID, e.CampaignID, e.UserID, e.Quantity, e.OccurredAt.UnixMilli(), payBy[n], now}
-		}
-		err := s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, pay_by_ms, updated_at_ms, status, reason) VALUES `,
-			`, 'confirmed', ''`, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, each)
-		if err != nil {
-			return err
-		}
-	} else if len(accepted) > 0 {
-		err := queryEach(ctx, tx, each, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, pay_by_ms, updated_at_ms, status, reason)
-			SELECT o.*, $6::bigint, 'confirmed', '' FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $7::bigint[]) AS o
-			ON CONFLICT (order_id) DO NOTHING RETURNING order_id`,
-			append(orderColumns(evs, accepted), now, pq.Int64Array(payBy))...)
-		if err != nil {
-			return err
-		}
+	rows := make([][]any, len(accepted))
+	for n, i := range accepted {
+		e := evs[i]
+		rows[n] = []any{e.OrderID, e.CampaignID, e.UserID, e.Quantity, e.OccurredAt.UnixMilli(), payBy[n], now}
+	}
+	err := s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, created_at_ms, pay_by_ms, updated_at_ms, status, reason) VALUES `,
+		`, 'confirmed', ''`, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, each)
+	if err != nil {
+		return err
 	}
 	if len(got) == len(accepted) {
 		return nil
@@ -343,22 +291,12 @@ func (s *Store) addTotals(ctx context.Context, tx *sqlx.Tx, t totals) error {
 			return fmt.Errorf("campaign %s: sold + %d exceeds the stock under the batch's lock", id, t.sold[k])
 		}
 	}
-	if len(t.buyers) == 0 {
-		return nil
+	rows := make([][]any, len(t.buyers))
+	for k := range t.buyers {
+		rows[k] = []any{t.buyerCampaigns[k], t.buyers[k], t.bought[k]}
 	}
-	if s.portable() {
-		rows := make([][]any, len(t.buyers))
-		for k := range t.buyers {
-			rows[k] = []any{t.buyerCampaigns[k], t.buyers[k], t.bought[k]}
-		}
-		return s.insertValues(ctx, tx, `INSERT INTO purchases (campaign_id, user_id, bought) VALUES `, ``,
-			` ON CONFLICT (campaign_id, user_id) DO UPDATE SET bought = purchases.bought + excluded.bought`, rows, nil)
-	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO purchases (campaign_id, user_id, bought)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
-		ON CONFLICT (campaign_id, user_id) DO UPDATE SET bought = purchases.bought + excluded.bought`,
-		pq.StringArray(t.buyerCampaigns), pq.StringArray(t.buyers), pq.Int64Array(t.bought))
-	return err
+	return s.insertValues(ctx, tx, `INSERT INTO purchases (campaign_id, user_id, bought) VALUES `, ``,
+		` ON CONFLICT (campaign_id, user_id) DO UPDATE SET bought = purchases.bought + excluded.bought`, rows, nil)
 }
 
 // totals are the units a set of orders adds, as columns: to each campaign's sold (campaigns in
@@ -413,10 +351,6 @@ func copyRepeats(results []Result, repeats map[int]int) {
 		results[i].Duplicate = results[j].Status != ""
 	}
 }
-
-// portable reports whether a batch goes out as statements SQLite understands, with one
-// parameter per value, rather than PostgreSQL's array parameters.
-func (s *Store) portable() bool { return s.sqlite || s.portableSQL }
 
 // maxParams bounds the parameters of one statement, below SQLite's 32,766 and PostgreSQL's
 // 65,535.
@@ -474,18 +408,6 @@ func (s *Store) selectIn(ctx context.Context, tx *sqlx.Tx, dest any, query strin
 		return err
 	}
 	return tx.SelectContext(ctx, dest, tx.Rebind(q), a...)
-}
-
-// distinctKeys returns the distinct (campaign, user) pairs of evs, as two columns.
-func distinctKeys(evs []events.Event) (campaigns, users []string) {
-	seen := make(map[[2]string]bool, len(evs))
-	for _, e := range evs {
-		if k := [2]string{e.CampaignID, e.UserID}; !seen[k] {
-			seen[k] = true
-			campaigns, users = append(campaigns, e.CampaignID), append(users, e.UserID)
-		}
-	}
-	return campaigns, users
 }
 
 // distinct returns the distinct values of f over evs.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -23,13 +22,9 @@ func init() { sqlx.BindDriver("sqlite", sqlx.QUESTION) }
 type Store struct {
 	db     *sqlx.DB
 	sqlite bool
-	// portableSQL sends ConfirmOrders' batches to PostgreSQL as SQLite's statements (one
-	// parameter per value), and noOptimistic makes every batch read its known orders and
-	// buyers' totals first: for the tests and benchmarks that compare them.
-	portableSQL, noOptimistic bool
-	// reading is set while batches go straight to the reads, after one the optimistic way
-	// could not do (ConfirmOrders).
-	reading atomic.Bool
+	// readsOnly makes PostgreSQL confirm every batch as SQLite does, with the reads, never the
+	// optimistic way: for the test that holds the two to the same answers.
+	readsOnly bool
 }
 
 // Open connects to the database named by dsn: a postgres:// or postgresql:// URL, or
