@@ -440,7 +440,7 @@ func (s *Server) purchase(c echo.Context) error {
 	s.kafka.record(err, time.Now())
 	if err != nil {
 		reservations.WithLabelValues(string(events.Unavailable)).Inc()
-		s.cfg.Logger.Error("produce failed; cancelling the order", "order_id", orderID, "err", err)
+		s.cfg.Logger.Warn("produce failed; cancelling the order", "order_id", orderID, "err", err)
 		// Whether or not the event reached Kafka, failing the order in the store first makes the
 		// outcome certain: a late event finds the order failed and changes nothing.
 		// Bounded: with Kafka down, publishing OrderFailed would wait for it forever.
