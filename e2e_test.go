@@ -245,11 +245,6 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", freePort(t))
-}
-
 // conservation checks I1 and I4 for a campaign whose orders are all final: Redis's remaining
 // plus the confirmed units in the store equals the stock, and the store's sold equals them.
 func (p *pipeline) conservation(t *testing.T, campaign string, stock int64) {

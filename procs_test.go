@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seckill/seckill/bench"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
@@ -123,71 +123,14 @@ func raceReports(logPath string) []string {
 
 // ---------------------------------------------------------------------------- processes --
 
-// proc is one run of a seckill role as an OS process, its output in a log file.
-type proc struct {
-	name  string
-	cmd   *exec.Cmd
-	log   string
-	done  chan struct{}
-	state *os.ProcessState // set when done is closed
-	born  time.Time
-}
-
-func startProc(name, logPath string, env []string, bin string, args ...string) (*proc, error) {
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	// The kernel kills a role when the test binary dies, also when `go test -timeout` ends it
-	// with a panic that runs no cleanup: a role must never outlive its test.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{}), born: time.Now()}
-	go func() {
-		cmd.Wait()
-		f.Close()
-		p.state = cmd.ProcessState
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// killed reports whether the process ended by SIGKILL: a failpoint, or kill -9.
-func (p *proc) killed() bool {
-	ws, ok := p.state.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
-
-func (p *proc) kill() {
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// stop is SIGTERM, the clean stop every role must drain and return 0 from.
-func (p *proc) stop(within time.Duration) error {
-	// A process a supervisor started a moment ago may not have reached main, where the role
-	// catches SIGTERM: the signal's default action would end it, which says nothing of the role.
-	time.Sleep(time.Until(p.born.Add(200 * time.Millisecond)))
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(within):
-		p.kill()
-		return fmt.Errorf("%s did not stop within %v of SIGTERM", p.name, within)
-	}
-	if p.killed() {
+// stopRole stops one run of a role with SIGTERM, the clean stop every role must drain and
+// return 0 from.
+func stopRole(p *bench.Proc, within time.Duration) error {
+	err := p.Stop(within)
+	if p.Killed() {
 		return errKilledFirst
 	}
-	if !p.state.Success() {
-		return fmt.Errorf("%s stopped with %v", p.name, p.state)
-	}
-	return nil
+	return err
 }
 
 // errKilledFirst says a process died by SIGKILL (its failpoint) before SIGTERM could stop it.
@@ -204,7 +147,7 @@ type role struct {
 
 	mu         sync.Mutex
 	failpoints string // SECKILL_FAILPOINTS of the next start
-	cur        *proc
+	cur        *bench.Proc
 	stopping   bool
 	kills      int
 	starts     int
@@ -226,14 +169,14 @@ func (r *role) start(t *testing.T) {
 	go r.supervise()
 }
 
-func (r *role) spawn() (*proc, error) {
+func (r *role) spawn() (*bench.Proc, error) {
 	r.starts++
 	var env []string
 	if r.failpoints != "" {
 		env = append(env, "SECKILL_FAILPOINTS="+r.failpoints)
 	}
 	args := append(r.args(), r.c.conn...)
-	return startProc(r.name, filepath.Join(r.c.logDir, r.name+".log"), env, r.c.bin, args...)
+	return bench.Start(r.c.bin, r.name, r.c.logDir, env, args...)
 }
 
 // supervise restarts the role whenever it dies, until stop.
@@ -243,21 +186,22 @@ func (r *role) supervise() {
 		r.mu.Lock()
 		p := r.cur
 		r.mu.Unlock()
-		<-p.done
+		<-p.Done()
 		r.mu.Lock()
 		if r.stopping {
 			r.mu.Unlock()
 			return
 		}
-		if p.killed() {
+		if p.Killed() {
 			r.kills++
 		} else {
-			r.exits = append(r.exits, fmt.Sprintf("%s exited on its own (%v); its log ends:\n%s", r.name, p.state, tail(p.log, 15)))
+			_, err := p.Exited()
+			r.exits = append(r.exits, fmt.Sprintf("%s exited on its own (%v); its log ends:\n%s", r.name, err, p.Tail(15)))
 			time.Sleep(100 * time.Millisecond) // no busy loop if it cannot start at all
 		}
 		after := r.afterKill
 		r.mu.Unlock()
-		if after != nil && p.killed() {
+		if after != nil && p.Killed() {
 			after()
 		}
 		r.mu.Lock()
@@ -295,9 +239,9 @@ func (r *role) stop(kill bool) error {
 	r.mu.Unlock()
 	var err error
 	if kill {
-		p.kill()
+		p.Kill()
 	} else {
-		err = p.stop(30 * time.Second)
+		err = stopRole(p, 30*time.Second)
 	}
 	<-r.supervisor
 	if kill || errors.Is(err, errKilledFirst) {
@@ -453,12 +397,22 @@ func (s *services) brokers() []string { return []string{fmt.Sprintf("127.0.0.1:%
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, _ := strings.Cut(freeAddr(t), ":")
+	n, err := strconv.Atoi(port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return n
+}
+
+// freeAddr returns a loopback address with a port nobody listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	addr, err := bench.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 // ---------------------------------------------------------------------------- cluster --

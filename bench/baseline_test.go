@@ -143,7 +143,7 @@ func TestServeDrainsOnCancel(t *testing.T) {
 
 func TestLogProblems(t *testing.T) {
 	dir := t.TempDir()
-	p, err := Start("/bin/sh", "noisy", dir, "-c", `echo '{"level":"INFO","msg":"fine"}'; echo '{"level":"WARN","msg":"confirm reservations","err":"NOSCRIPT"}'; echo '{"level":"ERROR","msg":"boom"}'`)
+	p, err := Start("/bin/sh", "noisy", dir, nil, "-c", `echo '{"level":"INFO","msg":"fine"}'; echo '{"level":"WARN","msg":"confirm reservations","err":"NOSCRIPT"}'; echo '{"level":"ERROR","msg":"boom"}'`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,29 +64,35 @@ func ModuleDir() string {
 	}
 }
 
-// Proc is a process the bench started: a role, or a baseline server.
+// Proc is a process the bench or a test started: a role, or a baseline server.
 type Proc struct {
 	Name string
-	Log  string // its stdout and stderr
+	Log  string    // its stdout and stderr
+	Born time.Time // when it was started
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
 }
 
-// Start starts bin with args, its output going to logDir/<name>.log.
-func Start(bin, name, logDir string, args ...string) (*Proc, error) {
+// Start starts bin with args and env added to this process's environment, its output appended
+// to logDir/<name>.log (a restarted role goes on in the same file). The kernel kills it when the
+// process that started it dies, also when `go test -timeout` ends that one with a panic that
+// runs no cleanup: a role must never outlive its test or its bench.
+func Start(bin, name, logDir string, env []string, args ...string) (*Proc, error) {
 	logPath := filepath.Join(logDir, name+".log")
-	f, err := os.Create(logPath)
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Log: logPath, Born: time.Now(), cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		f.Close()
@@ -98,6 +104,9 @@ func Start(bin, name, logDir string, args ...string) (*Proc, error) {
 // Pid returns the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
+// Done is closed when the process has ended.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
 // Exited reports whether the process has ended, and how.
 func (p *Proc) Exited() (bool, error) {
 	select {
@@ -106,6 +115,21 @@ func (p *Proc) Exited() (bool, error) {
 	default:
 		return false, nil
 	}
+}
+
+// Killed reports whether the process ended by SIGKILL: kill -9, a failpoint, or Kill.
+func (p *Proc) Killed() bool {
+	if exited, _ := p.Exited(); !exited {
+		return false
+	}
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// Kill sends SIGKILL, as kill -9 would, and waits for the end.
+func (p *Proc) Kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
 }
 
 // Stop sends SIGTERM, waits up to grace for the drain, then kills. A process that had to be
@@ -117,6 +141,9 @@ func (p *Proc) Stop(grace time.Duration) error {
 		}
 		return nil
 	}
+	// A process started a moment ago may not have reached main, where the role catches SIGTERM:
+	// the signal's default action would end it, which says nothing of the role.
+	time.Sleep(time.Until(p.Born.Add(200 * time.Millisecond)))
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

@@ -195,7 +195,7 @@ type pipeline struct {
 // role starts one role behind `seckill bench role --pprof`, which serves pprof beside it.
 func (r *runner) role(name string, pprofAddr string, args ...string) (*Proc, error) {
 	all := append([]string{"bench", "role", "--pprof", pprofAddr}, args...)
-	p, err := Start(r.cfg.Binary, name, r.cfg.WorkDir, all...)
+	p, err := Start(r.cfg.Binary, name, r.cfg.WorkDir, nil, all...)
 	if err == nil {
 		r.mu.Lock()
 		r.procs = append(r.procs, p)
