@@ -120,6 +120,10 @@ type Config struct {
 	WorkDir string
 	// Keep leaves the run's schema, topics and Redis keys in place.
 	Keep bool
+	// Rounds is how many times every scenario runs, one round after another, so that each
+	// target's pair of scenarios alternates: seckill, baseline, seckill, baseline. A target is
+	// judged on the median of its rounds. Default: 3.
+	Rounds int
 	// RedisBenchmark is the redis-benchmark binary. Default: "redis-benchmark".
 	RedisBenchmark string
 	// Command is recorded in the result.

@@ -23,9 +23,10 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 	fmt.Fprintf(&b, "Latest run%s: %s on %d × %s (%d GiB), everything colocated; buyers named by %s.\n",
 		commit, r.Started.Format("2006-01-02"), r.Host.CPUs, r.Host.CPU, r.Host.MemoryGiB, r.Identity)
 	fmt.Fprintf(&b, "Produced by `%s`; full result in [`%s`](%s), report in [`%s`](%s).\n\n", r.Command, jsonPath, jsonPath, htmlPath, htmlPath)
-	b.WriteString("| target | got | want | | note |\n|---|--:|--:|---|---|\n")
+	b.WriteString("Each target is judged on the median of its rounds; the rounds ran one after another, so each ratio's two scenarios alternated.\n\n")
+	b.WriteString("| target | median | rounds | want | | note |\n|---|--:|--:|--:|---|---|\n")
 	for _, t := range r.Targets {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", t.Name, t.GotString(), t.WantString(), t.Verdict(), strings.ReplaceAll(t.Note, "|", "/"))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", t.Name, t.GotString(), t.Spread(), t.WantString(), t.Verdict(), strings.ReplaceAll(t.Note, "|", "/"))
 	}
 	b.WriteString("\n| scenario | | throughput | p50 | p99 | p99.9 | CPU per op | answers | load |\n|---|---|--:|--:|--:|--:|---|---|--:|\n")
 	for _, s := range r.Scenarios {
@@ -34,7 +35,7 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 			kind = "baseline"
 		}
 		if s.Error != "" {
-			fmt.Fprintf(&b, "| %s | %s | failed: %s | | | | | | |\n", s.Name, kind, firstLine(s.Error))
+			fmt.Fprintf(&b, "| %s | %s | failed: %s | | | | | | |\n", s.Label(), kind, firstLine(s.Error))
 			continue
 		}
 		l := s.Latency
@@ -44,7 +45,7 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 			}
 			return fmtMs(v)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s %s | %s | %s | %s | %s | %s | %.1f |\n", s.Name, kind, rate(s.Throughput), s.Unit,
+		fmt.Fprintf(&b, "| %s | %s | %s %s | %s | %s | %s | %s | %s | %.1f |\n", s.Label(), kind, rate(s.Throughput), s.Unit,
 			lat(l.P50), lat(l.P99), lat(l.P999), s.CPUString(), strings.ReplaceAll(s.Answers(), "|", "/"), s.LoadAvg)
 	}
 	b.WriteString("\nCPU per op: CPU time of each server process per request (per order for the drains), the local\nRedis, PostgreSQL (all backends) and Kafka broker included: steadier than throughput on a shared\nmachine, and it shows where a request's cost lands. load: the one-minute load average when the scenario started (2 cores).\n")
