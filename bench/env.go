@@ -21,6 +21,7 @@ import (
 // campaign ids of its own, so a run never meets another run's (or a test's) data.
 type Env struct {
 	RunID   string
+	round   int // the round running now (Run sets it), from 1
 	Schema  string
 	PGURL   string // the run's schema (search_path)
 	baseURL string
@@ -86,16 +87,25 @@ func NewEnv(ctx context.Context, redisURL, postgresURL string, brokers []string)
 	return e, nil
 }
 
+// tag names the run and its round in what a scenario creates: each round's campaigns, topics
+// and buyers are its own.
+func (e *Env) tag() string {
+	if e.round <= 1 {
+		return e.RunID
+	}
+	return fmt.Sprintf("%s-r%d", e.RunID, e.round)
+}
+
 // Campaign returns a fresh campaign id for a scenario; Close deletes its Redis keys.
 func (e *Env) Campaign(name string) string {
-	id := name + "-" + e.RunID
+	id := name + "-" + e.tag()
 	e.campaigns = append(e.campaigns, id)
 	return id
 }
 
 // Prefix returns a fresh topic prefix for a scenario; Close deletes its topics.
 func (e *Env) Prefix(name string) string {
-	p := "bench-" + e.RunID + "-" + name
+	p := "bench-" + e.tag() + "-" + name
 	e.prefixes = append(e.prefixes, p)
 	return p
 }

@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	// machine lands on both sides of a ratio rather than flipping its verdict.
 	for round := 1; round <= cfg.Rounds && ctx.Err() == nil; round++ {
 		r.prog.Logf("bench: round %d of %d", round, cfg.Rounds)
-		flashAPI = nil
+		r.env.round, flashAPI = round, nil
 		for _, s := range steps {
 			if !cfg.wants(s.name) {
 				continue

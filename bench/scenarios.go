@@ -19,7 +19,7 @@ import (
 const big = int64(1) << 40
 
 func (r *runner) users(prefix string) Users {
-	return Users{N: r.cfg.Sizes.FlashUsers, Prefix: prefix + "-" + r.env.RunID + "-u"}
+	return Users{N: r.cfg.Sizes.FlashUsers, Prefix: prefix + "-" + r.env.tag() + "-u"}
 }
 
 // startBaseline starts a baseline server and waits until it answers.
