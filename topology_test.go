@@ -300,8 +300,7 @@ func TestTopologyCluster(t *testing.T) {
 	})
 
 	t.Run("a consumer killed and restarted 3 s later", func(t *testing.T) {
-		campaign := c.createCampaign(t, 100000, 1000)
-		s := newSale(c, []string{campaign}, refusals)
+		campaign, s := bigSale(t, c, refusals)
 		ctx, cancel := context.WithCancel(context.Background())
 		wg := s.run(ctx, 8, 500, 20*time.Millisecond)
 		time.Sleep(2 * time.Second)
@@ -327,8 +326,7 @@ func TestTopologyCluster(t *testing.T) {
 	})
 
 	t.Run("a rolling restart of the apis", func(t *testing.T) {
-		campaign := c.createCampaign(t, 100000, 1000)
-		s := newSale(c, []string{campaign}, refusals) // no 503, no lost answer
+		campaign, s := bigSale(t, c, refusals) // no 503, no lost answer
 		ctx, cancel := context.WithCancel(context.Background())
 		watch, stopWatch := context.WithCancel(context.Background())
 		go s.watchReady(watch)
@@ -367,8 +365,7 @@ func TestTopologyCluster(t *testing.T) {
 	// Last: a broker that comes back moves leaderships around for a while, which no story
 	// after it should have to count.
 	t.Run("the leader broker killed", func(t *testing.T) {
-		campaign := c.createCampaign(t, 100000, 1000)
-		s := newSale(c, []string{campaign}, allowedUnderFaults)
+		campaign, s := bigSale(t, c, allowedUnderFaults)
 		ctx, cancel := context.WithCancel(context.Background())
 		wg := s.run(ctx, 24, 500, 5*time.Millisecond)
 		time.Sleep(2 * time.Second)
@@ -395,8 +392,7 @@ func TestTopologySentinel(t *testing.T) {
 	buildEarly()
 	env := topology(t, "redis-sentinel", "kafka3")
 	c := production(t, env["SECKILL_TEST_REDIS_SENTINEL_URL"], env, clusterOptions{})
-	campaign := c.createCampaign(t, 100000, 1000)
-	s := newSale(c, []string{campaign}, allowedUnderFaults)
+	campaign, s := bigSale(t, c, allowedUnderFaults)
 	ctx, cancel := context.WithCancel(context.Background())
 	wg := s.run(ctx, 24, 500, 5*time.Millisecond)
 	addr := sentinelPrimary(t, env)
@@ -422,6 +418,13 @@ func (s *sale) killRedisMidSale(t *testing.T, addr, service string, l *ledger, s
 		t.Fatalf("start the killed redis again: %v\n%s", err, out)
 	}
 	return killed, back, s.settle(t, 60*time.Second)
+}
+
+// bigSale is a sale of one campaign too big to sell out during a story.
+func bigSale(t *testing.T, c *cluster, allowed func(a answer) bool) (string, *sale) {
+	t.Helper()
+	campaign := c.createCampaign(t, 100000, 1000)
+	return campaign, newSale(c, []string{campaign}, allowed)
 }
 
 // sellsAgain waits until a purchase sent well after the kill is answered 202, and returns when
