@@ -26,6 +26,7 @@ Operations:
   migrate      apply the database schema
   replay       re-consume OrderRequested from a time or offset into the store
   compensate   release or refund one order (the admin endpoint's twin)
+  dlq          the dead letters: dlq list|show|stats, with what became of each order
   bench        measure seckill against its baselines on real services (make bench)
   audit        check the invariants across Redis, the store and Kafka; exit 1 on a violation
   token        print a buyer's bearer token (a JWT signed with --jwt-secret)
@@ -41,6 +42,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout io.Wri
 	"migrate":     runMigrate,
 	"replay":      runReplay,
 	"compensate":  runCompensate,
+	"dlq":         runDLQ,
 	"bench":       runBench,
 	"audit":       runAudit,
 	"token":       runToken,

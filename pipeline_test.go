@@ -159,6 +159,29 @@ func testDeadLetter(t *testing.T, p *pipeline) {
 	if got := events.Header(poison, events.HeaderReason); !strings.HasPrefix(got, events.ReasonPoison) {
 		t.Errorf("poison reason header %q", got)
 	}
+	// The operator's view of the same: seckill dlq.
+	list := p.mustRun(t, "dlq", "list")
+	if !strings.Contains(list, id) || !strings.Contains(list, events.ReasonStoreSoldOut) ||
+		!strings.Contains(list, "failed ("+events.ReasonStoreSoldOut+")") || !strings.Contains(list, "unreadable: nothing to compensate") {
+		t.Errorf("dlq list:\n%s", list)
+	}
+	if only := p.mustRun(t, "dlq", "list", "--reason", events.ReasonStoreSoldOut); strings.Contains(only, events.ReasonPoison) || !strings.Contains(only, id) {
+		t.Errorf("dlq list --reason %s:\n%s", events.ReasonStoreSoldOut, only)
+	}
+	if none := p.mustRun(t, "dlq", "list", "--campaign", "no-such-campaign"); !strings.Contains(none, "0 dead letters") {
+		t.Errorf("dlq list --campaign of another campaign:\n%s", none)
+	}
+	if stats := p.mustRun(t, "dlq", "stats"); !strings.Contains(stats, events.ReasonStoreSoldOut) || !strings.Contains(stats, events.ReasonPoison) {
+		t.Errorf("dlq stats:\n%s", stats)
+	}
+	show := p.mustRun(t, "dlq", "show", fmt.Sprintf("%d/%d", poison.Partition, poison.Offset))
+	if !strings.Contains(show, marker) || !strings.Contains(show, `"version":99`) || !strings.Contains(show, "decode ") {
+		t.Errorf("dlq show of the poison event:\n%s", show)
+	}
+	if out, err := p.run("dlq", "show", "not-a-position"); err == nil {
+		t.Errorf("dlq show of a malformed position succeeded:\n%s", out)
+	}
+
 	code, id, _ = p.buy(t, c, "grace", 1)
 	if code != http.StatusAccepted {
 		t.Fatalf("purchase after poison: %d", code)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -159,4 +160,55 @@ func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, g
 		lag += max(0, end.Offset-at)
 	})
 	return lag, nil
+}
+
+// ReadTopic returns every record of topic, from the start of each partition to its end as it
+// was when ReadTopic began, in partition and offset order.
+func ReadTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
+	cl, err := NewClient(brokers)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ends, err := EndOffsets(ctx, kadm.NewClient(cl), topic)
+	if err != nil {
+		return nil, err
+	}
+	want := map[int32]int64{} // partition -> end offset still to reach
+	offsets := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+			offsets[o.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	if len(want) == 0 {
+		return nil, nil
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
+	var recs []*kgo.Record
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("read %s: %w", topic, err)
+		}
+		for _, e := range fs.Errors() {
+			return nil, fmt.Errorf("read %s partition %d: %w", topic, e.Partition, e.Err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := want[r.Partition]; ok && r.Offset < end {
+				recs = append(recs, r)
+				if r.Offset+1 >= end {
+					delete(want, r.Partition)
+				}
+			}
+		})
+	}
+	slices.SortFunc(recs, func(a, b *kgo.Record) int {
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
+		}
+		return int(a.Offset - b.Offset)
+	})
+	return recs, nil
 }

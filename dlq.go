@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+)
+
+// runDLQ reads the dead-letter topic: what landed there, why, and what became of each order.
+func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
+	const help = "Usage: seckill dlq list|show|stats [flags]\n\n" +
+		"  list   one line per dead letter: where it came from, why, and the order's state now\n" +
+		"  show   one dead letter whole (seckill dlq show PARTITION/OFFSET)\n" +
+		"  stats  dead letters by reason\n"
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, help)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	verb := args[0]
+	if verb != "list" && verb != "show" && verb != "stats" {
+		fmt.Fprintf(stdout, "dlq: unknown subcommand %q\n\n%s", verb, help)
+		return errUsage
+	}
+	f := newFlags("dlq "+verb, map[string]string{
+		"list":  "List the dead letters, one line each: where it came from, why, and the order's state now.",
+		"show":  "Print one dead letter whole: its headers and its value.\nArguments: PARTITION/OFFSET, as dlq list prints it.",
+		"stats": "Count the dead letters by reason.",
+	}[verb], stdout)
+	c := f.conn()
+	campaign := f.String("campaign", "", "only the dead letters of this campaign")
+	reason := f.String("reason", "", "only the dead letters whose reason starts with this")
+	since := f.String("since", "", "only the dead letters written since: an RFC 3339 time, or a duration ago (1h)")
+	rest := args[1:]
+	var pos []string // show's PARTITION/OFFSET, before or after the flags
+	if verb == "show" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		pos, rest = rest[:1], rest[1:]
+	}
+	if err := f.parse(rest); err != nil {
+		return err
+	}
+	pos = append(pos, f.Args()...)
+	var after time.Time
+	if *since != "" {
+		if d, err := time.ParseDuration(*since); err == nil {
+			after = time.Now().Add(-d)
+		} else if after, err = time.Parse(time.RFC3339, *since); err != nil {
+			fmt.Fprintf(stdout, "dlq: --since %q is neither an RFC 3339 time nor a duration\n", *since)
+			return errUsage
+		}
+	}
+	var at [2]int64 // partition, offset: the one to show
+	if verb == "show" {
+		p, o, ok := strings.Cut(strings.Join(pos, ""), "/")
+		pn, err1 := strconv.ParseInt(p, 10, 32)
+		on, err2 := strconv.ParseInt(o, 10, 64)
+		if len(pos) != 1 || !ok || errors.Join(err1, err2) != nil {
+			fmt.Fprintln(stdout, "dlq show: name one dead letter as PARTITION/OFFSET (dlq list prints them)")
+			return errUsage
+		}
+		at = [2]int64{pn, on}
+	}
+	d, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	recs, err := events.ReadTopic(rctx, c.brokerList(), c.topics().DLQ)
+	if err != nil {
+		return err
+	}
+	var letters []deadLetter
+	for _, r := range recs {
+		l := readDeadLetter(r)
+		switch {
+		case *campaign != "" && l.campaign != *campaign,
+			*reason != "" && !strings.HasPrefix(l.reason, *reason),
+			!after.IsZero() && r.Timestamp.Before(after):
+			continue
+		}
+		letters = append(letters, l)
+	}
+	switch verb {
+	case "stats":
+		byReason := map[string]int{}
+		for _, l := range letters {
+			byReason[l.reason]++
+		}
+		reasons := make([]string, 0, len(byReason))
+		for r := range byReason {
+			reasons = append(reasons, r)
+		}
+		sort.Strings(reasons)
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "reason\tdead letters")
+		for _, r := range reasons {
+			fmt.Fprintf(tw, "%s\t%d\n", r, byReason[r])
+		}
+		tw.Flush()
+		fmt.Fprintf(stdout, "%d dead letters in %s\n", len(letters), c.topics().DLQ)
+	case "show":
+		for _, l := range letters {
+			if int64(l.rec.Partition) == at[0] && l.rec.Offset == at[1] {
+				l.print(stdout, orderState(ctx, d.store, l))
+				return nil
+			}
+		}
+		fmt.Fprintf(stdout, "dlq show: no dead letter at %d/%d in %s\n", at[0], at[1], c.topics().DLQ)
+		return errUsage
+	default:
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "at\twritten\treason\tsource\torder\tnow")
+		for _, l := range letters {
+			fmt.Fprintf(tw, "%d/%d\t%s\t%s\t%s\t%s\t%s\n", l.rec.Partition, l.rec.Offset, l.rec.Timestamp.UTC().Format(time.RFC3339),
+				l.reason, l.source, orDash(l.orderID), orderState(ctx, d.store, l))
+		}
+		tw.Flush()
+		fmt.Fprintf(stdout, "%d dead letters in %s\n", len(letters), c.topics().DLQ)
+	}
+	return nil
+}
+
+// deadLetter is one record of the dead-letter topic, as far as it can be read.
+type deadLetter struct {
+	rec               *kgo.Record
+	reason, source    string
+	orderID, campaign string // "" when the event cannot be decoded
+	decodeErr         error
+}
+
+func readDeadLetter(r *kgo.Record) deadLetter {
+	l := deadLetter{rec: r, reason: events.Header(r, events.HeaderReason),
+		source: events.Header(r, events.HeaderSourceTopic) + "/" + events.Header(r, events.HeaderSourcePartition) + "/" + events.Header(r, events.HeaderSourceOffset)}
+	e, err := events.Decode(r.Value)
+	if err != nil {
+		l.decodeErr = err
+		return l
+	}
+	l.orderID, l.campaign = e.OrderID, e.CampaignID
+	return l
+}
+
+// orderState says what the compensator did with a dead letter: the order's state in the store.
+func orderState(ctx context.Context, st *store.Store, l deadLetter) string {
+	if l.orderID == "" {
+		return "unreadable: nothing to compensate"
+	}
+	o, err := st.Order(ctx, l.orderID)
+	if events.ErrorCode(err) == events.OrderNotFound {
+		return "not in the store yet (the compensator has not handled it)"
+	}
+	if err != nil {
+		return "cannot tell: " + err.Error()
+	}
+	if o.Reason != "" {
+		return string(o.Status) + " (" + o.Reason + ")"
+	}
+	return string(o.Status)
+}
+
+func (l deadLetter) print(w io.Writer, state string) {
+	fmt.Fprintf(w, "at       %d/%d\nwritten  %s\nreason   %s\nsource   %s\norder    %s\nnow      %s\n",
+		l.rec.Partition, l.rec.Offset, l.rec.Timestamp.UTC().Format(time.RFC3339Nano), l.reason, l.source, orDash(l.orderID), state)
+	if l.decodeErr != nil {
+		fmt.Fprintf(w, "decode   %v\n", l.decodeErr)
+	}
+	fmt.Fprintf(w, "key      %s\nvalue    %s\n", l.rec.Key, l.rec.Value)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
