@@ -51,8 +51,9 @@ var migrations = []migration{
 	// put back on sale without the freeze. Every campaign before this column was on sale.
 	{sql: `ALTER TABLE campaigns ADD COLUMN on_sale BOOLEAN NOT NULL DEFAULT TRUE;`},
 	// The payment window: a campaign's window, an order's deadline to pay (0: no payment step)
-	// and its payment's id, and two final states after confirmed, paid and expired. An index
-	// finds the unpaid orders past their deadline. SQLite cannot change a CHECK constraint:
+	// and its payment's id, and two final states after confirmed, paid and expired. Two partial
+	// indexes keep the sweeper's ExpiringOrders off a scan of every order: the unpaid orders by
+	// deadline, and the expired ones whose units are not back yet. SQLite cannot change a CHECK constraint:
 	// its orders table is made again.
 	{
 		sql: `ALTER TABLE campaigns ADD COLUMN payment_window_ms BIGINT NOT NULL DEFAULT 0 CHECK (payment_window_ms >= 0);
@@ -60,7 +61,8 @@ var migrations = []migration{
 		ALTER TABLE orders ADD COLUMN payment_id TEXT NOT NULL DEFAULT '';
 		ALTER TABLE orders DROP CONSTRAINT orders_status_check;
 		ALTER TABLE orders ADD CONSTRAINT orders_status_check CHECK (status IN ('confirmed', 'failed', 'refunded', 'paid', 'expired'));
-		CREATE INDEX orders_to_expire ON orders (pay_by_ms) WHERE status = 'confirmed' AND pay_by_ms > 0;`,
+		CREATE INDEX orders_to_expire ON orders (pay_by_ms) WHERE status = 'confirmed' AND pay_by_ms > 0;
+		CREATE INDEX orders_expiring ON orders (order_id) WHERE status = 'expired' AND reason = '';`,
 		sqlite: `ALTER TABLE campaigns ADD COLUMN payment_window_ms BIGINT NOT NULL DEFAULT 0 CHECK (payment_window_ms >= 0);
 		CREATE TABLE orders_v4 (
 			order_id      TEXT PRIMARY KEY,
@@ -79,6 +81,7 @@ var migrations = []migration{
 		DROP TABLE orders;
 		ALTER TABLE orders_v4 RENAME TO orders;
 		CREATE INDEX orders_by_campaign ON orders (campaign_id, status);
-		CREATE INDEX orders_to_expire ON orders (pay_by_ms) WHERE status = 'confirmed' AND pay_by_ms > 0;`,
+		CREATE INDEX orders_to_expire ON orders (pay_by_ms) WHERE status = 'confirmed' AND pay_by_ms > 0;
+		CREATE INDEX orders_expiring ON orders (order_id) WHERE status = 'expired' AND reason = '';`,
 	},
 }
