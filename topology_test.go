@@ -138,6 +138,7 @@ func (s *sale) run(ctx context.Context, workers, users int, pace time.Duration) 
 func (s *sale) settle(t *testing.T, within time.Duration) []string {
 	t.Helper()
 	var out []string
+	start := time.Now()
 	for _, id := range s.campaigns {
 		s.c.settle(t, id, within)
 		f := s.c.checkFinal(t, id)
@@ -149,6 +150,8 @@ func (s *sale) settle(t *testing.T, within time.Duration) []string {
 		s.c.audit(t, id)
 		out = append(out, fmt.Sprintf("%s: %s; sold %d of %d", id, l, f.sold, f.stock))
 	}
+	// Settled: nothing pending in Redis, no lag in the consumer group or the DLQ.
+	out = append(out, fmt.Sprintf("settled %v after the load stopped", time.Since(start).Round(time.Millisecond)))
 	return out
 }
 
