@@ -35,7 +35,7 @@ func TestPaymentWindowSale(t *testing.T) {
 	campaign := storetest.Name("paywin")
 	body, _ := json.Marshal(map[string]any{"id": campaign, "name": "Payment window", "stock": stock, "per_user_limit": 1,
 		"payment_window_seconds": int(window / time.Second)})
-	if a := c.admin_(t, "POST", "/v1/campaigns", string(body)); a.status != http.StatusCreated {
+	if a := c.asAdmin(t, "POST", "/v1/campaigns", string(body)); a.status != http.StatusCreated {
 		t.Fatalf("create campaign: %+v", a)
 	}
 
@@ -78,7 +78,7 @@ func TestPaymentWindowSale(t *testing.T) {
 				id := "pay-" + a.orderID
 				times := 1 + rand.IntN(2) // some pay twice with the same payment id
 				for range times {
-					r := c.admin_(t, "POST", "/v1/admin/orders/"+a.orderID+"/payment", `{"payment_id": "`+id+`"}`)
+					r := c.asAdmin(t, "POST", "/v1/admin/orders/"+a.orderID+"/payment", `{"payment_id": "`+id+`"}`)
 					mu.Lock()
 					payments = append(payments, payment{a.orderID, id, r.status, r.code, time.Since(confirmedAt)})
 					mu.Unlock()
@@ -182,10 +182,10 @@ func TestPaymentWindowSale(t *testing.T) {
 		if o.Status != events.Paid {
 			continue
 		}
-		if a := c.admin_(t, "POST", "/v1/admin/orders/"+id+"/compensate", ""); a.status != http.StatusOK {
+		if a := c.asAdmin(t, "POST", "/v1/admin/orders/"+id+"/compensate", ""); a.status != http.StatusOK {
 			t.Fatalf("refund a paid order: %+v", a)
 		}
-		if a := c.admin_(t, "POST", "/v1/admin/orders/"+id+"/payment", `{"payment_id": "`+o.PaymentID+`"}`); a.status != http.StatusConflict || a.code != "order_not_payable" {
+		if a := c.asAdmin(t, "POST", "/v1/admin/orders/"+id+"/payment", `{"payment_id": "`+o.PaymentID+`"}`); a.status != http.StatusConflict || a.code != "order_not_payable" {
 			t.Errorf("a payment replayed after the refund answered %d %s, want 409 order_not_payable", a.status, a.code)
 		}
 		c.settle(t, campaign, 30*time.Second)
@@ -197,8 +197,8 @@ func TestPaymentWindowSale(t *testing.T) {
 	}
 }
 
-// admin_ sends an admin request with a JSON body to the first api.
-func (c *cluster) admin_(t *testing.T, method, path, body string) answer {
+// asAdmin sends an admin request with a JSON body to the first api.
+func (c *cluster) asAdmin(t *testing.T, method, path, body string) answer {
 	t.Helper()
 	return c.send(context.Background(), method, c.base+path, body, "Authorization", "Bearer "+c.admin)
 }

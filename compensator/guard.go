@@ -62,14 +62,14 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 	}
 	var rebuildErr error
 	if len(lost) > 0 {
-		rebuildErr = c.rebuildLost(ctx, lost, gens)
+		rebuildErr = c.rebuildLost(ctx, lost)
 	}
 	return errors.Join(genErr, rebuildErr, c.reconcile(ctx, cs, now))
 }
 
 // rebuildLost rebuilds the campaigns whose data Redis may have lost, unless another compensator
 // is rebuilding already.
-func (c *Compensator) rebuildLost(ctx context.Context, lost []string, gens map[string]lua.Generation) error {
+func (c *Compensator) rebuildLost(ctx context.Context, lost []string) error {
 	lock, err := c.locker.TryLock(ctx, c.cfg.Topics.Prefix+".rebuild", 10*time.Second)
 	if errors.Is(err, lua.ErrLockHeld) {
 		return nil
@@ -79,11 +79,11 @@ func (c *Compensator) rebuildLost(ctx context.Context, lost []string, gens map[s
 	}
 	return lock.Hold(ctx, func(ctx context.Context) error {
 		// Another compensator may have rebuilt them between the check and the lock.
-		now, err := c.rebuilder.Generations(ctx, lost)
+		gens, err := c.rebuilder.Generations(ctx, lost)
 		if err != nil {
 			return err
 		}
-		lost = slices.DeleteFunc(lost, func(id string) bool { return !now[id].Lost() })
+		lost = slices.DeleteFunc(lost, func(id string) bool { return !gens[id].Lost() })
 		if len(lost) == 0 {
 			return nil
 		}

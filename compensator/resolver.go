@@ -144,16 +144,7 @@ func (r *Resolver) Expire(ctx context.Context, orderID string, now time.Time) (s
 		return o, err
 	}
 	failpoint.Inject(failpoint.CompensatorMidExpiry)
-	// Confirm first: a consumer that stopped between the store and Redis left it pending.
-	if _, err := r.Redis.Confirm(ctx, o.OrderID); err != nil {
-		return o, err
-	}
-	out, err := r.Redis.Expire(ctx, o.OrderID)
-	if err != nil {
-		return o, err
-	}
-	compensations.WithLabelValues("payment_window", outcome(out, "expired")).Inc()
-	if err := r.publish(ctx, orderEvent(o).New(events.OrderExpired, now)); err != nil {
+	if err := r.giveBack(ctx, o, r.Redis.Expire, "payment_window", "expired", events.OrderExpired); err != nil {
 		return o, err
 	}
 	if err := r.Store.MarkUnpaid(ctx, o.OrderID); err != nil {
@@ -173,17 +164,24 @@ func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, erro
 
 // refundReservation gives a refunded order's units back in Redis, once, and announces it.
 func (r *Resolver) refundReservation(ctx context.Context, o store.Order, source string) error {
+	return r.giveBack(ctx, o, r.Redis.Refund, source, "refunded", events.OrderRefunded)
+}
+
+// giveBack moves a stored order's confirmed reservation on with move (which gives its units
+// back, once), counts it as changed under source, and announces t.
+func (r *Resolver) giveBack(ctx context.Context, o store.Order, move func(context.Context, string) (lua.Outcome, error),
+	source, changed string, t events.Type) error {
 	// Confirm first: if the consumer stopped between the store and Redis, the reservation is
-	// still pending, and only a confirmed one can be refunded.
+	// still pending, and only a confirmed one moves on.
 	if _, err := r.Redis.Confirm(ctx, o.OrderID); err != nil {
 		return err
 	}
-	out, err := r.Redis.Refund(ctx, o.OrderID)
+	out, err := move(ctx, o.OrderID)
 	if err != nil {
 		return err
 	}
-	compensations.WithLabelValues(source, outcome(out, "refunded")).Inc()
-	return r.publish(ctx, orderEvent(o).New(events.OrderRefunded, time.Now()))
+	compensations.WithLabelValues(source, outcome(out, changed)).Inc()
+	return r.publish(ctx, orderEvent(o).New(t, time.Now()))
 }
 
 func (r *Resolver) publish(ctx context.Context, e events.Event) error {
