@@ -52,6 +52,8 @@ const (
 	OrderNotConfirmed Code = "order_not_confirmed"
 	// OrderNotPayable means the order failed, was refunded, or needs no payment.
 	OrderNotPayable Code = "order_not_payable"
+	// CampaignCancelled means an operator cancelled the campaign: it can no longer change.
+	CampaignCancelled Code = "campaign_cancelled"
 )
 
 // Error is seckill's one error type for failures a caller must tell apart.

@@ -84,4 +84,16 @@ var migrations = []migration{
 		CREATE INDEX orders_to_expire ON orders (pay_by_ms) WHERE status = 'confirmed' AND pay_by_ms > 0;
 		CREATE INDEX orders_expiring ON orders (order_id) WHERE status = 'expired' AND reason = '';`,
 	},
+	// Operators change a live campaign: version counts its changes (close, extend, added stock,
+	// cancel), so that Redis applies each once and never an older one after a newer (lua Sync);
+	// cancelled_at_ms marks a cancelled campaign (0: not cancelled). audits keeps the last
+	// verdict of `seckill audit` per campaign, for the console and the alerts.
+	{sql: `ALTER TABLE campaigns ADD COLUMN version BIGINT NOT NULL DEFAULT 0;
+		ALTER TABLE campaigns ADD COLUMN cancelled_at_ms BIGINT NOT NULL DEFAULT 0;
+		CREATE TABLE audits (
+			campaign_id TEXT PRIMARY KEY,
+			at_ms       BIGINT NOT NULL,
+			ok          BOOLEAN NOT NULL,
+			violations  TEXT NOT NULL DEFAULT ''
+		);`},
 }

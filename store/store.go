@@ -149,6 +149,10 @@ type Campaign struct {
 	OnSale       bool   `db:"on_sale"` // put on sale in Redis once (see MarkOnSale)
 	// PaymentWindowMs is how long a confirmed order has to be paid; 0: no payment step.
 	PaymentWindowMs int64 `db:"payment_window_ms"`
+	// Version counts the operators' changes to the campaign (ChangeCampaign).
+	Version int64 `db:"version"`
+	// CancelledAtMs is when an operator cancelled the campaign; 0: not cancelled.
+	CancelledAtMs int64 `db:"cancelled_at_ms"`
 }
 
 // CreateCampaign inserts c; a campaign with the same id is an events.CampaignExists error.

@@ -1,0 +1,90 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/seckill/seckill/events"
+)
+
+// ChangeCampaign applies an operator's change to the campaign with id: change edits the
+// campaign as read under its row lock, and its stock, end and cancellation are written back with
+// the version one higher. An error from change (an *events.Error saying why the change is
+// refused) leaves the campaign as it was. It returns the changed campaign.
+func (s *Store) ChangeCampaign(ctx context.Context, id string, change func(*Campaign) error) (Campaign, error) {
+	var c Campaign
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := s.lockCampaign(ctx, tx, id); err != nil {
+			return err
+		}
+		var err error
+		if c, err = s.campaignOn(ctx, tx, id); err != nil {
+			return err
+		}
+		was := c
+		if err := change(&c); err != nil {
+			return err
+		}
+		if c.Stock < was.Stock {
+			return fmt.Errorf("change campaign %s: stock may only grow (%d to %d)", id, was.Stock, c.Stock)
+		}
+		c.Version = was.Version + 1
+		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE campaigns SET stock = ?, ends_at_ms = ?, cancelled_at_ms = ?, version = ?
+			WHERE id = ?`), c.Stock, c.EndsAtMs, c.CancelledAtMs, c.Version, id)
+		return err
+	})
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.Is(err, sql.ErrNoRows):
+		return Campaign{}, events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
+	case events.ErrorCode(err) != events.Internal:
+		return Campaign{}, err
+	}
+	return Campaign{}, fmt.Errorf("change campaign %s: %w", id, err)
+}
+
+// AuditVerdict is the last verdict of `seckill audit` on one campaign.
+type AuditVerdict struct {
+	Campaign   string `db:"campaign_id" json:"campaign"`
+	AtMs       int64  `db:"at_ms" json:"at_ms"`
+	OK         bool   `db:"ok" json:"ok"`
+	Violations string `db:"violations" json:"violations,omitempty"` // one per line
+}
+
+// RecordAudit keeps v as its campaign's last audit verdict.
+func (s *Store) RecordAudit(ctx context.Context, v AuditVerdict) error {
+	_, err := s.db.NamedExecContext(ctx, `INSERT INTO audits (campaign_id, at_ms, ok, violations)
+		VALUES (:campaign_id, :at_ms, :ok, :violations)
+		ON CONFLICT (campaign_id) DO UPDATE SET at_ms = excluded.at_ms, ok = excluded.ok, violations = excluded.violations`, v)
+	if err != nil {
+		return fmt.Errorf("record the audit of %s: %w", v.Campaign, err)
+	}
+	return nil
+}
+
+// AuditVerdicts returns the last audit verdict of every audited campaign, by campaign.
+func (s *Store) AuditVerdicts(ctx context.Context) (map[string]AuditVerdict, error) {
+	var vs []AuditVerdict
+	if err := s.db.SelectContext(ctx, &vs, `SELECT * FROM audits`); err != nil {
+		return nil, fmt.Errorf("read the audit verdicts: %w", err)
+	}
+	m := make(map[string]AuditVerdict, len(vs))
+	for _, v := range vs {
+		m[v.Campaign] = v
+	}
+	return m, nil
+}
+
+// ViolationCount is how many violations a verdict lists.
+func (v AuditVerdict) ViolationCount() int {
+	if v.Violations == "" {
+		return 0
+	}
+	return strings.Count(v.Violations, "\n") + 1
+}

@@ -1,0 +1,87 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+func TestChangeCampaign(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+
+		t.Run("concurrent additions all count, each one version", func(t *testing.T) {
+			c := mustCampaign(t, s, 10, 1)
+			var wg sync.WaitGroup
+			for range 20 {
+				wg.Go(func() {
+					if _, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error { c.Stock += 3; return nil }); err != nil {
+						t.Error(err)
+					}
+				})
+			}
+			wg.Wait()
+			got, err := s.Campaign(ctx, c.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Stock != 70 || got.Version != 20 {
+				t.Fatalf("stock %d version %d, want 70 and 20", got.Stock, got.Version)
+			}
+		})
+
+		t.Run("a refused change writes nothing", func(t *testing.T) {
+			c := mustCampaign(t, s, 10, 1)
+			_, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error {
+				c.EndsAtMs = 1
+				return events.Errorf(events.CampaignCancelled, "no")
+			})
+			if events.ErrorCode(err) != events.CampaignCancelled {
+				t.Fatalf("err %v, want the change's own", err)
+			}
+			if got, _ := s.Campaign(ctx, c.ID); got.EndsAtMs != 0 || got.Version != 0 {
+				t.Fatalf("a refused change wrote: %+v", got)
+			}
+		})
+
+		t.Run("stock never shrinks", func(t *testing.T) {
+			c := mustCampaign(t, s, 10, 1)
+			if _, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error { c.Stock--; return nil }); err == nil {
+				t.Fatal("a smaller stock was accepted")
+			}
+		})
+
+		t.Run("unknown campaign", func(t *testing.T) {
+			_, err := s.ChangeCampaign(ctx, "nope-"+events.NewID()[14:], func(*store.Campaign) error { return nil })
+			if events.ErrorCode(err) != events.CampaignNotFound {
+				t.Fatalf("err %v, want campaign_not_found", err)
+			}
+		})
+
+		t.Run("the last audit verdict per campaign", func(t *testing.T) {
+			c := mustCampaign(t, s, 10, 1)
+			for _, v := range []store.AuditVerdict{
+				{Campaign: c.ID, AtMs: 1, OK: false, Violations: "I1 a\nI4 b"},
+				{Campaign: c.ID, AtMs: 2, OK: true},
+			} {
+				if err := s.RecordAudit(ctx, v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			vs, err := s.AuditVerdicts(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := vs[c.ID]; v.AtMs != 2 || !v.OK || v.ViolationCount() != 0 {
+				t.Fatalf("verdict %+v, want the second", v)
+			}
+			if n := (store.AuditVerdict{Violations: "I1 a\nI4 b"}).ViolationCount(); n != 2 {
+				t.Fatalf("ViolationCount %d, want 2", n)
+			}
+		})
+	})
+}
