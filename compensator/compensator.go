@@ -84,6 +84,7 @@ type Sweeper interface {
 	Expired(ctx context.Context, campaign string, limit int) ([]string, error)
 	Trim(ctx context.Context, campaign string, retention time.Duration, limit int) (int, error)
 	Drop(ctx context.Context, campaign string) (bool, error)
+	Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error)
 }
 
 // Locker takes lease locks.
@@ -243,6 +244,12 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 	for _, camp := range cs {
 		if err := c.retire(ctx, camp, now); err != nil {
 			return n, err
+		}
+		// An operator's change whose Redis step failed reaches the sale here.
+		if camp.Version > 0 && !c.retired(camp, now) {
+			if _, err := c.sweeper.Sync(ctx, RedisCampaign(camp)); err != nil {
+				return n, err
+			}
 		}
 		// One page per campaign per sweep: the next sweep takes the rest, and a reservation
 		// that somehow stays pending can never trap the sweeper in a loop.

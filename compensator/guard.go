@@ -136,7 +136,8 @@ func (c *Compensator) retired(camp store.Campaign, now time.Time) bool {
 
 // RedisCampaign is the campaign c as Redis sells it: its units not yet sold, its limit and window.
 func RedisCampaign(c store.Campaign) lua.Campaign {
-	lc := lua.Campaign{ID: c.ID, Remaining: c.Stock - c.Sold, Limit: c.PerUserLimit, StartsAt: time.UnixMilli(c.StartsAtMs)}
+	lc := lua.Campaign{ID: c.ID, Remaining: c.Stock - c.Sold, Limit: c.PerUserLimit, StartsAt: time.UnixMilli(c.StartsAtMs),
+		Stock: c.Stock, Version: c.Version}
 	if c.EndsAtMs > 0 {
 		lc.EndsAt = time.UnixMilli(c.EndsAtMs)
 	}

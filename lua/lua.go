@@ -28,6 +28,8 @@ var (
 	loadSrc string
 	//go:embed restore.lua
 	restoreSrc string
+	//go:embed sync.lua
+	syncSrc string
 	//go:embed trim.lua
 	trimSrc string
 	//go:embed drop.lua
@@ -45,6 +47,7 @@ var (
 	expiredScript = newScript(expiredSrc)
 	loadScript    = newScript(loadSrc)
 	restoreScript = newScript(restoreSrc)
+	syncScript    = newScript(syncSrc)
 	trimScript    = newScript(trimSrc)
 	dropScript    = newScript(dropSrc)
 	lockAcquire   = newScript(lockAcquireSrc)
@@ -143,6 +146,53 @@ type Campaign struct {
 	// Holdings are the units each buyer already holds: Restore writes them when it rebuilds a
 	// campaign from the store. A new campaign has none.
 	Holdings map[string]int64
+	// Stock is the campaign's total units, what Sync adds to. Zero: Remaining (nothing sold).
+	Stock int64
+	// Version is the store's count of the operators' changes to the campaign (Sync).
+	Version int64
+}
+
+// args are the scripts' arguments after KEYS for load and restore.
+func (c Campaign) args(gen string) []any {
+	starts, ends := c.window()
+	stock := c.Stock
+	if stock == 0 {
+		stock = c.Remaining
+	}
+	return []any{c.Remaining, c.Limit, starts, ends, gen, stock, c.Version}
+}
+
+// Synced says what Sync did.
+type Synced int
+
+// What Sync did.
+const (
+	SyncApplied  Synced = 1  // Redis took the change
+	SyncHad      Synced = 0  // Redis had this version or a newer one
+	SyncNotFound Synced = -1 // the campaign is not in Redis (the reconciler or a rebuild loads it)
+	SyncFrozen   Synced = -2 // the campaign is frozen; its rebuild writes the store's figures
+)
+
+// Sync applies the campaign's stock and end at its version, once: units added to the stock go
+// on sale, and the end moves. An older version than Redis holds changes nothing.
+func (r *Redis) Sync(ctx context.Context, c Campaign) (Synced, error) {
+	k := KeysOf(c.ID)
+	_, ends := c.window()
+	n, err := syncScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Version, c.Stock, ends).Int()
+	if err != nil {
+		return 0, fmt.Errorf("sync campaign %s: %w", c.ID, err)
+	}
+	return Synced(n), nil
+}
+
+// Pending returns up to limit order ids of campaign's pending reservations, earliest deadline
+// first.
+func (r *Redis) Pending(ctx context.Context, campaign string, limit int) ([]string, error) {
+	ids, err := r.rdb.ZRange(ctx, KeysOf(campaign).Pending, 0, int64(limit)-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("pending reservations of %s: %w", campaign, err)
+	}
+	return ids, nil
 }
 
 // window returns the sale's window as the scripts take it: milliseconds, 0 for no end.
@@ -161,8 +211,7 @@ func (r *Redis) LoadCampaign(ctx context.Context, c Campaign) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("load campaign %s: %w", c.ID, err)
 	}
-	starts, ends := c.window()
-	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, starts, ends, gen).Int()
+	n, err := loadScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.args(gen)...).Int()
 	if err != nil {
 		return false, fmt.Errorf("load campaign %s: %w", c.ID, err)
 	}
@@ -381,21 +430,35 @@ func parseReservation(campaign, orderID, rec string) (Reservation, error) {
 
 // Remaining returns the campaign's remaining units, and whether Redis has the campaign at all.
 func (r *Redis) Remaining(ctx context.Context, campaign string) (int64, bool, error) {
+	s, err := r.Sale(ctx, campaign)
+	return s.Remaining, s.Loaded, err
+}
+
+// Sale is what Redis knows of a campaign's sale.
+type Sale struct {
+	Remaining int64
+	Loaded    bool // Redis has the campaign
+	Frozen    bool // it is being rebuilt from the store and sells nothing
+}
+
+// Sale reads the campaign's remaining units and whether it is loaded and frozen.
+func (r *Redis) Sale(ctx context.Context, campaign string) (Sale, error) {
 	k := KeysOf(campaign)
 	pipe := r.rdb.Pipeline()
 	exists := pipe.Exists(ctx, k.Meta)
+	frozen := pipe.HExists(ctx, k.Meta, "frozen")
 	stock := pipe.Get(ctx, k.Stock)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, false, fmt.Errorf("remaining of %s: %w", campaign, err)
+		return Sale{}, fmt.Errorf("remaining of %s: %w", campaign, err)
 	}
 	if exists.Val() == 0 {
-		return 0, false, nil
+		return Sale{}, nil
 	}
 	n, err := stock.Int64()
 	if err != nil {
-		return 0, false, fmt.Errorf("remaining of %s: %w", campaign, err)
+		return Sale{}, fmt.Errorf("remaining of %s: %w", campaign, err)
 	}
-	return n, true, nil
+	return Sale{Remaining: n, Loaded: true, Frozen: frozen.Val()}, nil
 }
 
 // confirmBatch bounds the orders of one confirm call, so that one call cannot hold Redis long.

@@ -325,6 +325,7 @@ func TestScripts(t *testing.T) {
 		{"MalformedRecord", testMalformedRecord},
 		{"TrimKeepsRedisBounded", testTrim},
 		{"DropEndedCampaign", testDrop},
+		{"SyncAppliesEachVersionOnce", testSync},
 	}
 	for _, be := range []struct {
 		name string
@@ -1338,5 +1339,56 @@ func testDrop(t *testing.T, b *backend) {
 	}
 	if n := b.rdb.Exists(ctx, lua.KeysOf(id).All()...).Val(); n != 0 {
 		t.Errorf("%d of the campaign's keys are still there", n)
+	}
+}
+
+func testSync(t *testing.T, b *backend) {
+	ctx := t.Context()
+	c := lua.Campaign{Remaining: 10, Stock: 10, Limit: 5, StartsAt: b.now().Add(-time.Hour)}
+	c.ID = load(t, b.r, c)
+	held := reserve(t, b.r, c.ID, "alice", 3, time.Minute)
+	sync := func(c lua.Campaign, want lua.Synced) {
+		t.Helper()
+		got, err := b.r.Sync(ctx, c)
+		if err != nil || got != want {
+			t.Fatalf("Sync(version %d, stock %d) = %v, %v; want %v", c.Version, c.Stock, got, err, want)
+		}
+	}
+
+	// Five units added: on sale at once, what alice holds stays hers.
+	added := c
+	added.Stock, added.Version = 15, 1
+	sync(added, lua.SyncApplied)
+	wantRemaining(t, b.r, c.ID, 12)
+	sync(added, lua.SyncHad) // again: once only
+	older := c
+	older.Version = 0
+	sync(older, lua.SyncHad)
+	wantRemaining(t, b.r, c.ID, 12)
+	if pending, err := b.r.Pending(ctx, c.ID, 10); err != nil || len(pending) != 1 || pending[0] != held.OrderID {
+		t.Fatalf("Pending = %v, %v; want alice's order", pending, err)
+	}
+	checkInvariants(t, b.rdb, c.ID, 15, 5)
+
+	// Closed now: the end moves, reserve refuses.
+	closed := added
+	closed.Version, closed.EndsAt = 2, b.now().Add(-time.Second)
+	sync(closed, lua.SyncApplied)
+	_, err := b.r.Reserve(ctx, c.ID, events.NewOrderID(c.ID), "bob", 1, time.Minute)
+	wantCode(t, err, events.Ended, "reserve after the campaign was closed")
+
+	shrunk := closed
+	shrunk.Version, shrunk.Stock = 3, 14
+	if _, err := b.r.Sync(ctx, shrunk); err == nil {
+		t.Error("Sync took a smaller stock")
+	}
+	sync(lua.Campaign{ID: newCampaignID(), Version: 1}, lua.SyncNotFound)
+	if err := b.r.Freeze(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	shrunk.Stock = 20
+	sync(shrunk, lua.SyncFrozen)
+	if sale, err := b.r.Sale(ctx, c.ID); err != nil || !sale.Frozen || !sale.Loaded || sale.Remaining != 12 {
+		t.Fatalf("Sale of a frozen campaign = %+v, %v", sale, err)
 	}
 }

@@ -171,8 +171,7 @@ func (r *Redis) Restore(ctx context.Context, c Campaign, confirmed []Reservation
 	if err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}
-	starts, ends := c.window()
-	n, err := restoreScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.Remaining, c.Limit, starts, ends, gen).Int()
+	n, err := restoreScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.args(gen)...).Int()
 	if err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}

@@ -1,0 +1,238 @@
+package compensator
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// CampaignStore is the part of the store an operator's campaign controls need.
+type CampaignStore interface {
+	ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, error)
+	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
+}
+
+// CampaignRedis is the part of Redis an operator's campaign controls need.
+type CampaignRedis interface {
+	Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error)
+	Pending(ctx context.Context, campaign string, limit int) ([]string, error)
+}
+
+var (
+	_ CampaignStore = (*store.Store)(nil)
+	_ CampaignRedis = (*lua.Redis)(nil)
+)
+
+// Operator carries out an operator's controls of a campaign: close, extend, add stock, cancel,
+// and compensate its orders in bulk. The store changes first and is the truth: Redis follows
+// at once (Sync), and the sweeper brings it along within a sweep if that step fails. Every
+// control is idempotent, so a retry after an error finishes the work.
+type Operator struct {
+	*Resolver
+	Campaigns CampaignStore
+	Sales     CampaignRedis
+}
+
+// Tally counts what a bulk compensation did to each order.
+type Tally struct {
+	Released  int64 `json:"released"`  // pending reservations released
+	Refunded  int64 `json:"refunded"`  // confirmed or paid orders refunded
+	Unchanged int64 `json:"unchanged"` // orders already final, or confirmed by the consumer first
+}
+
+// Progress is told how many of the orders a long control has handled, and of how many.
+type Progress func(done, total int)
+
+// maxStock bounds a campaign's stock so that every sum of units fits Lua's doubles exactly.
+const maxStock = 1 << 40
+
+// Close ends the campaign's sale now. Closing an ended campaign changes nothing.
+func (o *Operator) Close(ctx context.Context, id string) (store.Campaign, error) {
+	return o.change(ctx, id, func(c *store.Campaign) error {
+		now := time.Now().UnixMilli()
+		if c.EndsAtMs > 0 && c.EndsAtMs <= now {
+			return errUnchanged
+		}
+		c.EndsAtMs = max(now, c.StartsAtMs+1) // an end before the start would be no window at all
+		return nil
+	})
+}
+
+// Extend moves the campaign's end to ends, which must be in the future; it may reopen a closed
+// campaign, never a cancelled one.
+func (o *Operator) Extend(ctx context.Context, id string, ends time.Time) (store.Campaign, error) {
+	return o.change(ctx, id, func(c *store.Campaign) error {
+		switch ms := ends.UnixMilli(); {
+		case !ends.After(time.Now()):
+			return events.Errorf(events.Invalid, "ends_at must be in the future")
+		case ms <= c.StartsAtMs:
+			return events.Errorf(events.Invalid, "ends_at must be after the campaign's start")
+		case ms == c.EndsAtMs:
+			return errUnchanged
+		default:
+			c.EndsAtMs = ms
+		}
+		return nil
+	})
+}
+
+// AddStock puts n more units of the campaign on sale.
+func (o *Operator) AddStock(ctx context.Context, id string, n int64) (store.Campaign, error) {
+	return o.change(ctx, id, func(c *store.Campaign) error {
+		if n < 1 || c.Stock+n > maxStock {
+			return events.Errorf(events.Invalid, "add must be a whole number from 1 to %d", maxStock-c.Stock)
+		}
+		c.Stock += n
+		return nil
+	})
+}
+
+// Cancel closes the campaign for good, then releases every pending reservation and refunds
+// every confirmed or paid order. Cancelling again finishes what an interrupted cancel left and
+// changes nothing else.
+func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (store.Campaign, Tally, error) {
+	c, err := o.change(ctx, id, func(c *store.Campaign) error {
+		if c.CancelledAtMs > 0 {
+			return errUnchanged
+		}
+		now := time.Now().UnixMilli()
+		c.CancelledAtMs = now
+		if c.EndsAtMs == 0 || c.EndsAtMs > now {
+			c.EndsAtMs = max(now, c.StartsAtMs+1)
+		}
+		return nil
+	})
+	if err != nil {
+		return c, Tally{}, err
+	}
+	t, err := o.CompensateCampaign(ctx, id, true, true, progress)
+	return c, t, err
+}
+
+// errUnchanged tells change that a control has nothing to change.
+var errUnchanged = errors.New("unchanged")
+
+// change applies a control in the store, then in Redis. A cancelled campaign refuses every
+// control but a second cancel; Redis is brought along even when the store had the change
+// already, so that a retry finishes a control whose Redis step failed.
+func (o *Operator) change(ctx context.Context, id string, fn func(*store.Campaign) error) (store.Campaign, error) {
+	var current store.Campaign
+	c, err := o.Campaigns.ChangeCampaign(ctx, id, func(c *store.Campaign) error {
+		current = *c
+		err := fn(c)
+		if current.CancelledAtMs > 0 && err != errUnchanged {
+			return events.Errorf(events.CampaignCancelled, "campaign %q was cancelled; it cannot change", id)
+		}
+		return err
+	})
+	if errors.Is(err, errUnchanged) {
+		c, err = current, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	if _, err := o.Sales.Sync(ctx, RedisCampaign(c)); err != nil {
+		return c, events.Wrap(events.Unavailable, err, "campaign %q was changed in the store; its sale follows within seconds, or run this again", id)
+	}
+	return c, nil
+}
+
+// bulkWorkers bounds the orders a bulk compensation resolves at once.
+const bulkWorkers = 8
+
+// CompensateCampaign releases the campaign's pending reservations (pending) and refunds its
+// confirmed and paid orders (confirmed), as they are when it starts, each as Compensate would;
+// running it again changes nothing more. A reservation the consumer confirms meanwhile is left
+// confirmed (counted unchanged), unless confirmed orders are refunded too: those are read after
+// the pending ones are done.
+func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, confirmed bool, progress Progress) (Tally, error) {
+	var t Tally
+	var done atomic.Int64
+	run := func(ids []string, total int, resolve func(ctx context.Context, id string) error) error {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(bulkWorkers)
+		for _, oid := range ids {
+			g.Go(func() error {
+				if err := resolve(gctx, oid); err != nil {
+					return err
+				}
+				if progress != nil {
+					progress(int(done.Add(1)), total)
+				}
+				return nil
+			})
+		}
+		return g.Wait()
+	}
+	var held []string
+	var err error
+	if pending {
+		// Every reservation, whatever its deadline: more than a campaign's keys can hold is
+		// not a concern (one id is tens of bytes).
+		if held, err = o.Sales.Pending(ctx, id, 1<<30); err != nil {
+			return t, err
+		}
+	}
+	var orders []store.Order
+	if confirmed && !pending {
+		if orders, err = o.Campaigns.Confirmed(ctx, id); err != nil {
+			return t, err
+		}
+	}
+	total := len(held) + len(orders)
+	err = run(held, total, func(ctx context.Context, oid string) error {
+		res, err := o.Redis.Reservation(ctx, oid)
+		if errors.Is(err, lua.ErrNoReservation) {
+			atomic.AddInt64(&t.Unchanged, 1) // trimmed after its release: long final
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ord, err := o.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
+		if err != nil {
+			return err
+		}
+		if ord.Status == events.Failed && res.State == "pending" {
+			atomic.AddInt64(&t.Released, 1)
+		} else {
+			atomic.AddInt64(&t.Unchanged, 1)
+		}
+		return nil
+	})
+	if err != nil || !confirmed {
+		return t, err
+	}
+	if pending {
+		// Read now, so that the orders the consumer confirmed while the pending ones were
+		// released are refunded too.
+		if orders, err = o.Campaigns.Confirmed(ctx, id); err != nil {
+			return t, err
+		}
+		total += len(orders)
+	}
+	ids := make([]string, len(orders))
+	for i, ord := range orders {
+		ids[i] = ord.OrderID
+	}
+	err = run(ids, total, func(ctx context.Context, oid string) error {
+		ord, err := o.Compensate(ctx, oid)
+		if err != nil {
+			return err
+		}
+		if ord.Status == events.Refunded {
+			atomic.AddInt64(&t.Refunded, 1)
+		} else {
+			atomic.AddInt64(&t.Unchanged, 1)
+		}
+		return nil
+	})
+	return t, err
+}

@@ -1,0 +1,199 @@
+package compensator_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+)
+
+func (e *env) operator() *compensator.Operator {
+	return &compensator.Operator{
+		Resolver:  &compensator.Resolver{Store: e.st, Redis: e.r, Producer: nopProducer{}, Results: e.topics.Results},
+		Campaigns: e.st,
+		Sales:     e.r,
+	}
+}
+
+// confirm persists evs as the consumer does.
+func (e *env) confirm(t *testing.T, evs []events.Event) {
+	t.Helper()
+	if _, err := e.st.ConfirmOrders(e.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if _, err := e.r.Confirm(e.ctx, ev.OrderID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCancelCampaign cancels a campaign with orders in every state while the consumer goes on
+// confirming: every unit comes back once, nothing can be bought after, and a second cancel
+// changes nothing.
+func TestCancelCampaign(t *testing.T) {
+	e := newEnv(t, 500, 10)
+	op := e.operator()
+	evs := e.reserve(t, 150, time.Hour)
+	e.confirm(t, evs[:60])
+	for _, ev := range evs[40:60] {
+		if _, err := op.Compensate(e.ctx, ev.OrderID); err != nil { // refunded
+			t.Fatal(err)
+		}
+	}
+	for _, ev := range evs[60:80] {
+		if _, err := op.Fail(e.ctx, ev, events.ReasonStoreSoldOut, "dlq"); err != nil { // released
+			t.Fatal(err)
+		}
+	}
+	// 80..150 are pending; the consumer reaches half of them while the cancel runs.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for _, ev := range evs[80:115] {
+			out, err := e.st.ConfirmOrders(e.ctx, []events.Event{ev})
+			if err == nil && out[0].Status == events.Confirmed {
+				_, err = e.r.Confirm(e.ctx, ev.OrderID)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	var calls atomic.Int64
+	c, tally, err := op.Cancel(e.ctx, e.campaign, func(done, total int) {
+		calls.Add(1)
+		if done > total {
+			t.Errorf("progress %d of %d", done, total)
+		}
+	})
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cancel: %+v, %d progress calls", tally, calls.Load())
+	if c.CancelledAtMs == 0 || c.EndsAtMs > time.Now().UnixMilli() {
+		t.Errorf("cancelled campaign %+v is not closed", c)
+	}
+	// The consumer may confirm a reservation the cancel had listed as pending: it is refunded,
+	// not lost. What the race left confirmed is refunded now by a second pass; the first
+	// one's tally covers every order it found.
+	if _, err := op.CompensateCampaign(e.ctx, e.campaign, true, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	states := e.check(t, evs)
+	if states[events.Confirmed] != 0 || states[events.Failed]+states[events.Refunded] != len(evs) {
+		t.Errorf("after the cancel: %v, want every order failed or refunded", states)
+	}
+	if tally.Refunded < 40 || tally.Released < 1 {
+		t.Errorf("tally %+v: want at least the 40 confirmed refunded and some pending released", tally)
+	}
+	if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Minute); events.ErrorCode(err) != events.Ended {
+		t.Errorf("a purchase after the cancel: %v, want ended", err)
+	}
+
+	again, tally2, err := op.Cancel(e.ctx, e.campaign, nil)
+	if err != nil || tally2 != (compensator.Tally{}) || again.Version != c.Version {
+		t.Errorf("second cancel: %+v, version %d (first %d), %v; want nothing done", tally2, again.Version, c.Version, err)
+	}
+	if _, err := op.AddStock(e.ctx, e.campaign, 5); events.ErrorCode(err) != events.CampaignCancelled {
+		t.Errorf("add stock to a cancelled campaign: %v", err)
+	}
+	if _, err := op.Extend(e.ctx, e.campaign, time.Now().Add(time.Hour)); events.ErrorCode(err) != events.CampaignCancelled {
+		t.Errorf("extend a cancelled campaign: %v", err)
+	}
+	if _, err := op.Close(e.ctx, e.campaign); err != nil {
+		t.Errorf("close a cancelled campaign: %v, want nothing to do", err)
+	}
+}
+
+// TestBulkCompensateTwice releases the pending reservations, then refunds the confirmed
+// orders, then does both again: the second run finds nothing to do.
+func TestBulkCompensateTwice(t *testing.T) {
+	e := newEnv(t, 300, 10)
+	op := e.operator()
+	evs := e.reserve(t, 60, time.Hour)
+	e.confirm(t, evs[:25])
+
+	pending, err := op.CompensateCampaign(e.ctx, e.campaign, true, false, nil)
+	if err != nil || pending != (compensator.Tally{Released: 35}) {
+		t.Fatalf("pending only: %+v, %v; want 35 released", pending, err)
+	}
+	confirmed, err := op.CompensateCampaign(e.ctx, e.campaign, false, true, nil)
+	if err != nil || confirmed != (compensator.Tally{Refunded: 25}) {
+		t.Fatalf("confirmed only: %+v, %v; want 25 refunded", confirmed, err)
+	}
+	again, err := op.CompensateCampaign(e.ctx, e.campaign, true, true, nil)
+	if err != nil || again != (compensator.Tally{}) {
+		t.Fatalf("again: %+v, %v; want nothing", again, err)
+	}
+	states := e.check(t, evs)
+	if states[events.Failed] != 35 || states[events.Refunded] != 25 {
+		t.Errorf("states %v", states)
+	}
+}
+
+// TestAddStockDuringCrowd adds stock twice while buyers race for it: every unit is sold once,
+// none more, and the added units are sold too.
+func TestAddStockDuringCrowd(t *testing.T) {
+	e := newEnv(t, 50, 1)
+	op := e.operator()
+	var sold atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 40 {
+				_, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), fmt.Sprintf("w%d-%d", w, i), 1, time.Hour)
+				switch events.ErrorCode(err) {
+				case "":
+					sold.Add(1)
+				case events.SoldOut:
+					time.Sleep(time.Millisecond)
+				default:
+					t.Error(err)
+				}
+			}
+		})
+	}
+	for range 2 {
+		time.Sleep(5 * time.Millisecond)
+		if _, err := op.AddStock(e.ctx, e.campaign, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	c, err := e.st.Campaign(e.ctx, e.campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remaining, _, err := e.r.Remaining(e.ctx, e.campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stock %d, sold %d, remaining %d", c.Stock, sold.Load(), remaining)
+	if c.Stock != 250 || sold.Load()+remaining != 250 || remaining < 0 {
+		t.Errorf("stock %d = sold %d + remaining %d does not hold", c.Stock, sold.Load(), remaining)
+	}
+	if sold.Load() <= 50 {
+		t.Errorf("sold %d: the added units were not sold", sold.Load())
+	}
+}
+
+// TestSweeperSyncsChanges: a change the store took and Redis missed (the operator's process
+// died between the two) reaches the sale at the next sweep.
+func TestSweeperSyncsChanges(t *testing.T) {
+	e := newEnv(t, 10, 1)
+	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error { c.Stock += 7; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.compensator(t, compensator.Config{}).SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	if remaining, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || remaining != 17 {
+		t.Errorf("remaining %d, %v after the sweep; want 17", remaining, err)
+	}
+}
