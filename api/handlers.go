@@ -157,6 +157,8 @@ type campaignResponse struct {
 	Paid         int64      `json:"paid"` // units of paid orders
 
 	PaymentWindowSeconds int64 `json:"payment_window_seconds"`
+	// State is scheduled, on_sale, sold_out, frozen (being rebuilt), ended or cancelled.
+	State string `json:"state"`
 }
 
 // maxPaymentWindow bounds a campaign's payment window: a week.
@@ -225,7 +227,7 @@ func (s *Server) createCampaign(c echo.Context) error {
 			s.cfg.Logger.Error("undo a campaign's creation; the compensator puts it on sale later", "campaign", camp.ID, "err", derr)
 			return events.Errorf(events.Unavailable, "campaign %s was created but is not on sale yet; it will be within a minute", camp.ID)
 		case !deleted: // the compensator's reconciler put it on sale meanwhile
-			return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock, 0))
+			return c.JSON(http.StatusCreated, s.campaignResponse(camp, lua.Sale{Remaining: camp.Stock}, 0))
 		}
 		return events.Errorf(events.Unavailable, "the campaign could not be put on sale, so nothing was created; try again shortly")
 	}
@@ -233,14 +235,42 @@ func (s *Server) createCampaign(c echo.Context) error {
 		// It is on sale; the compensator's reconciler records that.
 		s.cfg.Logger.Warn("record a campaign on sale; the compensator records it", "campaign", camp.ID, "err", err)
 	}
-	return c.JSON(http.StatusCreated, s.campaignResponse(camp, camp.Stock, 0))
+	return c.JSON(http.StatusCreated, s.campaignResponse(camp, lua.Sale{Remaining: camp.Stock}, 0))
 }
 
-func (s *Server) campaignResponse(c store.Campaign, remaining, paid int64) campaignResponse {
+// Campaign states, as an operator sees them.
+const (
+	stateScheduled = "scheduled"
+	stateOnSale    = "on_sale"
+	stateSoldOut   = "sold_out"
+	stateFrozen    = "frozen"
+	stateEnded     = "ended"
+	stateCancelled = "cancelled"
+)
+
+// campaignState names the state of campaign c whose sale Redis reports as sale, at now.
+func campaignState(c store.Campaign, sale lua.Sale, now time.Time) string {
+	ms := now.UnixMilli()
+	switch {
+	case c.CancelledAtMs > 0:
+		return stateCancelled
+	case c.EndsAtMs > 0 && ms >= c.EndsAtMs:
+		return stateEnded
+	case sale.Frozen:
+		return stateFrozen
+	case ms < c.StartsAtMs:
+		return stateScheduled
+	case sale.Remaining <= 0:
+		return stateSoldOut
+	}
+	return stateOnSale
+}
+
+func (s *Server) campaignResponse(c store.Campaign, sale lua.Sale, paid int64) campaignResponse {
 	r := campaignResponse{
 		ID: c.ID, Name: c.Name, Stock: c.Stock, PerUserLimit: c.PerUserLimit,
-		StartsAt: time.UnixMilli(c.StartsAtMs).UTC(), Remaining: remaining, Sold: c.Sold, Paid: paid,
-		PaymentWindowSeconds: c.PaymentWindowMs / 1000,
+		StartsAt: time.UnixMilli(c.StartsAtMs).UTC(), Remaining: sale.Remaining, Sold: c.Sold, Paid: paid,
+		PaymentWindowSeconds: c.PaymentWindowMs / 1000, State: campaignState(c, sale, time.Now()),
 	}
 	if c.EndsAtMs > 0 {
 		t := time.UnixMilli(c.EndsAtMs).UTC()
@@ -259,20 +289,29 @@ func (s *Server) getCampaign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	remaining, ok, err := s.redis.Remaining(ctx, id)
+	view, err := s.viewCampaign(ctx, camp)
 	if err != nil {
-		return events.Wrap(events.Unavailable, err, "campaign %q is being restored; try again in a few seconds", id)
+		return err
 	}
-	if !ok {
-		remaining = camp.Stock - camp.Sold
+	return c.JSON(http.StatusOK, view)
+}
+
+// viewCampaign is the API view of a stored campaign, with what Redis has left of it.
+func (s *Server) viewCampaign(ctx context.Context, camp store.Campaign) (campaignResponse, error) {
+	sale, err := s.redis.Sale(ctx, camp.ID)
+	if err != nil {
+		return campaignResponse{}, events.Wrap(events.Unavailable, err, "campaign %q is being restored; try again in a few seconds", camp.ID)
+	}
+	if !sale.Loaded {
+		sale.Remaining = camp.Stock - camp.Sold
 	}
 	var paid int64
 	if camp.PaymentWindowMs > 0 {
-		if paid, err = s.store.PaidUnits(ctx, id); err != nil {
-			return err
+		if paid, err = s.store.PaidUnits(ctx, camp.ID); err != nil {
+			return campaignResponse{}, err
 		}
 	}
-	return c.JSON(http.StatusOK, s.campaignResponse(camp, remaining, paid))
+	return s.campaignResponse(camp, sale, paid), nil
 }
 
 type purchaseRequest struct {

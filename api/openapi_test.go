@@ -39,6 +39,7 @@ var allCodes = []events.Code{
 	events.PaymentWindowClosed,
 	events.OrderNotConfirmed,
 	events.OrderNotPayable,
+	events.CampaignCancelled,
 }
 
 // The router's own codes (unexported in api), for paths and methods no operation serves.

@@ -175,6 +175,7 @@ func (c *Config) setDefaults() {
 // the Resolver of failed produces, payments and compensations needs.
 type Store interface {
 	compensator.Store
+	compensator.CampaignStore
 	CreateCampaign(ctx context.Context, c store.Campaign) error
 	DeleteUnsoldCampaign(ctx context.Context, id string) (bool, error)
 	MarkOnSale(ctx context.Context, id string) error
@@ -187,8 +188,9 @@ type Store interface {
 // Client is the connection that the idempotency script and /readyz's ping use.
 type Redis interface {
 	compensator.Redis
+	compensator.CampaignRedis
+	Sale(ctx context.Context, campaign string) (lua.Sale, error)
 	Reserve(ctx context.Context, campaign, orderID, user string, qty int, ttl time.Duration) (lua.Reservation, error)
-	Remaining(ctx context.Context, campaign string) (int64, bool, error)
 	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
 	Client() redis.UniversalClient
 }
@@ -211,6 +213,7 @@ type Server struct {
 	redis    Redis
 	producer Producer
 	resolver *compensator.Resolver
+	operator *compensator.Operator
 
 	tokens    *verifier
 	userLimit *limiter
@@ -252,6 +255,7 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 		stopping:  make(chan struct{}),
 		streams:   &streamCaps{perBuyer: cfg.MaxStreamsPerBuyer, total: cfg.MaxStreams, open: map[string]int{}},
 	}
+	s.operator = &compensator.Operator{Resolver: s.resolver, Campaigns: st, Sales: r}
 	if len(cfg.Brokers) > 0 {
 		h, err := newHub(cfg.Brokers, cfg.Topics.Results, s.soldOut.clear, cfg.Logger)
 		if err != nil {
@@ -285,7 +289,13 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 	e.POST("/v1/campaigns/:id/purchases", s.purchase)
 	e.GET("/v1/orders/:id", s.getOrder)
 	e.GET("/v1/orders/:id/events", s.orderEvents)
+	e.GET("/v1/admin/orders/:id", s.adminOrder, s.admin)
 	e.POST("/v1/admin/orders/:id/compensate", s.compensate, s.admin)
+	e.POST("/v1/admin/campaigns/:id/close", s.closeCampaign, s.admin)
+	e.POST("/v1/admin/campaigns/:id/extend", s.extendCampaign, s.admin)
+	e.POST("/v1/admin/campaigns/:id/stock", s.addStock, s.admin)
+	e.POST("/v1/admin/campaigns/:id/cancel", s.cancelCampaign, s.admin)
+	e.POST("/v1/admin/campaigns/:id/compensate", s.compensateCampaign, s.admin)
 	e.POST("/v1/admin/orders/:id/payment", s.pay, s.payer)
 	s.echo = e
 	return s

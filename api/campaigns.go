@@ -1,0 +1,167 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+)
+
+// An operator's controls of a campaign: each is compensator.Operator's, which the seckill
+// campaign and compensate commands run too.
+
+// bulkTimeout bounds a cancel or a bulk compensation: it goes on when the admin stops waiting,
+// and running it again finishes what it left.
+const bulkTimeout = 10 * time.Minute
+
+// campaignControl answers a control that changes the campaign with id through do.
+func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id string) (store.Campaign, error)) error {
+	id := c.Param("id")
+	if !events.ValidCampaignID(id) {
+		return events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
+	}
+	// A control runs to its end whether or not the admin waits: half of one is not an answer.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), createTimeout)
+	defer cancel()
+	camp, err := do(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.soldOut.clear(id) // added stock is on sale here at once, at the other apis within SoldOutTTL
+	view, err := s.viewCampaign(ctx, camp)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, view)
+}
+
+func (s *Server) closeCampaign(c echo.Context) error {
+	return s.campaignControl(c, s.operator.Close)
+}
+
+type extendRequest struct {
+	EndsAt *time.Time `json:"ends_at"`
+}
+
+func (s *Server) extendCampaign(c echo.Context) error {
+	var req extendRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	if req.EndsAt == nil {
+		return events.Errorf(events.Invalid, "ends_at is required: the new end of the sale, RFC 3339")
+	}
+	return s.campaignControl(c, func(ctx context.Context, id string) (store.Campaign, error) {
+		return s.operator.Extend(ctx, id, *req.EndsAt)
+	})
+}
+
+type stockRequest struct {
+	Add *int64 `json:"add"`
+}
+
+func (s *Server) addStock(c echo.Context) error {
+	var req stockRequest
+	if err := decode(c, &req); err != nil {
+		return err
+	}
+	if req.Add == nil {
+		return events.Errorf(events.Invalid, "add is required: how many units to put on sale")
+	}
+	return s.campaignControl(c, func(ctx context.Context, id string) (store.Campaign, error) {
+		return s.operator.AddStock(ctx, id, *req.Add)
+	})
+}
+
+type cancelResponse struct {
+	Campaign campaignResponse `json:"campaign"`
+	compensator.Tally
+}
+
+func (s *Server) cancelCampaign(c echo.Context) error {
+	id := c.Param("id")
+	return s.bulk(c, func(ctx context.Context) error {
+		if !events.ValidCampaignID(id) {
+			return events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
+		}
+		camp, tally, err := s.operator.Cancel(ctx, id, nil)
+		if err != nil {
+			return err
+		}
+		view, err := s.viewCampaign(ctx, camp)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, cancelResponse{Campaign: view, Tally: tally})
+	})
+}
+
+type bulkCompensateRequest struct {
+	// Status is pending (release the pending reservations) or confirmed (refund the confirmed
+	// and paid orders); absent: both.
+	Status *string `json:"status"`
+}
+
+func (s *Server) compensateCampaign(c echo.Context) error {
+	pending, confirmed := true, true
+	if c.Request().ContentLength != 0 {
+		var req bulkCompensateRequest
+		if err := decode(c, &req); err != nil {
+			return err
+		}
+		if req.Status != nil {
+			switch *req.Status {
+			case "pending":
+				confirmed = false
+			case "confirmed":
+				pending = false
+			default:
+				return events.Errorf(events.Invalid, "status must be pending or confirmed (absent: both)")
+			}
+		}
+	}
+	id := c.Param("id")
+	return s.bulk(c, func(ctx context.Context) error {
+		if !events.ValidCampaignID(id) {
+			return events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
+		}
+		if _, err := s.store.Campaign(ctx, id); err != nil {
+			return err
+		}
+		t, err := s.operator.CompensateCampaign(ctx, id, pending, confirmed, nil)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, t)
+	})
+}
+
+// bulk runs a control over many orders: past the server's write timeout, and to its end when
+// the admin stops waiting.
+func (s *Server) bulk(c echo.Context, run func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), bulkTimeout)
+	defer cancel()
+	// An error here means the connection cannot take a later deadline (a test's recorder).
+	_ = http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(bulkTimeout))
+	err := run(ctx)
+	s.soldOut.clear(c.Param("id"))
+	return err
+}
+
+// adminOrder returns any buyer's order.
+func (s *Server) adminOrder(c echo.Context) error {
+	id := c.Param("id")
+	if _, ok := events.CampaignOf(id); !ok {
+		return events.Errorf(events.OrderNotFound, "order %q not found", id)
+	}
+	o, err := s.order(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, o)
+}

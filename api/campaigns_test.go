@@ -1,0 +1,87 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/events"
+)
+
+// TestCampaignControlsContract walks the operator's campaign controls, each answer checked
+// against the spec: close, extend, add stock, bulk compensation, cancel, and who may.
+func TestCampaignControlsContract(t *testing.T) {
+	h := newHarness(t)
+	camp := h.createCampaign(t, `{"id": "ctl", "name": "Controls", "stock": 4, "per_user_limit": 2}`)
+	wantField(t, camp, "state", "on_sale")
+	admin := h.bearer()
+	post := func(path, body string, headers ...string) *http.Request {
+		return request("POST", "/v1/admin/campaigns/ctl/"+path, body, headers...)
+	}
+
+	// Only the admin.
+	for _, path := range []string{"close", "cancel", "compensate"} {
+		h.fail(t, post(path, ""), http.StatusUnauthorized, events.Unauthorized)
+	}
+	h.fail(t, request("POST", "/v1/admin/campaigns/nope/close", "", admin...), http.StatusNotFound, events.CampaignNotFound)
+
+	// Sold out, then two units more are on sale at once.
+	first := h.buy(t, "ctl", "ann", 2)
+	h.buy(t, "ctl", "bob", 2)
+	h.fail(t, request("POST", "/v1/campaigns/ctl/purchases", `{"quantity": 1}`, user("cid")...), http.StatusConflict, events.SoldOut)
+	wantField(t, h.do(t, request("GET", "/v1/campaigns/ctl", ""), http.StatusOK), "state", "sold_out")
+	h.fail(t, post("stock", `{"add": 0}`, admin...), http.StatusBadRequest, events.Invalid)
+	h.fail(t, post("stock", `{}`, admin...), http.StatusBadRequest, events.Invalid)
+	added := h.do(t, post("stock", `{"add": 2}`, admin...), http.StatusOK)
+	wantField(t, added, "stock", float64(6))
+	wantField(t, added, "remaining", float64(2))
+	wantField(t, added, "state", "on_sale")
+	h.buy(t, "ctl", "cid", 1)
+
+	// Closed: refused at once; extended: on sale again.
+	closed := h.do(t, post("close", "", admin...), http.StatusOK)
+	wantField(t, closed, "state", "ended")
+	h.fail(t, request("POST", "/v1/campaigns/ctl/purchases", `{"quantity": 1}`, user("dan")...), http.StatusConflict, events.Ended)
+	h.do(t, post("close", "", admin...), http.StatusOK) // again: nothing to do
+	h.fail(t, post("extend", `{"ends_at": "2001-01-01T00:00:00Z"}`, admin...), http.StatusBadRequest, events.Invalid)
+	h.fail(t, post("extend", `{}`, admin...), http.StatusBadRequest, events.Invalid)
+	ends := time.Now().Add(time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
+	extended := h.do(t, post("extend", `{"ends_at": "`+ends+`"}`, admin...), http.StatusOK)
+	wantField(t, extended, "ends_at", ends)
+	wantField(t, extended, "state", "on_sale")
+
+	// Any buyer's order, to the admin only.
+	h.fail(t, request("GET", "/v1/admin/orders/"+first, ""), http.StatusUnauthorized, events.Unauthorized)
+	wantField(t, h.do(t, request("GET", "/v1/admin/orders/"+first, "", admin...), http.StatusOK), "user_id", "ann")
+	h.fail(t, request("GET", "/v1/admin/orders/ctl.nosuchorder", "", admin...), http.StatusNotFound, events.OrderNotFound)
+
+	// Bulk compensation: the confirmed order is refunded, the pending ones released; twice.
+	h.confirm(t, first)
+	h.fail(t, post("compensate", `{"status": "paid"}`, admin...), http.StatusBadRequest, events.Invalid)
+	refunded := h.do(t, post("compensate", `{"status": "confirmed"}`, admin...), http.StatusOK)
+	wantTally(t, refunded, 0, 1, 0)
+	released := h.do(t, post("compensate", "", admin...), http.StatusOK)
+	wantTally(t, released, 2, 0, 0)
+	wantTally(t, h.do(t, post("compensate", "", admin...), http.StatusOK), 0, 0, 0)
+	wantField(t, h.do(t, request("GET", "/v1/campaigns/ctl", ""), http.StatusOK), "remaining", float64(6))
+
+	// Cancelled: every unit back, and nothing changes it any more.
+	again := h.buy(t, "ctl", "eve", 1)
+	cancelled := h.do(t, post("cancel", "", admin...), http.StatusOK)
+	wantTally(t, cancelled, 1, 0, 0)
+	inner, _ := cancelled["campaign"].(map[string]any)
+	wantField(t, inner, "state", "cancelled")
+	wantField(t, inner, "remaining", float64(6))
+	wantField(t, h.do(t, request("GET", "/v1/admin/orders/"+again, "", admin...), http.StatusOK), "status", "failed")
+	wantTally(t, h.do(t, post("cancel", "", admin...), http.StatusOK), 0, 0, 0)
+	h.fail(t, post("stock", `{"add": 1}`, admin...), http.StatusConflict, events.CampaignCancelled)
+	h.fail(t, post("extend", `{"ends_at": "`+ends+`"}`, admin...), http.StatusConflict, events.CampaignCancelled)
+	h.fail(t, request("POST", "/v1/campaigns/ctl/purchases", `{"quantity": 1}`, user("fay")...), http.StatusConflict, events.Ended)
+}
+
+func wantTally(t *testing.T, m map[string]any, released, refunded, unchanged float64) {
+	t.Helper()
+	wantField(t, m, "released", released)
+	wantField(t, m, "refunded", refunded)
+	wantField(t, m, "unchanged", unchanged)
+}
