@@ -40,6 +40,13 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	rep.Print(stdout)
+	// Kept for the console and the alerts (seckill_audit_violations).
+	now := time.Now()
+	for _, ca := range rep.Campaigns {
+		if err := d.store.RecordAudit(ctx, ca.Verdict(now)); err != nil {
+			return err
+		}
+	}
 	if !rep.OK() {
 		return errViolation
 	}

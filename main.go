@@ -25,7 +25,8 @@ Roles (long-running; SIGTERM drains in-flight work):
 Operations:
   migrate      apply the database schema
   replay       re-consume OrderRequested from a time or offset into the store
-  compensate   release or refund one order (the admin endpoint's twin)
+  compensate   release or refund one order, or a campaign's orders in bulk (--campaign)
+  campaign     close, extend, add-stock or cancel a live campaign
   dlq          the dead letters: dlq list|show|stats, with what became of each order
   bench        measure seckill against its baselines on real services (make bench)
   audit        check the invariants across Redis, the store and Kafka; exit 1 on a violation
@@ -42,6 +43,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout io.Wri
 	"migrate":     runMigrate,
 	"replay":      runReplay,
 	"compensate":  runCompensate,
+	"campaign":    runCampaign,
 	"dlq":         runDLQ,
 	"bench":       runBench,
 	"audit":       runAudit,

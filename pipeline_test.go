@@ -29,6 +29,9 @@ func TestPipeline(t *testing.T) {
 		t.Run("operator compensation and sweeper", func(t *testing.T) { testCompensation(t, p) })
 		t.Run("crowd", func(t *testing.T) { testCrowd(t, p) })
 		t.Run("replay", func(t *testing.T) { testReplay(t, p) })
+		t.Run("add stock during a crowd", func(t *testing.T) { testAddStockDuringCrowd(t, p) })
+		t.Run("cancel a campaign", func(t *testing.T) { testCancelCampaign(t, p) })
+		t.Run("bulk compensation", func(t *testing.T) { testBulkCompensation(t, p) })
 	})
 }
 

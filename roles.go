@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/bench"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
@@ -249,32 +249,43 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("compensate", "Release a reservation that will not become an order, or refund a confirmed order.\nIdempotent; prints the order's final state as JSON.", stdout)
+	f := newFlags("compensate", "Release a reservation that will not become an order, or refund a confirmed order\n(--order; prints its final state as JSON). With --campaign, every pending reservation\nand every confirmed or paid order of a campaign, or those of --status, with progress.\nIdempotent: run again, it changes nothing more.", stdout)
 	c := f.conn()
-	order := f.String("order", "", "the order id (required)")
+	order := f.String("order", "", "the order id")
+	campaign := f.String("campaign", "", "compensate every order of this campaign (in place of --order)")
+	status := f.String("status", "", "with --campaign: pending (release the pending reservations) or confirmed (refund the confirmed and paid orders); default both")
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if *order == "" {
-		fmt.Fprintln(stdout, "compensate: --order is required")
+	pending, confirmed := *status != "confirmed", *status != "pending"
+	switch {
+	case (*order == "") == (*campaign == ""):
+		fmt.Fprintln(stdout, "compensate: give --order or --campaign")
+		return errUsage
+	case *status != "" && (*campaign == "" || (*status != "pending" && *status != "confirmed")):
+		fmt.Fprintln(stdout, "compensate: --status is pending or confirmed, with --campaign")
 		return errUsage
 	}
-	d, err := c.open(ctx)
+	op, d, done, err := openOperator(ctx, c)
 	if err != nil {
 		return err
 	}
-	defer d.close()
-	producer, err := events.NewClient(c.brokerList())
+	defer done()
+	if *order != "" {
+		o, err := op.Compensate(ctx, *order)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, api.ViewOrder(o))
+	}
+	if _, err := d.store.Campaign(ctx, *campaign); err != nil {
+		return err
+	}
+	update, stop := bench.NewProgress(os.Stderr).Track("compensate " + *campaign)
+	tally, err := op.CompensateCampaign(ctx, *campaign, pending, confirmed, update)
+	stop()
 	if err != nil {
 		return err
 	}
-	defer closeProducer(producer)
-	r := &compensator.Resolver{Store: d.store, Redis: d.redis, Producer: producer, Results: c.topics().Results}
-	o, err := r.Compensate(ctx, *order)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(api.ViewOrder(o))
+	return printJSON(stdout, tally)
 }

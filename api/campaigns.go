@@ -78,8 +78,9 @@ func (s *Server) addStock(c echo.Context) error {
 	})
 }
 
-type cancelResponse struct {
-	Campaign campaignResponse `json:"campaign"`
+// CancelResult is the answer of a campaign's cancel: the campaign, and what became of its orders.
+type CancelResult struct {
+	Campaign CampaignView `json:"campaign"`
 	compensator.Tally
 }
 
@@ -97,7 +98,7 @@ func (s *Server) cancelCampaign(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return c.JSON(http.StatusOK, cancelResponse{Campaign: view, Tally: tally})
+		return c.JSON(http.StatusOK, CancelResult{Campaign: view, Tally: tally})
 	})
 }
 

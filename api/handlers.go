@@ -145,7 +145,8 @@ type campaignRequest struct {
 	PaymentWindowSeconds *int64 `json:"payment_window_seconds"`
 }
 
-type campaignResponse struct {
+// CampaignView is a campaign as the API shows it.
+type CampaignView struct {
 	ID           string     `json:"id"`
 	Name         string     `json:"name"`
 	Stock        int64      `json:"stock"`
@@ -227,7 +228,7 @@ func (s *Server) createCampaign(c echo.Context) error {
 			s.cfg.Logger.Error("undo a campaign's creation; the compensator puts it on sale later", "campaign", camp.ID, "err", derr)
 			return events.Errorf(events.Unavailable, "campaign %s was created but is not on sale yet; it will be within a minute", camp.ID)
 		case !deleted: // the compensator's reconciler put it on sale meanwhile
-			return c.JSON(http.StatusCreated, s.campaignResponse(camp, lua.Sale{Remaining: camp.Stock}, 0))
+			return c.JSON(http.StatusCreated, ViewCampaign(camp, lua.Sale{Remaining: camp.Stock}, 0))
 		}
 		return events.Errorf(events.Unavailable, "the campaign could not be put on sale, so nothing was created; try again shortly")
 	}
@@ -235,7 +236,7 @@ func (s *Server) createCampaign(c echo.Context) error {
 		// It is on sale; the compensator's reconciler records that.
 		s.cfg.Logger.Warn("record a campaign on sale; the compensator records it", "campaign", camp.ID, "err", err)
 	}
-	return c.JSON(http.StatusCreated, s.campaignResponse(camp, lua.Sale{Remaining: camp.Stock}, 0))
+	return c.JSON(http.StatusCreated, ViewCampaign(camp, lua.Sale{Remaining: camp.Stock}, 0))
 }
 
 // Campaign states, as an operator sees them.
@@ -266,8 +267,10 @@ func campaignState(c store.Campaign, sale lua.Sale, now time.Time) string {
 	return stateOnSale
 }
 
-func (s *Server) campaignResponse(c store.Campaign, sale lua.Sale, paid int64) campaignResponse {
-	r := campaignResponse{
+// ViewCampaign returns the API view of a stored campaign whose sale Redis reports as sale, with
+// paid units of paid orders.
+func ViewCampaign(c store.Campaign, sale lua.Sale, paid int64) CampaignView {
+	r := CampaignView{
 		ID: c.ID, Name: c.Name, Stock: c.Stock, PerUserLimit: c.PerUserLimit,
 		StartsAt: time.UnixMilli(c.StartsAtMs).UTC(), Remaining: sale.Remaining, Sold: c.Sold, Paid: paid,
 		PaymentWindowSeconds: c.PaymentWindowMs / 1000, State: campaignState(c, sale, time.Now()),
@@ -297,21 +300,31 @@ func (s *Server) getCampaign(c echo.Context) error {
 }
 
 // viewCampaign is the API view of a stored campaign, with what Redis has left of it.
-func (s *Server) viewCampaign(ctx context.Context, camp store.Campaign) (campaignResponse, error) {
-	sale, err := s.redis.Sale(ctx, camp.ID)
+func (s *Server) viewCampaign(ctx context.Context, camp store.Campaign) (CampaignView, error) {
+	return LiveCampaign(ctx, s.store, s.redis, camp)
+}
+
+// LiveCampaign returns the API view of a stored campaign, with what Redis has left of it and
+// its paid units.
+func LiveCampaign(ctx context.Context, st interface {
+	PaidUnits(ctx context.Context, campaign string) (int64, error)
+}, r interface {
+	Sale(ctx context.Context, campaign string) (lua.Sale, error)
+}, camp store.Campaign) (CampaignView, error) {
+	sale, err := r.Sale(ctx, camp.ID)
 	if err != nil {
-		return campaignResponse{}, events.Wrap(events.Unavailable, err, "campaign %q is being restored; try again in a few seconds", camp.ID)
+		return CampaignView{}, events.Wrap(events.Unavailable, err, "campaign %q is being restored; try again in a few seconds", camp.ID)
 	}
 	if !sale.Loaded {
 		sale.Remaining = camp.Stock - camp.Sold
 	}
 	var paid int64
 	if camp.PaymentWindowMs > 0 {
-		if paid, err = s.store.PaidUnits(ctx, camp.ID); err != nil {
-			return campaignResponse{}, err
+		if paid, err = st.PaidUnits(ctx, camp.ID); err != nil {
+			return CampaignView{}, err
 		}
 	}
-	return s.campaignResponse(camp, sale, paid), nil
+	return ViewCampaign(camp, sale, paid), nil
 }
 
 type purchaseRequest struct {

@@ -58,6 +58,18 @@ func (p *Progress) line(s string, final bool) {
 // Watch shows a step of total units (total <= 0: unknown) whose count so far is done() (nil: no
 // count), with detail() appended, until the returned function is called.
 func (p *Progress) Watch(name string, total int64, done func() int64, detail func() string) (stop func()) {
+	return p.watch(name, func() int64 { return total }, done, detail)
+}
+
+// Track shows a step whose total may grow as it goes (an operator's bulk compensation): it
+// returns the function that reports done of total, and the one that ends the line.
+func (p *Progress) Track(name string) (update func(done, total int), stop func()) {
+	var done, total atomic.Int64
+	stop = p.watch(name, total.Load, done.Load, nil)
+	return func(d, t int) { done.Store(int64(d)); total.Store(int64(t)) }, stop
+}
+
+func (p *Progress) watch(name string, totalOf func() int64, done func() int64, detail func() string) (stop func()) {
 	if p == nil {
 		return func() {}
 	}
@@ -75,6 +87,7 @@ func (p *Progress) Watch(name string, total int64, done func() int64, detail fun
 			n = done()
 		}
 		el := time.Since(start)
+		total := totalOf()
 		var b strings.Builder
 		fmt.Fprintf(&b, "%-14s ", name)
 		if total > 0 {

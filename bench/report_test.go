@@ -203,6 +203,14 @@ func TestProgressWithoutATerminal(t *testing.T) {
 	if !strings.Contains(out, "hello 1\n") || !strings.Contains(out, "50% 5/10") || !strings.Contains(out, "detail") {
 		t.Fatalf("progress: %q", out)
 	}
+	b.Reset()
+	update, stop := p.Track("grows")
+	update(3, 4)
+	update(5, 8)
+	stop()
+	if out := b.String(); !strings.Contains(out, "62% 5/8") {
+		t.Fatalf("a growing total: %q", out)
+	}
 	var nilProgress *Progress
 	nilProgress.Logf("ignored")
 	nilProgress.Watch("x", 1, nil, nil)()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -25,6 +26,22 @@ type Check struct {
 type CampaignAudit struct {
 	Campaign string
 	Checks   []Check
+}
+
+// Verdict is the audit of one campaign as the store keeps it (store.RecordAudit): its failed
+// checks, one per line.
+func (c CampaignAudit) Verdict(at time.Time) store.AuditVerdict {
+	v := store.AuditVerdict{Campaign: c.Campaign, AtMs: at.UnixMilli(), OK: true}
+	var failed []string
+	for _, ch := range c.Checks {
+		if !ch.OK {
+			failed = append(failed, ch.Name+": "+ch.Detail)
+		}
+	}
+	if len(failed) > 0 {
+		v.OK, v.Violations = false, strings.Join(failed, "\n")
+	}
+	return v
 }
 
 // AuditReport is what Audit found.

@@ -87,6 +87,11 @@ type Sweeper interface {
 	Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error)
 }
 
+// Verdicts reads the last audit verdict of each campaign.
+type Verdicts interface {
+	AuditVerdicts(ctx context.Context) (map[string]store.AuditVerdict, error)
+}
+
 // Locker takes lease locks.
 type Locker interface {
 	TryLock(ctx context.Context, name string, lease time.Duration) (*lua.Lock, error)
@@ -102,6 +107,7 @@ type Compensator struct {
 	locker    Locker
 	rebuilder Rebuilder
 	snapshots Snapshotter
+	verdicts  Verdicts
 	dropped   sync.Map // ids of ended campaigns whose keys this process dropped
 }
 
@@ -124,6 +130,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 		locker:    r,
 		rebuilder: r,
 		snapshots: st,
+		verdicts:  st,
 	}, nil
 }
 
@@ -140,7 +147,34 @@ func (c *Compensator) Run(ctx context.Context) error {
 	g.Go(func() error { return c.consumeDLQ(ctx) })
 	g.Go(func() error { return c.sweep(ctx) })
 	g.Go(func() error { return c.guard(ctx) })
+	g.Go(func() error { return c.exportAudits(ctx) })
 	return g.Wait()
+}
+
+// auditEvery is how often the compensator reads the last audit verdicts for its metrics.
+const auditEvery = 15 * time.Second
+
+// exportAudits keeps seckill_audit_violations at the last recorded audit of each campaign, so
+// that a violation `seckill audit` found raises an alert.
+func (c *Compensator) exportAudits(ctx context.Context) error {
+	t := time.NewTicker(auditEvery)
+	defer t.Stop()
+	for {
+		vs, err := c.verdicts.AuditVerdicts(ctx)
+		switch {
+		case err == nil:
+			for id, v := range vs {
+				auditViolations.WithLabelValues(id).Set(float64(v.ViolationCount()))
+			}
+		case ctx.Err() == nil:
+			c.cfg.Logger.Warn("read the audit verdicts for the metrics", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 func (c *Compensator) consumeDLQ(ctx context.Context) error {

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/bench"
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+)
+
+const campaignUsage = `Usage: seckill campaign <action> --id ID [flags]   (seckill campaign <action> --help)
+
+An operator's controls of a live campaign, as the admin endpoints and the console do them.
+The store changes first; Redis follows at once (or within a sweep); each prints the campaign.
+
+  close       end the sale now (purchases are refused as ended at every api)
+  extend      move the end: --ends-at 2026-12-01T20:00:00Z or --ends-at +30m
+  add-stock   put more units on sale: --add N
+  cancel      close for good, release every pending reservation, refund every confirmed
+              and paid order (with progress); run again, it finishes what was left
+`
+
+// campaignActions are the summaries of the campaign command's actions.
+var campaignActions = map[string]string{
+	"close":     "End a campaign's sale now. Closing an ended campaign changes nothing.",
+	"extend":    "Move a campaign's end to a later time; a closed campaign is on sale again until then.",
+	"add-stock": "Put more units of a campaign on sale: the store's stock and Redis's remaining grow together.",
+	"cancel":    "Cancel a campaign: close it for good, release every pending reservation and refund\nevery confirmed and paid order. Idempotent: run again, it finishes what was left.",
+}
+
+func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, campaignUsage)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	action := args[0]
+	summary, ok := campaignActions[action]
+	if !ok {
+		fmt.Fprintf(stdout, "campaign: unknown action %q\n\n%s", action, campaignUsage)
+		return errUsage
+	}
+	f := newFlags("campaign "+action, summary, stdout)
+	c := f.conn()
+	id := f.String("id", "", "the campaign id (required)")
+	var endsAt *string
+	var add *int64
+	switch action {
+	case "extend":
+		endsAt = f.String("ends-at", "", "the new end: an RFC 3339 time, or +DURATION from now, such as +30m (required)")
+	case "add-stock":
+		add = f.Int64("add", 0, "how many units to put on sale (required)")
+	}
+	if err := f.parse(args[1:]); err != nil {
+		return err
+	}
+	if *id == "" {
+		fmt.Fprintf(stdout, "campaign %s: --id is required\n", action)
+		return errUsage
+	}
+	var ends time.Time
+	if endsAt != nil {
+		var err error
+		if ends, err = parseEndsAt(*endsAt, time.Now()); err != nil {
+			fmt.Fprintf(stdout, "campaign extend: --ends-at: %v\n", err)
+			return errUsage
+		}
+	}
+	op, d, done, err := openOperator(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer done()
+
+	var camp store.Campaign
+	var tally *compensator.Tally
+	switch action {
+	case "close":
+		camp, err = op.Close(ctx, *id)
+	case "extend":
+		camp, err = op.Extend(ctx, *id, ends)
+	case "add-stock":
+		camp, err = op.AddStock(ctx, *id, *add)
+	case "cancel":
+		update, stop := bench.NewProgress(os.Stderr).Track("cancel " + *id)
+		tally = new(compensator.Tally)
+		camp, *tally, err = op.Cancel(ctx, *id, update)
+		stop()
+	}
+	if err != nil {
+		return err
+	}
+	view, err := api.LiveCampaign(ctx, d.store, d.redis, camp)
+	if err != nil {
+		return err
+	}
+	if tally != nil {
+		return printJSON(stdout, api.CancelResult{Campaign: view, Tally: *tally})
+	}
+	return printJSON(stdout, view)
+}
+
+// parseEndsAt reads an end given as an RFC 3339 time or as +DURATION from now.
+func parseEndsAt(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, fmt.Errorf("required")
+	}
+	if rest, ok := strings.CutPrefix(s, "+"); ok {
+		d, err := time.ParseDuration(rest)
+		if err != nil || d <= 0 {
+			return time.Time{}, fmt.Errorf("%q: want +DURATION such as +30m or +2h", s)
+		}
+		return now.Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time such as 2026-12-01T20:00:00Z, or +30m", s)
+	}
+	return t, nil
+}
+
+// openOperator opens what an operator's command acts through; done closes it all.
+func openOperator(ctx context.Context, c conn) (*compensator.Operator, deps, func(), error) {
+	d, err := c.open(ctx)
+	if err != nil {
+		return nil, d, nil, err
+	}
+	producer, err := events.NewClient(c.brokerList())
+	if err != nil {
+		d.close()
+		return nil, d, nil, err
+	}
+	op := &compensator.Operator{
+		Resolver:  &compensator.Resolver{Store: d.store, Redis: d.redis, Producer: producer, Results: c.topics().Results},
+		Campaigns: d.store,
+		Sales:     d.redis,
+	}
+	return op, d, func() { closeProducer(producer); d.close() }, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
