@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -104,8 +105,8 @@ func (s *Server) cancelCampaign(c echo.Context) error {
 
 type bulkCompensateRequest struct {
 	// Status is pending (release the pending reservations) or confirmed (refund the confirmed
-	// and paid orders); absent: both.
-	Status *string `json:"status"`
+	// and paid orders); absent: both. Raw, so that null is told from absent.
+	Status json.RawMessage `json:"status"`
 }
 
 func (s *Server) compensateCampaign(c echo.Context) error {
@@ -116,13 +117,15 @@ func (s *Server) compensateCampaign(c echo.Context) error {
 			return err
 		}
 		if req.Status != nil {
-			switch *req.Status {
+			var status string
+			json.Unmarshal(req.Status, &status) // null or not a string: "", refused below
+			switch status {
 			case "pending":
 				confirmed = false
 			case "confirmed":
 				pending = false
 			default:
-				return events.Errorf(events.Invalid, "status must be pending or confirmed (absent: both)")
+				return events.Errorf(events.Invalid, "status must be \"pending\" or \"confirmed\" (absent: both)")
 			}
 		}
 	}

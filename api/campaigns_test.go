@@ -57,7 +57,9 @@ func TestCampaignControlsContract(t *testing.T) {
 
 	// Bulk compensation: the confirmed order is refunded, the pending ones released; twice.
 	h.confirm(t, first)
-	h.fail(t, post("compensate", `{"status": "paid"}`, admin...), http.StatusBadRequest, events.Invalid)
+	for _, bad := range []string{`{"status": "paid"}`, `{"status": null}`, `{"status": 1}`, `{"state": "pending"}`, `null`} {
+		h.fail(t, post("compensate", bad, admin...), http.StatusBadRequest, events.Invalid)
+	}
 	refunded := h.do(t, post("compensate", `{"status": "confirmed"}`, admin...), http.StatusOK)
 	wantTally(t, refunded, 0, 1, 0)
 	released := h.do(t, post("compensate", "", admin...), http.StatusOK)

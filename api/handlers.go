@@ -87,6 +87,9 @@ func readAtMost(r io.Reader, max, size int64) ([]byte, error) {
 // decodeJSON decodes one JSON value into v: unknown fields, trailing data and wrong types are
 // invalid_request.
 func decodeJSON(body []byte, v any) error {
+	if string(bytes.TrimSpace(body)) == "null" { // encoding/json takes null for any object
+		return events.Errorf(events.Invalid, "the body must be a JSON object, not null")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
