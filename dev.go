@@ -173,6 +173,7 @@ func writeDevAddrs(dataDir string, a devAddrs) error {
 
 func printQuickStart(w io.Writer, base, token, dataDir string, a devAddrs) {
 	fmt.Fprintf(w, `seckill dev: api at %[1]s, state in %[3]s (Ctrl-C stops and drains)
+console: %[1]s/console#token=%[2]s
 admin token: %[2]s
 embedded servers: redis %[4]s, kafka %[5]s, store %[6]s
 operator commands reach them with --dev (add --data-dir %[3]s when run elsewhere):

@@ -182,6 +182,10 @@ type Store interface {
 	Campaign(ctx context.Context, id string) (store.Campaign, error)
 	PaidUnits(ctx context.Context, campaign string) (int64, error)
 	Ping(ctx context.Context) error
+	// The console's snapshot.
+	Campaigns(ctx context.Context) ([]store.Campaign, error)
+	UnitsByStatus(ctx context.Context, campaigns []string) ([]store.Units, error)
+	AuditVerdicts(ctx context.Context) (map[string]store.AuditVerdict, error)
 }
 
 // Redis is the part of Redis the api needs: the reservations, and the Resolver's transitions.
@@ -227,6 +231,7 @@ type Server struct {
 	// orderIDSecret keys derived order ids (keyedOrderID).
 	orderIDSecret []byte
 	hub           *hub // nil without Brokers
+	console       *console
 	streams       *streamCaps
 	stopOnce      sync.Once
 }
@@ -256,6 +261,7 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 		streams:   &streamCaps{perBuyer: cfg.MaxStreamsPerBuyer, total: cfg.MaxStreams, open: map[string]int{}},
 	}
 	s.operator = &compensator.Operator{Resolver: s.resolver, Campaigns: st, Sales: r}
+	s.console = &console{s: s, subs: map[chan []byte]struct{}{}}
 	if len(cfg.Brokers) > 0 {
 		h, err := newHub(cfg.Brokers, cfg.Topics.Results, s.soldOut.clear, cfg.Logger)
 		if err != nil {
@@ -282,6 +288,7 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 		},
 	}))
 
+	s.routeConsole(e)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.POST("/v1/campaigns", s.createCampaign, s.admin)
@@ -290,6 +297,7 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 	e.GET("/v1/orders/:id", s.getOrder)
 	e.GET("/v1/orders/:id/events", s.orderEvents)
 	e.GET("/v1/admin/orders/:id", s.adminOrder, s.admin)
+	e.GET("/v1/admin/console/events", s.consoleEvents, s.admin)
 	e.POST("/v1/admin/orders/:id/compensate", s.compensate, s.admin)
 	e.POST("/v1/admin/campaigns/:id/close", s.closeCampaign, s.admin)
 	e.POST("/v1/admin/campaigns/:id/extend", s.extendCampaign, s.admin)
@@ -302,7 +310,10 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 }
 
 // Close stops what New started: the reader of the results topic.
-func (s *Server) Close() { s.hub.Close() }
+func (s *Server) Close() {
+	s.console.close()
+	s.hub.Close()
+}
 
 // Handler returns the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.echo }

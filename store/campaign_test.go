@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -59,6 +60,30 @@ func TestChangeCampaign(t *testing.T) {
 			_, err := s.ChangeCampaign(ctx, "nope-"+events.NewID()[14:], func(*store.Campaign) error { return nil })
 			if events.ErrorCode(err) != events.CampaignNotFound {
 				t.Fatalf("err %v, want campaign_not_found", err)
+			}
+		})
+
+		t.Run("units by status and reason", func(t *testing.T) {
+			c, other := mustCampaign(t, s, 10, 5), mustCampaign(t, s, 10, 5)
+			a, b, x := newEvent(c.ID, "a", 2), newEvent(c.ID, "b", 3), newEvent(other.ID, "x", 1)
+			confirm(t, s, a, b, x)
+			if _, err := s.RefundOrder(ctx, b.OrderID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.FailOrder(ctx, newEvent(c.ID, "d", 1), events.ReasonExpired); err != nil {
+				t.Fatal(err)
+			}
+			us, err := s.UnitsByStatus(ctx, []string{c.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int64{}
+			for _, u := range us {
+				got[u.Campaign+" "+string(u.Status)+" "+u.Reason] = u.Units
+			}
+			want := map[string]int64{c.ID + " confirmed ": 2, c.ID + " refunded ": 3, c.ID + " failed expired": 1}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("UnitsByStatus = %v, want %v", got, want)
 			}
 		})
 

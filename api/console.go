@@ -1,0 +1,428 @@
+package api
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+)
+
+// The operator console: one page (console/, embedded) that signs in with the admin token and
+// draws what GET /v1/admin/console/events sends once a second. The page holds no data of its
+// own; everything it shows comes through the admin endpoint.
+
+//go:embed console
+var consoleFiles embed.FS
+
+// consoleSecurity keeps the page to its own scripts and styles, out of frames, and its
+// address (which carries the token in its fragment on the first visit) out of Referer headers.
+var consoleSecurity = middleware.SecureWithConfig(middleware.SecureConfig{
+	XSSProtection:         "0",
+	ContentTypeNosniff:    "nosniff",
+	XFrameOptions:         "DENY",
+	ReferrerPolicy:        "no-referrer",
+	ContentSecurityPolicy: "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+})
+
+// routeConsole serves the page at /console and sends / there.
+func (s *Server) routeConsole(e *echo.Echo) {
+	serve := func(name, contentType string) echo.HandlerFunc {
+		b, err := consoleFiles.ReadFile("console/" + name)
+		if err != nil {
+			panic(err) // the embedded folder is part of the binary
+		}
+		return func(c echo.Context) error {
+			c.Response().Header().Set(echo.HeaderCacheControl, "no-cache")
+			return c.Blob(http.StatusOK, contentType, b)
+		}
+	}
+	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/console") })
+	e.GET("/console", serve("index.html", echo.MIMETextHTMLCharsetUTF8), consoleSecurity)
+	e.GET("/console/console.js", serve("console.js", echo.MIMEApplicationJavaScriptCharsetUTF8), consoleSecurity)
+	e.GET("/console/console.css", serve("console.css", "text/css; charset=utf-8"), consoleSecurity)
+}
+
+// ConsoleSnapshot is what the console shows, once a second.
+type ConsoleSnapshot struct {
+	At        time.Time         `json:"at"`
+	Campaigns []ConsoleCampaign `json:"campaigns"`
+	// Purchases are this api's purchases per second over the last second, by outcome.
+	Purchases map[string]float64 `json:"purchases"`
+	// P99Ms is this api's p99 purchase latency over the last second (0: no purchase).
+	P99Ms float64 `json:"p99_ms"`
+	// ConsumerLag is how many OrderRequested events the consumers have not committed yet, and
+	// PersistedPerSec how many they committed per second (-1: Kafka did not answer).
+	ConsumerLag     int64   `json:"consumer_lag"`
+	PersistedPerSec float64 `json:"persisted_per_sec"`
+	// DeadLetters counts the dead-letter topic's records by reason.
+	DeadLetters map[string]int64 `json:"dead_letters"`
+	// Compensations counts the orders given back, by what gave them back: the sweeper
+	// (expired), an operator (operator, refunded), the payment window (unpaid), a dead letter
+	// (its reason) or a failed produce.
+	Compensations map[string]int64 `json:"compensations"`
+	Errors        []string         `json:"errors,omitempty"`
+}
+
+// ConsoleCampaign is one campaign's line: units by state, its window, and its last audit.
+type ConsoleCampaign struct {
+	CampaignView
+	Pending   int64               `json:"pending"`
+	Confirmed int64               `json:"confirmed"` // confirmed, not (yet) paid
+	Refunded  int64               `json:"refunded"`
+	Audit     *store.AuditVerdict `json:"audit,omitempty"`
+}
+
+// consoleCampaigns bounds the campaigns a snapshot shows: the newest.
+const consoleCampaigns = 50
+
+// console computes a snapshot once a second while at least one page listens, and hands it to
+// every page: the store and Kafka are asked once a second per api, however many pages are open.
+type console struct {
+	s    *Server
+	mu   sync.Mutex
+	subs map[chan []byte]struct{}
+	stop context.CancelFunc // of the running loop; nil when none runs
+	done chan struct{}
+	shut bool
+}
+
+// subscribe returns a channel that receives each snapshot, and the function that ends the
+// subscription; the loop starts with the first page and ends with the last.
+func (k *console) subscribe() (<-chan []byte, func(), error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.shut {
+		return nil, nil, events.Errorf(events.Unavailable, "the api is stopping")
+	}
+	ch := make(chan []byte, 1)
+	k.subs[ch] = struct{}{}
+	if k.stop == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		k.stop, k.done = cancel, make(chan struct{})
+		go k.run(ctx, k.done)
+	}
+	return ch, func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		delete(k.subs, ch)
+		if len(k.subs) == 0 && k.stop != nil {
+			k.stop()
+			k.stop = nil
+		}
+	}, nil
+}
+
+// close stops the loop and waits for it.
+func (k *console) close() {
+	k.mu.Lock()
+	k.shut = true
+	stop, done := k.stop, k.done
+	k.stop = nil
+	k.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+func (k *console) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	src := k.s.newConsoleSources()
+	defer src.close()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		snap := src.snapshot(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		b, err := json.Marshal(snap)
+		if err == nil {
+			k.mu.Lock()
+			for ch := range k.subs {
+				select { // a page that has not taken the last one gets this one instead
+				case <-ch:
+				default:
+				}
+				ch <- b
+			}
+			k.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// consoleSources are where a snapshot's figures come from, with what the last one read.
+type consoleSources struct {
+	s        *Server
+	dlq      *kgo.Client // the dead-letter topic from its start; nil without brokers
+	adm      *kadm.Client
+	dead     map[string]int64
+	last     time.Time
+	counts   map[string]float64 // purchase counters at the last snapshot
+	buckets  []uint64           // purchase latency buckets at the last snapshot
+	commited int64              // the consumers' committed offsets at the last snapshot (-1: unknown)
+}
+
+func (s *Server) newConsoleSources() *consoleSources {
+	src := &consoleSources{s: s, dead: map[string]int64{}, commited: -1}
+	if len(s.cfg.Brokers) > 0 {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(s.cfg.Brokers...), kgo.ConsumeTopics(s.cfg.Topics.DLQ),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err == nil {
+			src.dlq, src.adm = cl, kadm.NewClient(cl)
+		} else {
+			s.cfg.Logger.Warn("the console cannot read Kafka", "err", err)
+		}
+	}
+	src.counts, src.buckets = purchaseCounts(), latencyBuckets()
+	src.last = time.Now()
+	return src
+}
+
+func (src *consoleSources) close() {
+	if src.dlq != nil {
+		src.dlq.Close()
+	}
+}
+
+// snapshot reads every figure once; a source that fails leaves its figures out and says so.
+func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
+	now := time.Now()
+	snap := ConsoleSnapshot{At: now.UTC(), Purchases: map[string]float64{}, DeadLetters: map[string]int64{},
+		Compensations: map[string]int64{}, ConsumerLag: -1, PersistedPerSec: -1}
+	fail := func(what string, err error) {
+		if ctx.Err() == nil {
+			snap.Errors = append(snap.Errors, fmt.Sprintf("%s: %s", what, events.ErrorMessage(err)))
+		}
+	}
+	dt := now.Sub(src.last).Seconds()
+	src.last = now
+
+	counts := purchaseCounts()
+	for k, v := range counts {
+		snap.Purchases[k] = (v - src.counts[k]) / dt
+	}
+	src.counts = counts
+	buckets := latencyBuckets()
+	snap.P99Ms = p99Ms(src.buckets, buckets)
+	src.buckets = buckets
+
+	qctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+	defer cancel()
+	if err := src.campaigns(qctx, &snap, now); err != nil {
+		fail("campaigns", err)
+	}
+	if src.dlq != nil {
+		src.readDeadLetters(qctx)
+		for k, v := range src.dead {
+			snap.DeadLetters[k] = v
+		}
+		ends, err := events.EndOffsets(qctx, src.adm, src.s.cfg.Topics.Requested)
+		var lag int64
+		if err == nil {
+			lag, err = events.LagBehind(qctx, src.adm, ends, src.s.cfg.Topics.ConsumerGroup())
+		}
+		if err != nil {
+			fail("consumer lag", err)
+		} else {
+			var end int64
+			ends.Each(func(o kadm.ListedOffset) { end += o.Offset })
+			snap.ConsumerLag = lag
+			if src.commited >= 0 {
+				snap.PersistedPerSec = math.Max(0, float64(end-lag-src.commited)/dt)
+			}
+			src.commited = end - lag
+		}
+	}
+	return snap
+}
+
+// campaigns fills in the newest campaigns with their units by state and their last audit.
+func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot, now time.Time) error {
+	cs, err := src.s.store.Campaigns(ctx)
+	if err != nil {
+		return err
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].CreatedAtMs > cs[j].CreatedAtMs })
+	cs = cs[:min(len(cs), consoleCampaigns)]
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	units, err := src.s.store.UnitsByStatus(ctx, ids)
+	if err != nil {
+		return err
+	}
+	verdicts, err := src.s.store.AuditVerdicts(ctx)
+	if err != nil {
+		return err
+	}
+	byStatus := map[string]map[events.Status]int64{}
+	for _, u := range units {
+		if byStatus[u.Campaign] == nil {
+			byStatus[u.Campaign] = map[events.Status]int64{}
+		}
+		byStatus[u.Campaign][u.Status] += u.Units
+		switch u.Status {
+		case events.Failed, events.Expired:
+			snap.Compensations[u.Reason] += u.Orders
+		case events.Refunded:
+			snap.Compensations["refunded"] += u.Orders
+		}
+	}
+	for _, c := range cs {
+		sale, err := src.s.redis.Sale(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		if !sale.Loaded {
+			sale.Remaining = c.Stock - c.Sold
+		}
+		st := byStatus[c.ID]
+		cc := ConsoleCampaign{
+			CampaignView: ViewCampaign(c, sale, st[events.Paid]),
+			Pending:      max(0, c.Stock-sale.Remaining-c.Sold),
+			Confirmed:    st[events.Confirmed],
+			Refunded:     st[events.Refunded],
+		}
+		if v, ok := verdicts[c.ID]; ok {
+			cc.Audit = &v
+		}
+		snap.Campaigns = append(snap.Campaigns, cc)
+	}
+	return nil
+}
+
+// readDeadLetters counts the dead letters that arrived since the last read.
+func (src *consoleSources) readDeadLetters(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	fs := src.dlq.PollFetches(pctx)
+	fs.EachRecord(func(r *kgo.Record) {
+		reason := events.Header(r, events.HeaderReason)
+		if reason == "" {
+			reason = "unknown"
+		}
+		src.dead[reason]++
+	})
+}
+
+// purchaseOutcomes are the console's purchase outcomes, each with the reservations counter it
+// reads; rate_limited is read from the requests counter.
+var purchaseOutcomes = map[string]string{
+	"accepted":    "reserved",
+	"sold_out":    string(events.SoldOut),
+	"limit":       string(events.LimitExceeded),
+	"unavailable": string(events.Unavailable),
+}
+
+// purchaseCounts reads this process's purchase counters, by outcome.
+func purchaseCounts() map[string]float64 {
+	m := map[string]float64{"rate_limited": counterValue(requestCounter(purchaseRoute, http.StatusTooManyRequests))}
+	for outcome, label := range purchaseOutcomes {
+		m[outcome] = counterValue(reservations.WithLabelValues(label))
+	}
+	return m
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}
+
+// latencyBuckets reads the purchase latency histogram's cumulative bucket counts.
+func latencyBuckets() []uint64 {
+	var m dto.Metric
+	if err := purchaseSeconds.Write(&m); err != nil {
+		return nil
+	}
+	bs := m.GetHistogram().GetBucket()
+	out := make([]uint64, len(bs))
+	for i, b := range bs {
+		out[i] = b.GetCumulativeCount()
+	}
+	return out
+}
+
+// p99Ms is the upper bound of the bucket that holds the 99th percentile of the purchases
+// between two readings of the histogram (0: none).
+func p99Ms(before, after []uint64) float64 {
+	if len(after) == 0 || len(before) != len(after) {
+		return 0
+	}
+	total := after[len(after)-1] - before[len(before)-1]
+	if total == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(0.99 * float64(total)))
+	for i := range after {
+		if after[i]-before[i] >= want {
+			return purchaseBuckets[i] * 1000
+		}
+	}
+	return purchaseBuckets[len(purchaseBuckets)-1] * 1000
+}
+
+// consoleEvents streams snapshots to the console: one `snapshot` event a second.
+func (s *Server) consoleEvents(c echo.Context) error {
+	snaps, unsubscribe, err := s.console.subscribe()
+	if err != nil {
+		return err
+	}
+	defer unsubscribe()
+	w := c.Response()
+	w.Header().Set(echo.HeaderContentType, "text/event-stream")
+	w.Header().Set(echo.HeaderCacheControl, "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w.Writer)
+	send := func(chunk []byte) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(writeWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		if _, err := w.Write(chunk); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if send([]byte("retry: 2000\n\n")) != nil {
+		return nil
+	}
+	ctx := c.Request().Context()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.stopping:
+			return nil
+		case b := <-snaps:
+			if send(fmt.Appendf(nil, "event: snapshot\ndata: %s\n\n", b)) != nil {
+				return nil
+			}
+		}
+	}
+}

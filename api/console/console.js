@@ -1,0 +1,313 @@
+// The seckill operator console. It holds nothing without the admin token: everything comes
+// from the admin endpoints, the live figures from GET /v1/admin/console/events once a second.
+"use strict";
+
+const KEY = "seckill-admin-token";
+const HISTORY = 300; // points kept per chart: five minutes
+const $ = (sel) => document.querySelector(sel);
+
+let token = "";
+let stream = null; // AbortController of the running stream
+let lastOrder = "";
+
+const hist = { t: [], purchases: {}, p99: [], lag: [], persisted: [] };
+const outcomes = ["accepted", "sold_out", "limit", "rate_limited", "unavailable"];
+const colors = { accepted: "#1e8e3e", sold_out: "#6b7385", limit: "#e67e22", rate_limited: "#8e44ad", unavailable: "#c0392b",
+  p99: "#2457d6", lag: "#c0392b", persisted: "#1e8e3e" };
+
+function signIn(t) {
+  token = t;
+  sessionStorage.setItem(KEY, t);
+  $("#signin").classList.add("hidden");
+  $("#app").classList.remove("hidden");
+  $("#signout").classList.remove("hidden");
+  connect();
+}
+
+function signOut(message) {
+  token = "";
+  sessionStorage.removeItem(KEY);
+  if (stream) stream.abort();
+  $("#app").classList.add("hidden");
+  $("#signout").classList.add("hidden");
+  $("#signin").classList.remove("hidden");
+  setConn(false, message || "signed out");
+}
+
+function setConn(on, text) {
+  const c = $("#conn");
+  c.textContent = text;
+  c.className = "conn " + (on ? "on" : "off");
+}
+
+function say(text, error) {
+  const s = $("#status");
+  s.textContent = text;
+  s.className = error ? "error" : "";
+}
+
+// api calls an admin endpoint and returns its JSON; an error answer throws its message.
+async function api(method, path, body) {
+  const init = { method, headers: { Authorization: "Bearer " + token } };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, init);
+  const data = await resp.json().catch(() => ({}));
+  if (resp.status === 401) signOut("the token was refused");
+  if (!resp.ok) throw new Error((data.error && data.error.message) || resp.status + " " + resp.statusText);
+  return data;
+}
+
+// connect reads the snapshot stream, and reconnects with backoff when it ends.
+async function connect() {
+  if (stream) stream.abort();
+  const ctl = new AbortController();
+  stream = ctl;
+  let backoff = 500;
+  while (token && !ctl.signal.aborted) {
+    try {
+      const resp = await fetch("/v1/admin/console/events", { headers: { Authorization: "Bearer " + token }, signal: ctl.signal });
+      if (resp.status === 401) { signOut("the token was refused"); return; }
+      if (!resp.ok) throw new Error(resp.status + " " + resp.statusText);
+      setConn(true, "live");
+      backoff = 500;
+      const reader = resp.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += decoder.decode(value, { stream: true });
+        let end;
+        while ((end = buf.indexOf("\n\n")) >= 0) {
+          const event = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+          if (data) render(JSON.parse(data));
+        }
+      }
+    } catch (e) {
+      if (ctl.signal.aborted) return;
+    }
+    setConn(false, "reconnecting…");
+    await new Promise((r) => setTimeout(r, backoff));
+    backoff = Math.min(backoff * 2, 10000);
+  }
+}
+
+function cell(tr, text, cls) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (cls) td.className = cls;
+  tr.appendChild(td);
+  return td;
+}
+
+function num(tr, name, v) {
+  const td = cell(tr, Number(v).toLocaleString(), "n " + name);
+  td.dataset.value = v;
+}
+
+function button(td, label, onClick, cls) {
+  const b = document.createElement("button");
+  b.textContent = label;
+  b.dataset.action = label.toLowerCase();
+  if (cls) b.className = cls;
+  b.addEventListener("click", onClick);
+  td.appendChild(b);
+}
+
+function when(t) { return t ? new Date(t).toLocaleString() : "no end"; }
+
+function render(snap) {
+  const body = $("#campaigns tbody");
+  body.replaceChildren();
+  for (const c of snap.campaigns || []) {
+    const tr = document.createElement("tr");
+    tr.dataset.campaign = c.id;
+    tr.dataset.state = c.state;
+    cell(tr, c.id);
+    cell(tr, c.name);
+    const st = cell(tr, "");
+    const badge = document.createElement("span");
+    badge.className = "state " + c.state;
+    badge.textContent = c.state.replace("_", " ");
+    st.appendChild(badge);
+    num(tr, "stock", c.stock);
+    num(tr, "remaining", c.remaining);
+    num(tr, "pending", c.pending);
+    num(tr, "confirmed", c.confirmed);
+    num(tr, "paid", c.paid);
+    num(tr, "refunded", c.refunded);
+    cell(tr, when(c.starts_at) + " → " + when(c.ends_at));
+    const audit = cell(tr, c.audit ? (c.audit.ok ? "ok" : "VIOLATION") : "—", c.audit ? (c.audit.ok ? "audit-ok" : "audit-bad") : "");
+    if (c.audit) audit.title = (c.audit.violations || "every invariant held") + " · " + new Date(c.audit.at_ms).toLocaleString();
+    const actions = cell(tr, "");
+    if (c.state !== "cancelled") {
+      if (c.state !== "ended") button(actions, "Close", () => control(c.id, "close"));
+      button(actions, "Extend", () => {
+        const m = prompt("Minutes from now until the sale ends:", "30");
+        if (m) control(c.id, "extend", { ends_at: new Date(Date.now() + Number(m) * 60000).toISOString() });
+      });
+      button(actions, "Add stock", () => {
+        const n = prompt("Units to put on sale:", "100");
+        if (n) control(c.id, "stock", { add: Number(n) });
+      });
+      button(actions, "Cancel", () => {
+        if (confirm("Cancel " + c.id + "? Every pending reservation is released and every confirmed or paid order refunded.")) cancel(c.id);
+      }, "danger");
+    }
+    body.appendChild(tr);
+  }
+
+  hist.t.push(new Date(snap.at));
+  for (const o of outcomes) (hist.purchases[o] = hist.purchases[o] || []).push((snap.purchases || {})[o] || 0);
+  hist.p99.push(snap.p99_ms || 0);
+  hist.lag.push(Math.max(snap.consumer_lag, 0));
+  hist.persisted.push(Math.max(snap.persisted_per_sec, 0));
+  if (hist.t.length > HISTORY) {
+    hist.t.shift();
+    for (const o of outcomes) hist.purchases[o].shift();
+    hist.p99.shift(); hist.lag.shift(); hist.persisted.shift();
+  }
+  chart($("#chart-purchases"), outcomes.map((o) => ({ name: o, color: colors[o], values: hist.purchases[o] })), $("#legend-purchases"));
+  chart($("#chart-latency"), [{ name: "p99", color: colors.p99, values: hist.p99 }]);
+  chart($("#chart-consumer"), [{ name: "lag (events)", color: colors.lag, values: hist.lag },
+    { name: "persisted/s", color: colors.persisted, values: hist.persisted }], $("#legend-consumer"));
+  counts($("#dead-letters tbody"), snap.dead_letters, "no dead letters");
+  counts($("#compensations tbody"), snap.compensations, "none given back");
+  if (snap.errors && snap.errors.length) say("some figures are missing: " + snap.errors.join("; "), true);
+}
+
+function counts(body, m, empty) {
+  body.replaceChildren();
+  const keys = Object.keys(m || {}).sort();
+  if (!keys.length) {
+    const tr = document.createElement("tr");
+    cell(tr, empty);
+    body.appendChild(tr);
+  }
+  for (const k of keys) {
+    const tr = document.createElement("tr");
+    tr.dataset.key = k;
+    cell(tr, k);
+    num(tr, "count", m[k]);
+    body.appendChild(tr);
+  }
+}
+
+// chart draws series as lines on a canvas, scaled to the largest value; data-max on the
+// canvas holds the largest value drawn so far (the browser test reads it).
+function chart(canvas, series, legend) {
+  const ctx = canvas.getContext("2d");
+  const w = canvas.width, h = canvas.height, pad = 28;
+  ctx.clearRect(0, 0, w, h);
+  let top = 1;
+  for (const s of series) for (const v of s.values) top = Math.max(top, v);
+  canvas.dataset.max = Math.max(Number(canvas.dataset.max || 0), ...series.map((s) => Math.max(0, ...s.values)));
+  canvas.dataset.last = series.map((s) => s.values[s.values.length - 1] || 0).join(",");
+  ctx.strokeStyle = "#e3e6ec";
+  ctx.fillStyle = "#6b7385";
+  ctx.font = "11px system-ui";
+  for (let i = 0; i <= 4; i++) {
+    const y = h - pad / 2 - (i * (h - pad)) / 4;
+    ctx.beginPath(); ctx.moveTo(pad, y); ctx.lineTo(w, y); ctx.stroke();
+    ctx.fillText(short((top * i) / 4), 0, y + 4);
+  }
+  for (const s of series) {
+    ctx.strokeStyle = s.color;
+    ctx.lineWidth = 1.5;
+    ctx.beginPath();
+    const n = s.values.length; // the newest point at the right edge, older ones leftwards
+    s.values.forEach((v, i) => {
+      const x = w - ((w - pad) * (n - 1 - i)) / (HISTORY - 1);
+      const y = h - pad / 2 - (v / top) * (h - pad);
+      if (i) ctx.lineTo(x, y); else ctx.moveTo(x, y);
+    });
+    ctx.stroke();
+  }
+  if (legend && !legend.childElementCount) {
+    for (const s of series) {
+      const span = document.createElement("span");
+      const swatch = document.createElement("i");
+      swatch.style.background = s.color;
+      span.append(swatch, s.name);
+      legend.appendChild(span);
+    }
+  }
+}
+
+function short(v) {
+  if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (v >= 1e3) return (v / 1e3).toFixed(1) + "k";
+  return v >= 10 ? v.toFixed(0) : v.toFixed(1);
+}
+
+async function control(id, action, body) {
+  try {
+    const c = await api("POST", "/v1/admin/campaigns/" + encodeURIComponent(id) + "/" + action, body);
+    say(id + ": " + action + " done; now " + c.state.replace("_", " ") + ", " + c.remaining + " of " + c.stock + " remaining");
+  } catch (e) {
+    say(id + ": " + action + " failed: " + e.message, true);
+  }
+}
+
+async function cancel(id) {
+  say("cancelling " + id + "… (pending and confirmed fall as it goes)");
+  try {
+    const r = await api("POST", "/v1/admin/campaigns/" + encodeURIComponent(id) + "/cancel");
+    say(id + " cancelled: " + r.released + " reservations released, " + r.refunded + " orders refunded, " + r.unchanged + " unchanged");
+  } catch (e) {
+    say("cancel " + id + " failed: " + e.message + " (run it again to finish)", true);
+  }
+}
+
+function init() {
+  const m = location.hash.match(/token=([^&]+)/);
+  if (m) {
+    sessionStorage.setItem(KEY, decodeURIComponent(m[1]));
+    window.history.replaceState(null, "", location.pathname); // the token leaves the address bar
+  }
+  $("#signin-form").addEventListener("submit", (e) => { e.preventDefault(); signIn($("#token").value.trim()); });
+  $("#signout").addEventListener("click", () => signOut());
+  $("#create-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const f = new FormData(e.target);
+    const body = { name: f.get("name"), stock: Number(f.get("stock")), per_user_limit: Number(f.get("per_user_limit")) };
+    if (f.get("id")) body.id = f.get("id");
+    if (f.get("minutes")) body.ends_at = new Date(Date.now() + Number(f.get("minutes")) * 60000).toISOString();
+    if (f.get("payment_window_seconds")) body.payment_window_seconds = Number(f.get("payment_window_seconds"));
+    try {
+      const c = await api("POST", "/v1/campaigns", body);
+      say("campaign " + c.id + " created, " + c.state.replace("_", " "));
+      e.target.reset();
+    } catch (err) {
+      say("create failed: " + err.message, true);
+    }
+  });
+  $("#order-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    lastOrder = new FormData(e.target).get("id").trim();
+    try {
+      $("#order").textContent = JSON.stringify(await api("GET", "/v1/admin/orders/" + encodeURIComponent(lastOrder)), null, 2);
+      $("#order-compensate").disabled = false;
+    } catch (err) {
+      $("#order").textContent = err.message;
+      $("#order-compensate").disabled = true;
+    }
+  });
+  $("#order-compensate").addEventListener("click", async () => {
+    if (!confirm("Compensate " + lastOrder + "? A pending order is released, a confirmed or paid one refunded.")) return;
+    try {
+      $("#order").textContent = JSON.stringify(await api("POST", "/v1/admin/orders/" + encodeURIComponent(lastOrder) + "/compensate"), null, 2);
+    } catch (err) {
+      $("#order").textContent = err.message;
+    }
+  });
+  const saved = sessionStorage.getItem(KEY);
+  if (saved) signIn(saved);
+}
+
+init();

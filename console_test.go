@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// syncBuffer is a bytes.Buffer that a command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// chromium finds Debian's Chromium, or fails the test saying how to get it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	t.Fatal("no Chromium to drive: install Debian's chromium package (apt-get install chromium; deploy/local/services.sh up does)")
+	return ""
+}
+
+// TestConsoleInBrowser opens the console of a running seckill dev in Chromium by the URL it
+// prints, watches a sale happen there, closes the campaign from the page, and checks that the
+// API agrees. It saves a screenshot in the test's artifact directory.
+func TestConsoleInBrowser(t *testing.T) {
+	exe := chromium(t)
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir}, out, out); code != 0 {
+			t.Errorf("dev exited %d:\n%s", code, out.String())
+		}
+	})
+	defer wg.Wait()
+	defer cancel()
+	printed := regexp.MustCompile(`console: (http://\S+/console#token=(\S+))`)
+	var url, token string
+	eventually(t, 60*time.Second, "seckill dev prints the console's address", func() bool {
+		if m := printed.FindStringSubmatch(out.String()); m != nil {
+			url, token = m[1], m[2]
+		}
+		return url != ""
+	})
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.UserDataDir(filepath.Join(dir, "chromium")), chromedp.WindowSize(1400, 1000),
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true))
+	actx, stopAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer stopAlloc()
+	bctx, stopBrowser := chromedp.NewContext(actx)
+	defer stopBrowser()
+	bctx, stopTimeout := context.WithTimeout(bctx, 2*time.Minute)
+	defer stopTimeout()
+	browse := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	waitFor := func(what, js string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			t.Fatalf("wait until %s: %v", what, err)
+		}
+	}
+	api := func(method, path, user, body string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if user != "" {
+			req.Header.Set("X-User-ID", user)
+		} else {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	browse("open the printed address", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS("#app")))
+	href, err := chromedp.Run(bctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(href, token) {
+		t.Errorf("the token stayed in the address bar: %s", href)
+	}
+	waitFor("the stream is live", `document.querySelector("#conn").textContent === "live"`)
+
+	if code := api("POST", "/v1/campaigns", "", `{"id":"browser","name":"Browser sale","stock":20,"per_user_limit":2}`); code != http.StatusCreated {
+		t.Fatalf("create the campaign: %d", code)
+	}
+	row := `document.querySelector('tr[data-campaign="browser"]')`
+	waitFor("the campaign appears", row+` !== null`)
+	for _, buyer := range []string{"ann", "bob", "cid"} {
+		if code := api("POST", "/v1/campaigns/browser/purchases", buyer, `{"quantity":2}`); code != http.StatusAccepted {
+			t.Fatalf("%s's purchase: %d", buyer, code)
+		}
+	}
+	waitFor("remaining falls to 14", row+`.querySelector("td.remaining").dataset.value === "14"`)
+	waitFor("the purchases chart moves", `Number(document.querySelector("#chart-purchases").dataset.max) > 0`)
+	waitFor("the orders are confirmed", row+`.querySelector("td.confirmed").dataset.value === "6"`)
+
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("take a screenshot: %v", err)
+	}
+	path := filepath.Join(t.ArtifactDir(), "console.png")
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the live sale: %s", path)
+
+	browse("close the campaign from the page", chromedp.Click(chromedp.CSS(`tr[data-campaign="browser"] button[data-action="close"]`)))
+	waitFor("the page shows it ended", row+`.dataset.state === "ended"`)
+	if code := api("POST", "/v1/campaigns/browser/purchases", "dan", `{"quantity":1}`); code != http.StatusConflict {
+		t.Errorf("a purchase after the close from the page: %d, want 409 ended", code)
+	}
+	status, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#status")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(status, "close done") {
+		t.Errorf("the page says %q after the close", status)
+	}
+}
