@@ -65,6 +65,7 @@ func (b *breaker) record(err error, now time.Time) {
 	case err == nil:
 		b.failures = 0
 		b.open.Store(false)
+		breakerOpen.Set(0)
 	case b.open.Load(): // a probe failed
 		b.nextProbe = now.Add(b.cooldown)
 	case b.failures > 0 && now.Sub(b.last) < b.burst: // the same burst
@@ -78,6 +79,7 @@ func (b *breaker) record(err error, now time.Time) {
 		if b.failures >= b.failedOpens {
 			b.nextProbe = now.Add(b.cooldown)
 			b.open.Store(true)
+			breakerOpen.Set(1)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 var errDown = errors.New("kafka down")
@@ -87,5 +89,18 @@ func TestBreakerProbes(t *testing.T) {
 		if !b.allow(later) {
 			t.Fatal("refuses after a successful probe")
 		}
+	}
+}
+
+// TestBreakerGauge: seckill_breaker_open follows the breaker, so the alert sees it open.
+func TestBreakerGauge(t *testing.T) {
+	t0 := time.Now()
+	b := openBreaker(t, t0)
+	if v := testutil.ToFloat64(breakerOpen); v != 1 {
+		t.Errorf("seckill_breaker_open = %v with the breaker open", v)
+	}
+	b.record(nil, t0.Add(2*time.Second)) // a probe succeeded
+	if v := testutil.ToFloat64(breakerOpen); v != 0 {
+		t.Errorf("seckill_breaker_open = %v once a probe succeeded", v)
 	}
 }

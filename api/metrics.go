@@ -25,6 +25,10 @@ var (
 		Help:    "Time to answer a purchase, from the request's routing to its answer, whatever the answer.",
 		Buckets: purchaseBuckets,
 	})
+	breakerOpen = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "seckill_breaker_open",
+		Help: "1 while the api refuses purchases before they reserve because Kafka does not acknowledge (the breaker is open), else 0.",
+	})
 	produceSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "seckill_produce_seconds",
 		Help:    "Time to produce an OrderRequested event and have it acknowledged.",

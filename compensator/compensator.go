@@ -220,6 +220,7 @@ func (c *Compensator) sweep(ctx context.Context) error {
 			fence := store.Fence{Name: name, Token: lock.Fence}
 			c.cfg.Logger.Info("sweeping as lease holder", "fence", lock.Fence)
 			err = lock.Hold(ctx, func(ctx context.Context) error { return c.sweepWhileHeld(ctx, fence) })
+			reservationsOverdue.Set(0) // the next holder reports them: a standby's figure would be stale
 			if ctx.Err() == nil {
 				c.cfg.Logger.Warn("sweeper lease ended", "fence", lock.Fence, "err", err)
 			}
@@ -273,8 +274,9 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	n, overdue := 0, 0
 	now := time.Now()
+	defer func() { reservationsOverdue.Set(float64(overdue)) }()
 	for _, camp := range cs {
 		if err := c.retire(ctx, camp, now); err != nil {
 			return n, err
@@ -291,6 +293,7 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 		if err != nil {
 			return n, err
 		}
+		overdue += len(ids)
 		for _, id := range ids {
 			res, err := c.Redis.Reservation(ctx, id)
 			if err != nil {

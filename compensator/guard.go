@@ -55,11 +55,17 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 	}
 	gens, genErr := c.rebuilder.Generations(ctx, watched)
 	var lost []string
+	frozen := 0
 	for _, id := range watched {
-		if g, ok := gens[id]; ok && g.Lost() {
+		g, ok := gens[id]
+		if ok && g.Lost() {
 			lost = append(lost, id)
 		}
+		if ok && g.Frozen {
+			frozen++
+		}
 	}
+	campaignsFrozen.Set(float64(frozen)) // before the rebuild: a rebuild that hangs stays counted
 	var rebuildErr error
 	if len(lost) > 0 {
 		rebuildErr = c.rebuildLost(ctx, lost)

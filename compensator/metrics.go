@@ -14,3 +14,13 @@ var auditViolations = promauto.NewGaugeVec(prometheus.GaugeOpts{
 	Name: "seckill_audit_violations",
 	Help: "Invariants the last `seckill audit` of the campaign found broken (0: it held).",
 }, []string{"campaign"})
+
+var campaignsFrozen = promauto.NewGauge(prometheus.GaugeOpts{
+	Name: "seckill_campaigns_frozen",
+	Help: "Campaigns on sale that Redis holds frozen, at the guard's last round: each sells nothing until its rebuild from the store ends.",
+})
+
+var reservationsOverdue = promauto.NewGauge(prometheus.GaugeOpts{
+	Name: "seckill_reservations_overdue",
+	Help: "Pending reservations past their deadline that the sweeper's last round found (it releases them as it goes); stuck above 0, the sweeper cannot keep up or cannot resolve them.",
+})

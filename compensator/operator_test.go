@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
 
@@ -195,5 +198,61 @@ func TestSweeperSyncsChanges(t *testing.T) {
 	}
 	if remaining, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || remaining != 17 {
 		t.Errorf("remaining %d, %v after the sweep; want 17", remaining, err)
+	}
+}
+
+// gauge reads a gauge of the default registry.
+func gauge(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
+// TestAlertGauges: the gauges the alerts read follow what the sweeper and the guard see.
+func TestAlertGauges(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	comp := e.compensator(t, compensator.Config{})
+	e.reserve(t, 3, time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // past their deadlines
+	if _, err := comp.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge(t, "seckill_reservations_overdue"); v != 3 {
+		t.Errorf("seckill_reservations_overdue = %v after a sweep that found 3, want 3", v)
+	}
+	if _, err := comp.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge(t, "seckill_reservations_overdue"); v != 0 {
+		t.Errorf("seckill_reservations_overdue = %v once they were released, want 0", v)
+	}
+
+	// A campaign left frozen (a rebuild that has not ended) is counted; restored, it is not.
+	if err := e.r.Client().HSet(e.ctx, lua.KeysOf(e.campaign).Meta, "frozen", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := comp.CheckRedis(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge(t, "seckill_campaigns_frozen"); v != 1 {
+		t.Errorf("seckill_campaigns_frozen = %v with one frozen, want 1", v)
+	}
+	if err := e.r.Client().HDel(e.ctx, lua.KeysOf(e.campaign).Meta, "frozen").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := comp.CheckRedis(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := gauge(t, "seckill_campaigns_frozen"); v != 0 {
+		t.Errorf("seckill_campaigns_frozen = %v with none frozen, want 0", v)
 	}
 }

@@ -26,6 +26,7 @@ type Generation struct {
 	Exists   bool   // Redis has the campaign's meta
 	Recorded string // the run id its meta records
 	Server   string // the run id of the primary that holds its keys now
+	Frozen   bool   // it is frozen: a rebuild is under way, or stopped half way
 }
 
 // Lost reports whether the campaign's data may be older than what buyers were told: its keys
@@ -59,7 +60,7 @@ func (r *Redis) Generations(ctx context.Context, campaigns []string) (map[string
 			runIDs[addr] = id
 		}
 		out[c] = Generation{Server: id}
-		metas[c] = pipe.HMGet(ctx, meta, "limit", "gen")
+		metas[c] = pipe.HMGet(ctx, meta, "limit", "gen", "frozen")
 	}
 	pipe.Exec(ctx) // each command carries its own error
 	if cc, ok := r.rdb.(*redis.ClusterClient); ok && len(errs) > 0 {
@@ -75,6 +76,7 @@ func (r *Redis) Generations(ctx context.Context, campaigns []string) (map[string
 		g := out[c]
 		g.Exists = v[0] != nil
 		g.Recorded, _ = v[1].(string)
+		g.Frozen = v[2] != nil
 		out[c] = g
 	}
 	return out, errors.Join(errs...)

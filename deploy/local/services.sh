@@ -128,6 +128,9 @@ ensure_packages() {
   command -v kcat >/dev/null || pkgs+=(kcat)
   command -v "$JAVA" >/dev/null || pkgs+=(default-jre-headless)
   command -v mvn >/dev/null || pkgs+=(maven)
+  # The console's browser test drives Chromium; the alert rules' tests run promtool.
+  command -v chromium >/dev/null || pkgs+=(chromium fonts-liberation)
+  command -v promtool >/dev/null || pkgs+=(prometheus)
   ((${#pkgs[@]})) || return 0
 
   local -a sudo=()
