@@ -22,7 +22,9 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	const help = "Usage: seckill dlq list|show|stats [flags]\n\n" +
 		"  list   one line per dead letter: where it came from, why, and the order's state now\n" +
 		"  show   one dead letter whole (seckill dlq show PARTITION/OFFSET)\n" +
-		"  stats  dead letters by reason\n"
+		"  stats  dead letters by reason\n" +
+		"  redrive  send the dead letters the compensator could not read back to the consumer, once\n" +
+		"           they can be read (after an upgrade, or with --file for one): --dry-run first\n"
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, help)
 		if len(args) == 0 {
@@ -31,7 +33,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 	verb := args[0]
-	if verb != "list" && verb != "show" && verb != "stats" {
+	if verb != "list" && verb != "show" && verb != "stats" && verb != "redrive" {
 		fmt.Fprintf(stdout, "dlq: unknown subcommand %q\n\n%s", verb, help)
 		return errUsage
 	}
@@ -39,11 +41,23 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		"list":  "List the dead letters, one line each: where it came from, why, and the order's state now.",
 		"show":  "Print one dead letter whole: its headers and its value.\nArguments: PARTITION/OFFSET, as dlq list prints it.",
 		"stats": "Count the dead letters by reason.",
+		"redrive": "Send the dead letters that could not be handled (events the compensator could not read)\n" +
+			"back to the requested topic once this seckill reads them: after an upgrade to a version\n" +
+			"that knows them, or with --at P/O --file F, the corrected event of one dead letter. Their\n" +
+			"reservations wait until their deadline, when the sweeper fails the order; an order the\n" +
+			"store has by then is skipped, and so a redrive run twice sends nothing twice.",
 	}[verb], stdout)
 	c := f.conn()
 	campaign := f.String("campaign", "", "only the dead letters of this campaign")
 	reason := f.String("reason", "", "only the dead letters whose reason starts with this")
 	since := f.String("since", "", "only the dead letters written since: an RFC 3339 time, or a duration ago (1h)")
+	var dryRun *bool
+	var fixAt, fixFile *string
+	if verb == "redrive" {
+		dryRun = f.Bool("dry-run", false, "print what would be sent, and send nothing")
+		fixAt = f.String("at", "", "with --file: the dead letter (PARTITION/OFFSET) the file corrects")
+		fixFile = f.String("file", "", "a corrected OrderRequested event (JSON) for the dead letter --at")
+	}
 	rest := args[1:]
 	var pos []string // show's PARTITION/OFFSET, before or after the flags
 	if verb == "show" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
@@ -73,6 +87,14 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		at = [2]int64{pn, on}
 	}
+	var fix *redriveFix
+	if verb == "redrive" && (*fixAt != "" || *fixFile != "") {
+		var err error
+		if fix, err = readFix(*fixAt, *fixFile); err != nil {
+			fmt.Fprintf(stdout, "dlq redrive: %v\n", err)
+			return errUsage
+		}
+	}
 	d, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -96,6 +118,8 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		letters = append(letters, l)
 	}
 	switch verb {
+	case "redrive":
+		return redrive(ctx, c, d.store, letters, fix, *dryRun, stdout)
 	case "stats":
 		byReason := map[string]int{}
 		for _, l := range letters {

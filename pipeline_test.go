@@ -32,6 +32,7 @@ func TestPipeline(t *testing.T) {
 		t.Run("add stock during a crowd", func(t *testing.T) { testAddStockDuringCrowd(t, p) })
 		t.Run("cancel a campaign", func(t *testing.T) { testCancelCampaign(t, p) })
 		t.Run("bulk compensation", func(t *testing.T) { testBulkCompensation(t, p) })
+		t.Run("dead letter redrive", func(t *testing.T) { testRedrive(t, p) })
 	})
 }
 
