@@ -4,7 +4,7 @@ SERVICES := deploy/local/services.sh
 # The tests read the addresses of the test services from these variables.
 TEST_ENV = eval "$$($(SERVICES) env)"
 
-.PHONY: run test test-fast build vet services-up services-down schemathesis
+.PHONY: run demo test test-fast build vet services-up services-down schemathesis
 
 run: ## start api + consumer + compensator on embedded Kafka, Redis and SQLite
 	$(GO) run . dev
@@ -12,6 +12,9 @@ run: ## start api + consumer + compensator on embedded Kafka, Redis and SQLite
 # The fault tests (faults_test.go) spend their time waiting on servers and processes, not on the
 # CPU: four at once halve the root package's time even on 2 cores (go test's default is GOMAXPROCS).
 TEST_PARALLEL ?= 4
+demo: ## a small flash sale against the running `make run`, for the console (http://127.0.0.1:8080/console) to show
+	$(GO) run . demo
+
 test: services-up ## every test, against real Redis, PostgreSQL and Kafka (started if needed)
 	# -p 1: one package's tests at a time, so that the fault and topology stories, which count
 	# every 503 and time every hand-off, never share the two cores with another package's.

@@ -128,6 +128,9 @@ type devAddrs struct {
 	RedisURL     string `json:"redis_url"`
 	StoreURL     string `json:"store_url"`
 	KafkaBrokers string `json:"kafka_brokers"`
+	// APIURL and AdminToken let seckill demo --dev drive the api; the file is the owner's only.
+	APIURL     string `json:"api_url"`
+	AdminToken string `json:"admin_token"`
 }
 
 // devAddrsFile is the file of devAddrs in a data directory.

@@ -128,7 +128,8 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	addrs := devAddrs{RedisURL: "redis://" + mr.Addr() + "/0", StoreURL: "sqlite:" + dbPath, KafkaBrokers: strings.Join(brokers, ",")}
+	addrs := devAddrs{RedisURL: "redis://" + mr.Addr() + "/0", StoreURL: "sqlite:" + dbPath, KafkaBrokers: strings.Join(brokers, ","),
+		APIURL: "http://" + ln.Addr().String(), AdminToken: *adminToken}
 	if err := writeDevAddrs(*dataDir, addrs); err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func writeDevAddrs(dataDir string, a devAddrs) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(devAddrsFile(dataDir), append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(devAddrsFile(dataDir), append(b, '\n'), 0o600); err != nil { // it holds the admin token
 		return fmt.Errorf("write the addresses for --dev: %w", err)
 	}
 	return nil

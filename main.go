@@ -21,6 +21,7 @@ Roles (long-running; SIGTERM drains in-flight work):
   consumer     persist OrderRequested events into PostgreSQL in batches
   compensator  release what will not become an order: dead letters, expired reservations
   dev          all three in one process on embedded Kafka, Redis and SQLite (make run)
+  demo         a small flash sale against a running dev, for the console to show (make demo)
 
 Operations:
   migrate      apply the database schema
@@ -44,6 +45,7 @@ var commands = map[string]func(ctx context.Context, args []string, stdout io.Wri
 	"replay":      runReplay,
 	"compensate":  runCompensate,
 	"campaign":    runCampaign,
+	"demo":        runDemo,
 	"dlq":         runDLQ,
 	"bench":       runBench,
 	"audit":       runAudit,

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seckill/seckill/bench"
+	"github.com/seckill/seckill/events"
+)
+
+// runDemo runs a small flash sale against a running seckill dev, so that the console has a
+// sale to show: a campaign, a crowd that grows to a rush and sells it out, some buyers back
+// for more than their limit.
+func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
+	f := newFlags("demo", "Run a small flash sale against a running seckill dev (make run): create a campaign, then a\ncrowd of buyers that builds up to a rush and sells it out. Watch it in the console.", stdout)
+	dataDir := f.String("data-dir", devDataDir, "the data directory of the seckill dev to reach (it writes its address and admin token there)")
+	apiURL := f.String("api-url", "", "the api's address (default: the seckill dev's, from --data-dir)")
+	adminToken := f.String("admin-token", "", "the admin token (default: the seckill dev's, from --data-dir)")
+	buyers := f.Int("buyers", 2000, "how many buyers (each may buy 2)")
+	stock := f.Int64("stock", 1500, "units on sale")
+	duration := f.Duration("duration", 30*time.Second, "how long the crowd buys")
+	rate := f.Int("rate", 200, "purchases per second at the rush (it builds up from a tenth of that)")
+	f.Bool("dev", true, "reach the seckill dev on --data-dir (the default; other flags override)")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *buyers < 1 || *stock < 1 || *duration <= 0 || *rate < 1 {
+		fmt.Fprintln(stdout, "demo: --buyers, --stock, --duration and --rate must be positive")
+		return errUsage
+	}
+	if *apiURL == "" || *adminToken == "" {
+		a, err := readDevAddrs(*dataDir)
+		if err != nil {
+			return err
+		}
+		if a.APIURL == "" {
+			return fmt.Errorf("the seckill dev on %s does not say where its api is: restart it with make run", *dataDir)
+		}
+		*apiURL, *adminToken = cmp.Or(*apiURL, a.APIURL), cmp.Or(*adminToken, a.AdminToken)
+	}
+	base := strings.TrimSuffix(*apiURL, "/")
+	campaign := "demo-" + time.Now().UTC().Format("150405")
+	body, _ := json.Marshal(map[string]any{"id": campaign, "name": "Demo flash sale", "stock": *stock, "per_user_limit": 2,
+		"ends_at": time.Now().Add(*duration + time.Minute).UTC().Format(time.RFC3339)})
+	code, answer, err := post(ctx, base+"/v1/campaigns", "Bearer "+*adminToken, "", body)
+	if err != nil {
+		return fmt.Errorf("reach the api at %s: %w (is make run running?)", base, err)
+	}
+	if code != http.StatusCreated {
+		return fmt.Errorf("create the campaign: %d %s", code, answer)
+	}
+	fmt.Fprintf(stdout, "demo: campaign %s, %d units, %d buyers, %s; watch it at %s/console\n", campaign, *stock, *buyers, *duration, base)
+
+	var (
+		mu       sync.Mutex
+		outcomes = map[string]int{}
+		sent     atomic.Int64
+		wg       sync.WaitGroup
+	)
+	update, stop := bench.NewProgress(os.Stderr).Track("demo " + campaign)
+	start := time.Now()
+	total := int(float64(*rate) * duration.Seconds() * 0.55) // the ramp's area: a tenth up to all of rate
+	sem := make(chan struct{}, 64)
+	for i := 0; i < total && ctx.Err() == nil; i++ {
+		// Build up from a tenth of the rate to all of it over the first half, then hold.
+		el := time.Since(start).Seconds()
+		now := float64(*rate) * min(1, 0.1+0.9*el/(duration.Seconds()/2))
+		time.Sleep(time.Duration(float64(time.Second) / now))
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			user := fmt.Sprintf("buyer-%d", rand.IntN(*buyers))
+			code, answer, err := post(ctx, base+"/v1/campaigns/"+campaign+"/purchases", "", user, []byte(fmt.Sprintf(`{"quantity":%d}`, 1+rand.IntN(2))))
+			outcome := fmt.Sprint(code)
+			switch {
+			case err != nil:
+				outcome = "error"
+			case code == http.StatusAccepted:
+				outcome = "accepted"
+			default:
+				var e struct{ Error struct{ Code string } }
+				if json.Unmarshal(answer, &e) == nil && e.Error.Code != "" {
+					outcome = e.Error.Code
+				}
+			}
+			mu.Lock()
+			outcomes[outcome]++
+			mu.Unlock()
+			update(int(sent.Add(1)), total)
+		})
+	}
+	wg.Wait()
+	stop()
+	keys := make([]string, 0, len(outcomes))
+	for k := range outcomes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, outcomes[k]))
+	}
+	fmt.Fprintf(stdout, "demo: %d purchases: %s\n", sent.Load(), strings.Join(parts, ", "))
+	return ctx.Err()
+}
+
+// post sends a JSON body as the admin (auth) or as a buyer (user, the dev's X-User-ID).
+func post(ctx context.Context, url, auth, user string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	if user != "" {
+		req.Header.Set("X-User-ID", user)
+		req.Header.Set("Idempotency-Key", events.NewID())
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return resp.StatusCode, b, err
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestDemo runs make demo's command against a seckill dev it finds by its data directory: the
+// crowd sells the campaign out, and every purchase is counted once in the summary.
+func TestDemo(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir}, out, out); code != 0 {
+			t.Errorf("dev exited %d:\n%s", code, out.String())
+		}
+	})
+	defer wg.Wait()
+	defer cancel()
+	eventually(t, 60*time.Second, "seckill dev is up", func() bool { return strings.Contains(out.String(), "console: ") })
+
+	var demo strings.Builder
+	if code := run(context.Background(), []string{"demo", "--dev", "--data-dir", dir, "--duration", "2s", "--rate", "100", "--stock", "30", "--buyers", "40"}, &demo, &demo); code != 0 {
+		t.Fatalf("demo exited %d:\n%s", code, demo.String())
+	}
+	t.Log(demo.String())
+	m := regexp.MustCompile(`campaign (demo-\d+)`).FindStringSubmatch(demo.String())
+	sum := regexp.MustCompile(`demo: (\d+) purchases: (.*)`).FindStringSubmatch(demo.String())
+	if m == nil || sum == nil {
+		t.Fatalf("no campaign or no summary:\n%s", demo.String())
+	}
+	total, _ := strconv.Atoi(sum[1])
+	counts := map[string]int{}
+	n := 0
+	for _, part := range strings.Split(sum[2], ", ") {
+		k, v, _ := strings.Cut(part, " ")
+		counts[k], _ = strconv.Atoi(v)
+		n += counts[k]
+	}
+	if n != total || counts["accepted"] == 0 || counts["sold_out"] == 0 || counts["error"] > 0 {
+		t.Errorf("summary %v of %d purchases: want them all counted once, some accepted, some sold out, no errors", counts, total)
+	}
+	eventually(t, 20*time.Second, "the demo campaign is sold out", func() bool {
+		resp, err := http.Get("http://" + addr + "/v1/campaigns/" + m[1])
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var c map[string]any
+		json.NewDecoder(resp.Body).Decode(&c)
+		return c["remaining"] == 0.0 && c["sold"] == 30.0
+	})
+
+	// Without a seckill dev on the directory: a clear error.
+	var none strings.Builder
+	if code := run(context.Background(), []string{"demo", "--data-dir", t.TempDir()}, &none, &none); code == 0 || !strings.Contains(none.String(), "no seckill dev is running") {
+		t.Errorf("demo with no dev: %d %s", code, none.String())
+	}
+}
