@@ -34,6 +34,22 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// startDev runs seckill dev on addr and dir until ctx is cancelled, and returns what it prints;
+// the test waits for it to stop and fails if it exits with an error.
+func startDev(t *testing.T, ctx context.Context, addr, dir string) *syncBuffer {
+	t.Helper()
+	out := &syncBuffer{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir}, out, out); code != 0 {
+			t.Errorf("dev exited %d:\n%s", code, out.String())
+		}
+	}()
+	t.Cleanup(func() { <-done })
+	return out
+}
+
 // chromium finds Debian's Chromium, or fails the test saying how to get it.
 func chromium(t *testing.T) string {
 	t.Helper()
@@ -55,15 +71,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	addr := freeAddr(t)
 	base := "http://" + addr
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir}, out, out); code != 0 {
-			t.Errorf("dev exited %d:\n%s", code, out.String())
-		}
-	})
-	defer wg.Wait()
 	defer cancel()
+	out := startDev(t, ctx, addr, dir)
 	printed := regexp.MustCompile(`console: (http://\S+/console#token=(\S+))`)
 	var url, token string
 	eventually(t, 60*time.Second, "seckill dev prints the console's address", func() bool {

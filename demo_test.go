@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -18,15 +17,8 @@ func TestDemo(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir}, out, out); code != 0 {
-			t.Errorf("dev exited %d:\n%s", code, out.String())
-		}
-	})
-	defer wg.Wait()
 	defer cancel()
+	out := startDev(t, ctx, addr, dir)
 	eventually(t, 60*time.Second, "seckill dev is up", func() bool { return strings.Contains(out.String(), "console: ") })
 
 	var demo strings.Builder

@@ -4,7 +4,6 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -394,22 +393,8 @@ func (s *Server) consoleEvents(c echo.Context) error {
 		return err
 	}
 	defer unsubscribe()
-	w := c.Response()
-	w.Header().Set(echo.HeaderContentType, "text/event-stream")
-	w.Header().Set(echo.HeaderCacheControl, "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w.Writer)
-	send := func(chunk []byte) error {
-		if err := rc.SetWriteDeadline(time.Now().Add(writeWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return err
-		}
-		if _, err := w.Write(chunk); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	if send([]byte("retry: 2000\n\n")) != nil {
+	send := startEvents(c)
+	if send("retry: 2000\n\n") != nil {
 		return nil
 	}
 	ctx := c.Request().Context()
@@ -420,7 +405,7 @@ func (s *Server) consoleEvents(c echo.Context) error {
 		case <-s.stopping:
 			return nil
 		case b := <-snaps:
-			if send(fmt.Appendf(nil, "event: snapshot\ndata: %s\n\n", b)) != nil {
+			if send("event: snapshot\ndata: "+string(b)+"\n\n") != nil {
 				return nil
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -61,22 +62,7 @@ func (s *Server) orderEvents(c echo.Context) error {
 		return err
 	}
 	defer release()
-	w := c.Response()
-	h := w.Header()
-	h.Set(echo.HeaderContentType, "text/event-stream")
-	h.Set(echo.HeaderCacheControl, "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx would buffer the stream otherwise
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w.Writer)
-	send := func(chunk string) error {
-		if err := rc.SetWriteDeadline(time.Now().Add(writeWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return err
-		}
-		if _, err := fmt.Fprint(w, chunk); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	send := startEvents(c)
 	sendOrder := func(o OrderView) error {
 		data, err := json.Marshal(o)
 		if err != nil {
@@ -176,4 +162,25 @@ func (sc *streamCaps) take(c echo.Context, buyer string) (release func(), err er
 			delete(sc.open, buyer)
 		}
 	}, nil
+}
+
+// startEvents answers 200 with an event stream and returns the function that sends a chunk of
+// it at once, each within writeWait.
+func startEvents(c echo.Context) func(chunk string) error {
+	w := c.Response()
+	h := w.Header()
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set(echo.HeaderCacheControl, "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx would buffer the stream otherwise
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w.Writer)
+	return func(chunk string) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(writeWait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		if _, err := io.WriteString(w, chunk); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
 }
