@@ -93,12 +93,12 @@ const consoleCampaigns = 50
 // console computes a snapshot once a second while at least one page listens, and hands it to
 // every page: the store and Kafka are asked once a second per api, however many pages are open.
 type console struct {
-	s    *Server
-	mu   sync.Mutex
-	subs map[chan []byte]struct{}
-	stop context.CancelFunc // of the running loop; nil when none runs
-	done chan struct{}
-	shut bool
+	s     *Server
+	mu    sync.Mutex
+	subs  map[chan []byte]struct{}
+	stop  context.CancelFunc // of the running loop; nil when none runs
+	loops sync.WaitGroup     // a loop told to stop may still be finishing when the next starts
+	shut  bool
 }
 
 // subscribe returns a channel that receives each snapshot, and the function that ends the
@@ -113,8 +113,8 @@ func (k *console) subscribe() (<-chan []byte, func(), error) {
 	k.subs[ch] = struct{}{}
 	if k.stop == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		k.stop, k.done = cancel, make(chan struct{})
-		go k.run(ctx, k.done)
+		k.stop = cancel
+		k.loops.Go(func() { k.run(ctx) })
 	}
 	return ch, func() {
 		k.mu.Lock()
@@ -131,17 +131,15 @@ func (k *console) subscribe() (<-chan []byte, func(), error) {
 func (k *console) close() {
 	k.mu.Lock()
 	k.shut = true
-	stop, done := k.stop, k.done
-	k.stop = nil
-	k.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
+	if k.stop != nil {
+		k.stop()
+		k.stop = nil
 	}
+	k.mu.Unlock()
+	k.loops.Wait()
 }
 
-func (k *console) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (k *console) run(ctx context.Context) {
 	src := k.s.newConsoleSources()
 	defer src.close()
 	t := time.NewTicker(time.Second)
