@@ -7,12 +7,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/store"
 )
 
 // TestConsoleContract checks what the console's endpoints answer: the page with a policy that
@@ -104,5 +107,62 @@ func TestConsoleContract(t *testing.T) {
 	}
 	if accepted <= 0 || snaps[1].ConsumerLag < 0 {
 		t.Errorf("the purchase after the first snapshot is not in the next ones: %+v %+v", snaps[1], snaps[2])
+	}
+}
+
+// countingStore counts the console's per-snapshot query.
+type countingStore struct {
+	api.Store
+	calls atomic.Int64
+}
+
+func (c *countingStore) UnitsByStatus(ctx context.Context, campaigns []string) ([]store.Units, error) {
+	c.calls.Add(1)
+	return c.Store.UnitsByStatus(ctx, campaigns)
+}
+
+// TestConsoleQueriesOncePerSecond opens three consoles at once: the store is asked once a
+// second for all of them, not once per page, and with none open it is not asked at all.
+func TestConsoleQueriesOncePerSecond(t *testing.T) {
+	h := newHarness(t)
+	st := &countingStore{Store: h.store}
+	srv := api.New(h.cfg, st, h.redis, newProducer(t, h.brokers))
+	defer srv.Close()
+	web := httptest.NewServer(srv.Handler())
+	defer web.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var snapshots atomic.Int64
+	start := time.Now()
+	for range 3 {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", web.URL+"/v1/admin/console/events", nil)
+			req.Header.Set("Authorization", "Bearer "+h.admin)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			lines := bufio.NewScanner(resp.Body)
+			for lines.Scan() {
+				if strings.HasPrefix(lines.Text(), "data: ") && snapshots.Add(1) == 9 {
+					cancel() // three snapshots each
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	calls := st.calls.Load()
+	t.Logf("%d snapshots to 3 pages in %v: %d store queries", snapshots.Load(), elapsed.Round(time.Millisecond), calls)
+	if snapshots.Load() < 9 || calls > int64(elapsed/time.Second)+2 {
+		t.Errorf("%d snapshots, %d queries in %v: want one query a second for all the pages", snapshots.Load(), calls, elapsed)
+	}
+	time.Sleep(1500 * time.Millisecond) // every page gone: the loop stops
+	if after := st.calls.Load(); after > calls+1 {
+		t.Errorf("the store was asked %d more times with no page open", after-calls)
 	}
 }
