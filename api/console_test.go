@@ -15,6 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
 )
 
@@ -164,5 +165,26 @@ func TestConsoleQueriesOncePerSecond(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // every page gone: the loop stops
 	if after := st.calls.Load(); after > calls+1 {
 		t.Errorf("the store was asked %d more times with no page open", after-calls)
+	}
+}
+
+func TestGivenBackBy(t *testing.T) {
+	for _, tc := range []struct {
+		status events.Status
+		reason string
+		want   string
+	}{
+		{events.Confirmed, "", ""},
+		{events.Paid, "", ""},
+		{events.Refunded, "", "operator refund"},
+		{events.Expired, events.ReasonUnpaid, "payment window"},
+		{events.Failed, events.ReasonExpired, "sweeper"},
+		{events.Failed, events.ReasonOperator, "operator"},
+		{events.Failed, events.ReasonProduce, "api (produce failed)"},
+		{events.Failed, events.ReasonStoreSoldOut, "dead letter (store_sold_out)"},
+	} {
+		if got := api.GivenBackBy(tc.status, tc.reason); got != tc.want {
+			t.Errorf("GivenBackBy(%s, %q) = %q, want %q", tc.status, tc.reason, got, tc.want)
+		}
 	}
 }
