@@ -5,14 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store/storetest"
@@ -202,60 +197,4 @@ func testBulkCompensation(t *testing.T, p *pipeline) {
 	if out, err := p.run("campaign", "close", "--id", "no-such-campaign"); err == nil {
 		t.Errorf("closing a campaign that does not exist succeeded: %s", out)
 	}
-}
-
-// testRedrive garbles the event of a pending reservation, so that it lands in the dead-letter
-// topic unread, then sends its corrected event back with seckill dlq redrive: a dry run sends
-// nothing, the redrive gets the order confirmed, and a second redrive skips it.
-func testRedrive(t *testing.T, p *pipeline) {
-	c := p.createCampaign(t, 5, 2)
-	ctx := context.Background()
-	id := events.NewOrderID(c)
-	res, err := p.redis.Reserve(ctx, c, id, "rita", 2, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev := events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now().UTC(),
-		OrderID: id, CampaignID: c, UserID: "rita", Quantity: 2, Deadline: res.Deadline}
-	good, err := events.Encode(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	garbled := strings.Replace(string(good), `"version":1`, `"version":99`, 1)
-	cl, err := events.NewClient(p.brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: p.topics.Requested, Key: []byte(id), Value: []byte(garbled)}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	dead := readRecordWhere(t, p.brokers, p.topics.DLQ, func(r *kgo.Record) bool { return string(r.Key) == id })
-	at := fmt.Sprintf("%d/%d", dead.Partition, dead.Offset)
-
-	if out := p.mustRun(t, "dlq", "redrive"); !strings.Contains(out, "skip  "+at+"  still unreadable") || !strings.Contains(out, "nothing to send") {
-		t.Errorf("redrive of an event still unreadable:\n%s", out)
-	}
-	fixed := filepath.Join(t.TempDir(), "fixed.json")
-	if err := os.WriteFile(fixed, good, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out := p.mustRun(t, "dlq", "redrive", "--at", at, "--file", fixed, "--dry-run"); !strings.Contains(out, "send  "+at+"  order "+id) || !strings.Contains(out, "nothing was sent") {
-		t.Errorf("dry run:\n%s", out)
-	}
-	if out, err := p.run("dlq", "redrive", "--at", at, "--file", filepath.Join(t.TempDir(), "missing.json")); err == nil {
-		t.Errorf("a redrive with a file that is not there succeeded:\n%s", out)
-	}
-	if _, err := p.store.Order(ctx, id); events.ErrorCode(err) != events.OrderNotFound {
-		t.Fatalf("after the dry run the order is in the store: %v", err)
-	}
-	if out := p.mustRun(t, "dlq", "redrive", "--at", at, "--file", fixed); !strings.Contains(out, "sent 1 to "+p.topics.Requested) {
-		t.Errorf("redrive:\n%s", out)
-	}
-	p.waitStatus(t, "rita", id, events.Confirmed)
-	if out := p.mustRun(t, "dlq", "redrive", "--at", at, "--file", fixed); !strings.Contains(out, "is in the store already: confirmed") || !strings.Contains(out, "nothing to send") {
-		t.Errorf("the second redrive:\n%s", out)
-	}
-	p.waitAllFinal(t, c)
-	p.conservation(t, c, 5)
 }

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,7 +22,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		"  show   one dead letter whole (seckill dlq show PARTITION/OFFSET)\n" +
 		"  stats  dead letters by reason\n" +
 		"  redrive  send the dead letters the compensator could not read back to the consumer, once\n" +
-		"           they can be read (after an upgrade, or with --file for one): --dry-run first\n"
+		"           they can be read (after an upgrade, or with --at P/O --file F): --dry-run first\n"
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, help)
 		if len(args) == 0 {
@@ -41,11 +39,13 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		"list":  "List the dead letters, one line each: where it came from, why, and the order's state now.",
 		"show":  "Print one dead letter whole: its headers and its value.\nArguments: PARTITION/OFFSET, as dlq list prints it.",
 		"stats": "Count the dead letters by reason.",
-		"redrive": "Send the dead letters that could not be handled (events the compensator could not read)\n" +
-			"back to the requested topic once this seckill reads them: after an upgrade to a version\n" +
-			"that knows them, or with --at P/O --file F, the corrected event of one dead letter. Their\n" +
-			"reservations wait until their deadline, when the sweeper fails the order; an order the\n" +
-			"store has by then is skipped, and so a redrive run twice sends nothing twice.",
+		"redrive": "Send the dead letters the compensator could not read (reason poison) back to the\n" +
+			"requested topic, once they read: after an upgrade to a seckill that knows them, or with\n" +
+			"--at P/O --file F, the corrected event of one (same buyer and quantity; resending the\n" +
+			"same bytes mends nothing). An event goes only while its reservation waits for it:\n" +
+			"pending in Redis, before its deadline (when the sweeper fails the order), and no order\n" +
+			"in the store; so a redrive run twice sends nothing twice, and the consumer keys on the\n" +
+			"order id anyway. Dead letters the compensator handled (their orders failed) stay.",
 	}[verb], stdout)
 	c := f.conn()
 	campaign := f.String("campaign", "", "only the dead letters of this campaign")
@@ -55,8 +55,8 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	var fixAt, fixFile *string
 	if verb == "redrive" {
 		dryRun = f.Bool("dry-run", false, "print what would be sent, and send nothing")
-		fixAt = f.String("at", "", "with --file: the dead letter (PARTITION/OFFSET) the file corrects")
-		fixFile = f.String("file", "", "a corrected OrderRequested event (JSON) for the dead letter --at")
+		fixAt = f.String("at", "", "only the dead letter at PARTITION/OFFSET, as dlq list prints it")
+		fixFile = f.String("file", "", "with --at: its corrected OrderRequested event (JSON)")
 	}
 	rest := args[1:]
 	var pos []string // show's PARTITION/OFFSET, before or after the flags
@@ -76,24 +76,31 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 			return errUsage
 		}
 	}
-	var at [2]int64 // partition, offset: the one to show
-	if verb == "show" {
-		p, o, ok := strings.Cut(strings.Join(pos, ""), "/")
-		pn, err1 := strconv.ParseInt(p, 10, 32)
-		on, err2 := strconv.ParseInt(o, 10, 64)
-		if len(pos) != 1 || !ok || errors.Join(err1, err2) != nil {
-			fmt.Fprintln(stdout, "dlq show: name one dead letter as PARTITION/OFFSET (dlq list prints them)")
+	var one *position // the dead letter to show, or the one to redrive
+	if verb == "show" || verb == "redrive" && *fixAt != "" {
+		arg := strings.Join(pos, "")
+		if verb == "redrive" {
+			arg = *fixAt
+		}
+		p, err := parsePosition(arg)
+		if err != nil || verb == "show" && len(pos) != 1 {
+			fmt.Fprintf(stdout, "dlq %s: name one dead letter as PARTITION/OFFSET (dlq list prints them)\n", verb)
 			return errUsage
 		}
-		at = [2]int64{pn, on}
+		one = &p
 	}
-	var fix *redriveFix
-	if verb == "redrive" && (*fixAt != "" || *fixFile != "") {
-		var err error
-		if fix, err = readFix(*fixAt, *fixFile); err != nil {
+	var fix *events.Event
+	if verb == "redrive" && *fixFile != "" {
+		if one == nil {
+			fmt.Fprintln(stdout, "dlq redrive: --file corrects one dead letter: name it with --at PARTITION/OFFSET")
+			return errUsage
+		}
+		e, err := readFix(*fixFile)
+		if err != nil {
 			fmt.Fprintf(stdout, "dlq redrive: %v\n", err)
 			return errUsage
 		}
+		fix = &e
 	}
 	d, err := c.open(ctx)
 	if err != nil {
@@ -112,14 +119,19 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		switch {
 		case *campaign != "" && l.campaign != *campaign,
 			*reason != "" && !strings.HasPrefix(l.reason, *reason),
-			!after.IsZero() && r.Timestamp.Before(after):
+			!after.IsZero() && r.Timestamp.Before(after),
+			one != nil && positionOf(r) != *one:
 			continue
 		}
 		letters = append(letters, l)
 	}
+	if one != nil && len(letters) == 0 {
+		fmt.Fprintf(stdout, "dlq %s: no dead letter at %s in %s (or not of the --campaign, --reason, --since given)\n", verb, one, c.topics().DLQ)
+		return errUsage
+	}
 	switch verb {
 	case "redrive":
-		return redrive(ctx, c, d.store, letters, fix, *dryRun, stdout)
+		return redrive(ctx, c, redriveSources{d.store, d.redis}, letters, fix, *dryRun, stdout)
 	case "stats":
 		byReason := map[string]int{}
 		for _, l := range letters {
@@ -138,14 +150,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		tw.Flush()
 		fmt.Fprintf(stdout, "%d dead letters in %s\n", len(letters), c.topics().DLQ)
 	case "show":
-		for _, l := range letters {
-			if int64(l.rec.Partition) == at[0] && l.rec.Offset == at[1] {
-				l.print(stdout, orderState(ctx, d.store, l))
-				return nil
-			}
-		}
-		fmt.Fprintf(stdout, "dlq show: no dead letter at %d/%d in %s\n", at[0], at[1], c.topics().DLQ)
-		return errUsage
+		letters[0].print(stdout, orderState(ctx, d.store, letters[0]))
 	default:
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "at\twritten\treason\tsource\torder\tnow")
@@ -173,25 +178,33 @@ func readDeadLetter(r *kgo.Record) deadLetter {
 	e, err := events.Decode(r.Value)
 	if err != nil {
 		l.decodeErr = err
+		l.campaign, _ = events.KeyCampaign(r.Key) // so that --campaign finds it too
 		return l
 	}
 	l.orderID, l.campaign = e.OrderID, e.CampaignID
 	return l
 }
 
+// orders is the store as the dlq commands read it.
+type orders interface {
+	Order(ctx context.Context, id string) (store.Order, error)
+}
+
 // orderState says what the compensator did with a dead letter: the order's state in the store.
-func orderState(ctx context.Context, st *store.Store, l deadLetter) string {
+func orderState(ctx context.Context, st orders, l deadLetter) string {
 	if l.orderID == "" {
-		return "unreadable: nothing to compensate"
+		return "unreadable: left to the sweeper (see dlq redrive)"
 	}
 	o, err := st.Order(ctx, l.orderID)
-	if events.ErrorCode(err) == events.OrderNotFound {
+	switch {
+	case events.ErrorCode(err) == events.OrderNotFound && strings.HasPrefix(l.reason, events.ReasonPoison):
+		// It reads now, but the compensator, like the consumer, could not read it then.
+		return "not in the store: unreadable when it came (see dlq redrive)"
+	case events.ErrorCode(err) == events.OrderNotFound:
 		return "not in the store yet (the compensator has not handled it)"
-	}
-	if err != nil {
+	case err != nil:
 		return "cannot tell: " + err.Error()
-	}
-	if o.Reason != "" {
+	case o.Reason != "":
 		return string(o.Status) + " (" + o.Reason + ")"
 	}
 	return string(o.Status)

@@ -166,7 +166,7 @@ func testDeadLetter(t *testing.T, p *pipeline) {
 	// The operator's view of the same: seckill dlq.
 	list := p.mustRun(t, "dlq", "list")
 	if !strings.Contains(list, id) || !strings.Contains(list, events.ReasonStoreSoldOut) ||
-		!strings.Contains(list, "failed ("+events.ReasonStoreSoldOut+")") || !strings.Contains(list, "unreadable: nothing to compensate") {
+		!strings.Contains(list, "failed ("+events.ReasonStoreSoldOut+")") || !strings.Contains(list, "unreadable: left to the sweeper") {
 		t.Errorf("dlq list:\n%s", list)
 	}
 	if only := p.mustRun(t, "dlq", "list", "--reason", events.ReasonStoreSoldOut); strings.Contains(only, events.ReasonPoison) || !strings.Contains(only, id) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,95 +9,157 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/bench"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
 
 // HeaderRedrivenFrom marks a redriven event with the dead letter it came from.
 const HeaderRedrivenFrom = "seckill-redriven-from"
 
-// redriveFix is an operator's corrected event for one dead letter.
-type redriveFix struct {
+// position is a record's place in a topic, written PARTITION/OFFSET as dlq list prints it.
+type position struct {
 	partition int32
 	offset    int64
-	event     events.Event
 }
 
-// readFix reads --at and --file: both or neither.
-func readFix(at, file string) (*redriveFix, error) {
-	if at == "" || file == "" {
-		return nil, errors.New("--at and --file go together: the dead letter, and its corrected event")
-	}
-	p, o, ok := strings.Cut(at, "/")
+func parsePosition(s string) (position, error) {
+	p, o, ok := strings.Cut(s, "/")
 	pn, err1 := strconv.ParseInt(p, 10, 32)
 	on, err2 := strconv.ParseInt(o, 10, 64)
-	if !ok || errors.Join(err1, err2) != nil {
-		return nil, fmt.Errorf("--at %q: want PARTITION/OFFSET, as dlq list prints it", at)
+	if !ok || errors.Join(err1, err2) != nil || pn < 0 || on < 0 {
+		return position{}, fmt.Errorf("%q: want PARTITION/OFFSET, as dlq list prints it", s)
 	}
+	return position{int32(pn), on}, nil
+}
+
+func (p position) String() string { return fmt.Sprintf("%d/%d", p.partition, p.offset) }
+
+func positionOf(r *kgo.Record) position { return position{r.Partition, r.Offset} }
+
+// readFix reads --file, the corrected event of the dead letter at.
+func readFix(file string) (events.Event, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, err
+		return events.Event{}, err
 	}
 	e, err := events.Decode(b)
 	if err != nil {
-		return nil, fmt.Errorf("--file %s is still not an event this seckill reads: %v", file, err)
+		return e, fmt.Errorf("--file %s is still not an event this seckill reads: %v", file, err)
 	}
 	if e.Type != events.OrderRequested {
-		return nil, fmt.Errorf("--file %s is an %s event: only OrderRequested events go to the consumer", file, e.Type)
+		return e, fmt.Errorf("--file %s is an %s event: only OrderRequested events go to the consumer", file, e.Type)
 	}
-	return &redriveFix{partition: int32(pn), offset: on, event: e}, nil
+	return e, nil
 }
 
-// redrive sends back to the requested topic each unreadable dead letter that now reads (or that
-// fix corrects) and whose order the store does not have yet.
-func redrive(ctx context.Context, c conn, st *store.Store, letters []deadLetter, fix *redriveFix, dryRun bool, out io.Writer) error {
-	requested := c.topics().Requested
-	var send []*kgo.Record
-	skipped := 0
+// awaited is what redrive reads to tell whether an event is still waited for: the order in the
+// store, the reservation in Redis.
+type awaited interface {
+	orders
+	Reservation(ctx context.Context, orderID string) (lua.Reservation, error)
+}
+
+// redriveSources joins the two stores behind awaited.
+type redriveSources struct {
+	*store.Store
+	*lua.Redis
+}
+
+// planRedrive picks, among the selected dead letters, the events to send back to the requested
+// topic, and prints one line for each it sends or skips.
+//
+// A dead letter the compensator could not read is one the consumer could not read either: its
+// reason is poison (the compensator decodes with the same code, and any readable one it failed
+// in the store). Of those, an event is sent when it reads now (after an upgrade, or in its
+// corrected form from fix) and is still awaited: its reservation pending in Redis for the same
+// buyer and quantity, before its deadline, and no order in the store. Whatever has moved on
+// (confirmed, failed by the sweeper, sent by an earlier redrive and persisted) is skipped; an
+// event sent twice anyway is one order, as the consumer keys on its order id.
+func planRedrive(ctx context.Context, src awaited, requested string, letters []deadLetter, fix *events.Event, out io.Writer) (send []*kgo.Record, skipped int, err error) {
 	skip := func(l deadLetter, why string) {
 		skipped++
-		fmt.Fprintf(out, "skip  %d/%d  %s\n", l.rec.Partition, l.rec.Offset, why)
+		fmt.Fprintf(out, "skip  %s  %s\n", positionOf(l.rec), why)
 	}
-	fixed := false
+	handled := 0
 	for _, l := range letters {
-		at := fmt.Sprintf("%d/%d", l.rec.Partition, l.rec.Offset)
-		if l.decodeErr == nil {
-			continue // the compensator handled it: its order is failed and its units are back
+		at := positionOf(l.rec)
+		if !strings.HasPrefix(l.reason, events.ReasonPoison) {
+			if len(letters) == 1 { // the one --at names: say why nothing happens
+				skip(l, "the compensator handled it ("+l.reason+"): order "+orderState(ctx, src, l))
+			}
+			handled++
+			continue
 		}
 		e, err := events.Decode(l.rec.Value)
-		if fix != nil && fix.partition == l.rec.Partition && fix.offset == l.rec.Offset {
-			e, err, fixed = fix.event, nil, true
+		if fix != nil {
+			e, err = *fix, nil
+			if !bytes.Equal(events.Key(e), l.rec.Key) {
+				skip(l, fmt.Sprintf("the corrected event is keyed %s, the dead letter %s: it is another buyer's order", events.Key(e), l.rec.Key))
+				continue
+			}
 		}
 		switch {
 		case err != nil:
-			skip(l, "still unreadable: "+err.Error()+" (correct it with --at "+at+" --file F)")
+			skip(l, "still unreadable: "+err.Error()+" (correct it with --at "+at.String()+" --file F)")
+			continue
+		case e.Type != events.OrderRequested:
+			skip(l, "an "+string(e.Type)+" event: only OrderRequested events go to the consumer")
 			continue
 		case events.Header(l.rec, events.HeaderSourceTopic) != requested:
 			skip(l, "it came from "+events.Header(l.rec, events.HeaderSourceTopic)+", not "+requested)
 			continue
 		}
-		o, err := st.Order(ctx, e.OrderID)
+		o, err := src.Order(ctx, e.OrderID)
 		switch {
 		case err == nil:
 			skip(l, "order "+e.OrderID+" is in the store already: "+string(o.Status))
 			continue
 		case events.ErrorCode(err) != events.OrderNotFound:
-			return err
+			return nil, 0, err
+		}
+		res, err := src.Reservation(ctx, e.OrderID)
+		switch {
+		case errors.Is(err, lua.ErrNoReservation):
+			skip(l, "Redis holds no reservation "+e.OrderID+": nothing waits for this event")
+			continue
+		case err != nil:
+			return nil, 0, err
+		case res.State != "pending":
+			skip(l, "reservation "+e.OrderID+" is "+res.State)
+			continue
+		case res.User != e.UserID || res.Quantity != e.Quantity:
+			skip(l, fmt.Sprintf("the event is %s buying %d, reservation %s is %s buying %d", e.UserID, e.Quantity, e.OrderID, res.User, res.Quantity))
+			continue
+		case time.Now().After(res.Deadline):
+			skip(l, "reservation "+e.OrderID+" is past its deadline: the sweeper fails the order")
+			continue
 		}
 		rec, err := events.Record(requested, e)
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderRedrivenFrom, Value: []byte(at)})
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderRedrivenFrom, Value: []byte(at.String())})
 		send = append(send, rec)
 		fmt.Fprintf(out, "send  %s  order %s of %s, %d units, to %s\n", at, e.OrderID, e.CampaignID, e.Quantity, requested)
 	}
-	if fix != nil && !fixed {
-		return fmt.Errorf("no unreadable dead letter at %d/%d to correct", fix.partition, fix.offset)
+	if handled > 0 && len(letters) > 1 {
+		fmt.Fprintf(out, "%d dead letters the compensator handled (not poison) are left as they are\n", handled)
+	}
+	return send, skipped, nil
+}
+
+// redrive sends the planned events back to the requested topic, with progress on stderr.
+func redrive(ctx context.Context, c conn, src awaited, letters []deadLetter, fix *events.Event, dryRun bool, out io.Writer) error {
+	requested := c.topics().Requested
+	send, skipped, err := planRedrive(ctx, src, requested, letters, fix, out)
+	if err != nil {
+		return err
 	}
 	if dryRun {
 		fmt.Fprintf(out, "dry run: %d would be sent, %d skipped; nothing was sent\n", len(send), skipped)
@@ -116,7 +179,7 @@ func redrive(ctx context.Context, c conn, st *store.Store, letters []deadLetter,
 	for i := 0; i < len(send); i += 500 {
 		batch := send[i:min(i+500, len(send))]
 		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
-			return fmt.Errorf("redrive: %d of %d sent, then: %w (run it again: what was sent is skipped)", i, len(send), err)
+			return fmt.Errorf("redrive: %d of %d sent, then: %w (run it again: what was persisted is skipped)", i, len(send), err)
 		}
 		update(i+len(batch), len(send))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -121,3 +122,13 @@ func CheckTopics(ctx context.Context, adm *kadm.Client, t Topics, replication in
 // Key returns the record key of an OrderRequested event: one buyer's purchases in a campaign land
 // on one partition, so the store's per-user row is updated by one consumer at a time.
 func Key(e Event) []byte { return []byte(e.CampaignID + "/" + e.UserID) }
+
+// KeyCampaign returns the campaign of a record key from Key, and false if key is not one: it
+// tells the campaign of a record whose value cannot be read.
+func KeyCampaign(key []byte) (string, bool) {
+	c, user, ok := strings.Cut(string(key), "/")
+	if !ok || user == "" || !ValidCampaignID(c) {
+		return "", false
+	}
+	return c, true
+}
