@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,11 +17,22 @@ import (
 // crowd sells the campaign out, and every purchase is counted once in the summary.
 func TestDemo(t *testing.T) {
 	dir := t.TempDir()
+	// A dev.json left world-readable (by an older seckill, or a dev killed before it removed
+	// it) must not receive the admin token as it is.
+	if err := os.WriteFile(filepath.Join(dir, "dev.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out := startDev(t, ctx, addr, dir)
 	eventually(t, 60*time.Second, "seckill dev is up", func() bool { return strings.Contains(out.String(), "console: ") })
+	if st, err := os.Stat(filepath.Join(dir, "dev.json")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("dev.json: %v, mode %v: want the owner's only, as it holds the admin token", err, st.Mode())
+	}
+	if a, err := readDevAddrs(dir); err != nil || a.APIURL != "http://"+addr || a.AdminToken == "" {
+		t.Errorf("dev.json: %+v, %v: want the api's address and the admin token", a, err)
+	}
 
 	var demo strings.Builder
 	if code := run(context.Background(), []string{"demo", "--dev", "--data-dir", dir, "--duration", "2s", "--rate", "100", "--stock", "30", "--buyers", "40"}, &demo, &demo); code != 0 {

@@ -160,13 +160,25 @@ func randomToken() string {
 	return hex.EncodeToString(b)
 }
 
-// writeDevAddrs writes a for the operator commands' --dev.
+// writeDevAddrs writes a for the operator commands' --dev. The file holds the admin token: it is
+// written under a new name (os.CreateTemp makes it the owner's only) and renamed into place, so a
+// dev.json left world-readable by an older seckill or a killed dev never receives the token, and
+// a reader never sees half of it.
 func writeDevAddrs(dataDir string, a devAddrs) error {
 	b, err := json.MarshalIndent(a, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(devAddrsFile(dataDir), append(b, '\n'), 0o600); err != nil { // it holds the admin token
+	f, err := os.CreateTemp(dataDir, "dev.json.*")
+	if err != nil {
+		return fmt.Errorf("write the addresses for --dev: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(f.Name(), devAddrsFile(dataDir))
+	}
+	if err != nil {
+		os.Remove(f.Name())
 		return fmt.Errorf("write the addresses for --dev: %w", err)
 	}
 	return nil
@@ -179,6 +191,7 @@ admin token: %[2]s
 embedded servers: redis %[4]s, kafka %[5]s, store %[6]s
 operator commands reach them with --dev (add --data-dir %[3]s when run elsewhere):
   go run . audit --dev        go run . replay --dev --from start        go run . compensate --dev --order <order_id>
+a sale for the console to show: make demo (go run . demo) in another terminal
 
   curl -s -X POST %[1]s/v1/campaigns -H 'Authorization: Bearer %[2]s' \
        -H 'Content-Type: application/json' -d '{"id":"demo","name":"Demo sale","stock":100,"per_user_limit":2}'
