@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/seckill/seckill/bench"
@@ -24,7 +26,7 @@ import (
 // sale to show: a campaign, a crowd that grows to a rush and sells it out, some buyers back
 // for more than their limit.
 func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("demo", "Run a small flash sale against a running seckill dev (make run): create a campaign, then a\ncrowd of buyers that builds up to a rush and sells it out. Watch it in the console.", stdout)
+	f := newFlags("demo", "Run a small flash sale against a running seckill dev (make run): create a campaign, then a\ncrowd of buyers that builds up to a rush and sells it out. Watch it in the console. It ends\nwith the purchases by outcome (accepted, sold_out, limit_exceeded, …) and the units accepted.", stdout)
 	dataDir := f.String("data-dir", devDataDir, "the data directory of the seckill dev to reach (it writes its address and admin token there)")
 	apiURL := f.String("api-url", "", "the api's address (default: the seckill dev's, from --data-dir)")
 	adminToken := f.String("admin-token", "", "the admin token (default: the seckill dev's, from --data-dir)")
@@ -64,16 +66,34 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "demo: campaign %s, %d units, %d buyers, %s; watch it at %s/console\n", campaign, *stock, *buyers, *duration, base)
 
 	var (
-		mu       sync.Mutex
-		outcomes = map[string]int{}
-		sent     atomic.Int64
-		wg       sync.WaitGroup
+		mu      sync.Mutex
+		tally   = map[string]int{} // purchases by outcome
+		units   int                // units of the accepted ones
+		sent    atomic.Int64
+		gone    atomic.Bool // the api refused a connection: make run has stopped
+		wg      sync.WaitGroup
+		summary = func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			keys := make([]string, 0, len(tally))
+			for k := range tally {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			parts := make([]string, 0, len(keys))
+			for _, k := range keys {
+				parts = append(parts, fmt.Sprintf("%s %d", k, tally[k]))
+			}
+			return strings.Join(parts, ", ") + fmt.Sprintf(" (%d units accepted)", units)
+		}
 	)
-	update, stop := bench.NewProgress(os.Stderr).Track("demo " + campaign)
-	start := time.Now()
+	crowd, stopCrowd := context.WithCancel(ctx)
+	defer stopCrowd()
 	total := int(float64(*rate) * duration.Seconds() * 0.55) // the ramp's area: a tenth up to all of rate
+	stop := bench.NewProgress(os.Stderr).Watch("demo "+campaign, int64(total), sent.Load, summary)
+	start := time.Now()
 	sem := make(chan struct{}, 64)
-	for i := 0; i < total && ctx.Err() == nil; i++ {
+	for i := 0; i < total && crowd.Err() == nil; i++ {
 		// Build up from a tenth of the rate to all of it over the first half, then hold.
 		el := time.Since(start).Seconds()
 		now := float64(*rate) * min(1, 0.1+0.9*el/(duration.Seconds()/2))
@@ -82,9 +102,14 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			user := fmt.Sprintf("buyer-%d", rand.IntN(*buyers))
-			code, answer, err := post(ctx, base+"/v1/campaigns/"+campaign+"/purchases", "", user, []byte(fmt.Sprintf(`{"quantity":%d}`, 1+rand.IntN(2))))
+			qty := 1 + rand.IntN(2)
+			code, answer, err := post(crowd, base+"/v1/campaigns/"+campaign+"/purchases", "", user, []byte(fmt.Sprintf(`{"quantity":%d}`, qty)))
 			outcome := fmt.Sprint(code)
 			switch {
+			case errors.Is(err, syscall.ECONNREFUSED):
+				gone.Store(true)
+				stopCrowd()
+				outcome = "error"
 			case err != nil:
 				outcome = "error"
 			case code == http.StatusAccepted:
@@ -96,28 +121,28 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 				}
 			}
 			mu.Lock()
-			outcomes[outcome]++
+			tally[outcome]++
+			if outcome == "accepted" {
+				units += qty
+			}
 			mu.Unlock()
-			update(int(sent.Add(1)), total)
+			sent.Add(1)
 		})
 	}
 	wg.Wait()
 	stop()
-	keys := make([]string, 0, len(outcomes))
-	for k := range outcomes {
-		keys = append(keys, k)
+	fmt.Fprintf(stdout, "demo: %d purchases: %s\n", sent.Load(), summary())
+	if gone.Load() {
+		return fmt.Errorf("the api at %s stopped answering: is make run still running?", base)
 	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, outcomes[k]))
-	}
-	fmt.Fprintf(stdout, "demo: %d purchases: %s\n", sent.Load(), strings.Join(parts, ", "))
 	return ctx.Err()
 }
 
 // post sends a JSON body as the admin (auth) or as a buyer (user, the dev's X-User-ID).
 func post(ctx context.Context, url, auth, user string, body []byte) (int, []byte, error) {
+	// A purchase answers in milliseconds: one that takes longer than this met a stuck api.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -40,11 +42,12 @@ func TestDemo(t *testing.T) {
 	}
 	t.Log(demo.String())
 	m := regexp.MustCompile(`campaign (demo-\d+)`).FindStringSubmatch(demo.String())
-	sum := regexp.MustCompile(`demo: (\d+) purchases: (.*)`).FindStringSubmatch(demo.String())
+	sum := regexp.MustCompile(`demo: (\d+) purchases: (.*) \((\d+) units accepted\)`).FindStringSubmatch(demo.String())
 	if m == nil || sum == nil {
 		t.Fatalf("no campaign or no summary:\n%s", demo.String())
 	}
 	total, _ := strconv.Atoi(sum[1])
+	units, _ := strconv.ParseFloat(sum[3], 64)
 	counts := map[string]int{}
 	n := 0
 	for _, part := range strings.Split(sum[2], ", ") {
@@ -65,10 +68,42 @@ func TestDemo(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&c)
 		return c["remaining"] == 0.0 && c["sold"] == 30.0
 	})
+	if units != 30 {
+		t.Errorf("the summary says %v units accepted, the campaign sold 30: an accepted purchase lost or counted twice", units)
+	}
 
 	// Without a seckill dev on the directory: a clear error.
 	var none strings.Builder
 	if code := run(context.Background(), []string{"demo", "--data-dir", t.TempDir()}, &none, &none); code == 0 || !strings.Contains(none.String(), "no seckill dev is running") {
 		t.Errorf("demo with no dev: %d %s", code, none.String())
+	}
+}
+
+// TestDemoWhenTheAPIGoes runs the demo against an api that stops answering part way, as a
+// make run stopped with Ctrl-C does: the crowd stops at once and says why.
+func TestDemoWhenTheAPIGoes(t *testing.T) {
+	var purchases atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/campaigns" {
+			w.WriteHeader(http.StatusCreated)
+			return
+		}
+		purchases.Add(1)
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	go func() {
+		for purchases.Load() < 20 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		srv.Close()
+	}()
+	start := time.Now()
+	var out strings.Builder
+	code := run(context.Background(), []string{"demo", "--api-url", srv.URL, "--admin-token", "t", "--duration", "20s", "--rate", "100"}, &out, &out)
+	if code == 0 || !strings.Contains(out.String(), "stopped answering: is make run still running?") || !strings.Contains(out.String(), "accepted ") {
+		t.Errorf("demo exited %d:\n%s\nwant a failure that says the api went, after the summary", code, out.String())
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the demo went on %s after its api had gone", took)
 	}
 }
