@@ -97,8 +97,10 @@ type console struct {
 	mu   sync.Mutex
 	subs map[chan []byte]struct{}
 	stop context.CancelFunc // of the running loop; nil when none runs
-	done chan struct{}
-	shut bool
+	// loops holds every loop started: a page that comes just after the last one left starts a
+	// new loop while the stopped one may still be finishing its snapshot, and close waits for both.
+	loops sync.WaitGroup
+	shut  bool
 }
 
 // subscribe returns a channel that receives each snapshot, and the function that ends the
@@ -113,8 +115,8 @@ func (k *console) subscribe() (<-chan []byte, func(), error) {
 	k.subs[ch] = struct{}{}
 	if k.stop == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		k.stop, k.done = cancel, make(chan struct{})
-		go k.run(ctx, k.done)
+		k.stop = cancel
+		k.loops.Go(func() { k.run(ctx) })
 	}
 	return ch, func() {
 		k.mu.Lock()
@@ -127,21 +129,20 @@ func (k *console) subscribe() (<-chan []byte, func(), error) {
 	}, nil
 }
 
-// close stops the loop and waits for it.
+// close stops the loop and waits for every loop to return; no page subscribes after it.
 func (k *console) close() {
 	k.mu.Lock()
 	k.shut = true
-	stop, done := k.stop, k.done
+	stop := k.stop
 	k.stop = nil
 	k.mu.Unlock()
 	if stop != nil {
 		stop()
-		<-done
 	}
+	k.loops.Wait()
 }
 
-func (k *console) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (k *console) run(ctx context.Context) {
 	src := k.s.newConsoleSources()
 	defer src.close()
 	t := time.NewTicker(time.Second)
