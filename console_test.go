@@ -169,19 +169,17 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the campaign's close button is another element after a few snapshots (%v)", err)
 	}
 
-	browse("create a campaign from the page",
-		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="id"]`), "from-page"),
-		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="name"]`), "Made in the console"),
-		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="stock"]`), "7"),
-		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="per_user_limit"]`), "1"),
-		chromedp.Click(chromedp.CSS(`#create-form button[type="submit"]`)))
+	create := func(what string, fields ...string) { // fields: name, value pairs of the form's inputs
+		t.Helper()
+		var steps []chromedp.Action[chromedp.Void]
+		for i := 0; i < len(fields); i += 2 {
+			steps = append(steps, chromedp.SendKeys(chromedp.CSS(`#create-form input[name="`+fields[i]+`"]`), fields[i+1]))
+		}
+		browse(what, append(steps, chromedp.Click(chromedp.CSS(`#create-form button[type="submit"]`)))...)
+	}
+	create("create a campaign from the page", "id", "from-page", "name", "Made in the console", "stock", "7", "per_user_limit", "1")
 	waitFor("the page's campaign appears", `document.querySelector('tr[data-campaign="from-page"] td.stock')?.dataset.value === "7"`)
-	browse("create it again",
-		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="id"]`), "from-page"),
-		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="name"]`), "Twice"),
-		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="stock"]`), "1"),
-		chromedp.SendKeys(chromedp.CSS(`#create-form input[name="per_user_limit"]`), "1"),
-		chromedp.Click(chromedp.CSS(`#create-form button[type="submit"]`)))
+	create("create it again", "id", "from-page", "name", "Twice", "stock", "1", "per_user_limit", "1")
 	waitFor("the page shows the API's error", `document.querySelector("#status").className === "error"`)
 	if status, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#status"))); err != nil || !strings.Contains(status, "exists already") {
 		t.Errorf("the page says %q after creating a campaign twice, want the API's message (%v)", status, err)
