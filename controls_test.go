@@ -130,7 +130,7 @@ func testCancelCampaign(t *testing.T, p *pipeline) {
 
 	res := p.runJSON(t, "campaign", "cancel", "--id", c)
 	camp, _ := res["campaign"].(map[string]any)
-	if res["released"] != 3.0 || res["refunded"] != 5.0 || camp["state"] != "cancelled" || camp["remaining"] != 30.0 {
+	if res["released"] != 3.0 || res["refunded"] != 5.0 || camp["state"] != "cancelled" || camp["remaining"] != 30.0 || camp["sold"] != 0.0 {
 		t.Errorf("seckill campaign cancel: %v, want 3 released, 5 refunded (one paid), all 30 back", res)
 	}
 	for _, id := range append(confirmed, stuck...) {

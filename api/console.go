@@ -71,9 +71,9 @@ type ConsoleSnapshot struct {
 	PersistedPerSec float64 `json:"persisted_per_sec"`
 	// DeadLetters counts the dead-letter topic's records by reason.
 	DeadLetters map[string]int64 `json:"dead_letters"`
-	// Compensations counts the orders given back, by what gave them back: the sweeper
-	// (expired), an operator (operator, refunded), the payment window (unpaid), a dead letter
-	// (its reason) or a failed produce.
+	// Compensations counts the orders of the shown campaigns given back, by what gave them
+	// back: the sweeper, an operator (a release or a refund), the payment window, a dead letter
+	// (with its reason) or the api after a failed produce.
 	Compensations map[string]int64 `json:"compensations"`
 	Errors        []string         `json:"errors,omitempty"`
 }
@@ -93,13 +93,11 @@ const consoleCampaigns = 50
 // console computes a snapshot once a second while at least one page listens, and hands it to
 // every page: the store and Kafka are asked once a second per api, however many pages are open.
 type console struct {
-	s    *Server
-	mu   sync.Mutex
-	subs map[chan []byte]struct{}
-	stop context.CancelFunc // of the running loop; nil when none runs
-	// loops holds every loop started: a page that comes just after the last one left starts a
-	// new loop while the stopped one may still be finishing its snapshot, and close waits for both.
-	loops sync.WaitGroup
+	s     *Server
+	mu    sync.Mutex
+	subs  map[chan []byte]struct{}
+	stop  context.CancelFunc // of the running loop; nil when none runs
+	loops sync.WaitGroup     // a loop told to stop may still be finishing when the next starts
 	shut  bool
 }
 
@@ -129,16 +127,15 @@ func (k *console) subscribe() (<-chan []byte, func(), error) {
 	}, nil
 }
 
-// close stops the loop and waits for every loop to return; no page subscribes after it.
+// close stops the loop and waits for it.
 func (k *console) close() {
 	k.mu.Lock()
 	k.shut = true
-	stop := k.stop
-	k.stop = nil
-	k.mu.Unlock()
-	if stop != nil {
-		stop()
+	if k.stop != nil {
+		k.stop()
+		k.stop = nil
 	}
+	k.mu.Unlock()
 	k.loops.Wait()
 }
 
@@ -284,11 +281,8 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 			byStatus[u.Campaign] = map[events.Status]int64{}
 		}
 		byStatus[u.Campaign][u.Status] += u.Units
-		switch u.Status {
-		case events.Failed, events.Expired:
-			snap.Compensations[u.Reason] += u.Orders
-		case events.Refunded:
-			snap.Compensations["refunded"] += u.Orders
+		if source := givenBackBy(u.Status, u.Reason); source != "" {
+			snap.Compensations[source] += u.Orders
 		}
 	}
 	for _, c := range cs {
@@ -312,6 +306,26 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 		snap.Campaigns = append(snap.Campaigns, cc)
 	}
 	return nil
+}
+
+// givenBackBy names what gave an order's units back, from its final status and reason: ""
+// for an order that holds its units.
+func givenBackBy(status events.Status, reason string) string {
+	switch {
+	case status == events.Refunded:
+		return "operator refund"
+	case status == events.Expired:
+		return "payment window"
+	case status != events.Failed:
+		return ""
+	case reason == events.ReasonExpired:
+		return "sweeper"
+	case reason == events.ReasonOperator:
+		return "operator"
+	case reason == events.ReasonProduce:
+		return "api (produce failed)"
+	}
+	return "dead letter (" + reason + ")"
 }
 
 // readDeadLetters counts the dead letters that arrived since the last read.

@@ -8,12 +8,15 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
 )
 
@@ -83,35 +86,94 @@ func TestConsoleContract(t *testing.T) {
 	}
 }
 
-// TestConsoleHub checks that the pages of one api share one snapshot loop: two pages read the
-// same snapshots while one loop runs, and the loop stops once the last page leaves. Then a page
-// comes just after the last one left, while the stopped loop is still held in its snapshot (at
-// Redis): a second loop serves it, and Server.Close waits for both.
-func TestConsoleHub(t *testing.T) {
+// countingStore counts the console's per-snapshot query.
+type countingStore struct {
+	api.Store
+	calls atomic.Int64
+}
+
+func (c *countingStore) UnitsByStatus(ctx context.Context, campaigns []string) ([]store.Units, error) {
+	c.calls.Add(1)
+	return c.Store.UnitsByStatus(ctx, campaigns)
+}
+
+// TestConsoleQueriesOncePerSecond opens three consoles at once: the store is asked once a
+// second for all of them, not once per page, and with none open it is not asked at all.
+func TestConsoleQueriesOncePerSecond(t *testing.T) {
+	h := newHarness(t)
+	st := &countingStore{Store: h.store}
+	srv := api.New(h.cfg, st, h.redis, newProducer(t, h.brokers))
+	defer srv.Close()
+	web := httptest.NewServer(srv.Handler())
+	defer web.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var snapshots atomic.Int64
+	start := time.Now()
+	for range 3 {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", web.URL+"/v1/admin/console/events", nil)
+			req.Header.Set("Authorization", "Bearer "+h.admin)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			lines := bufio.NewScanner(resp.Body)
+			for lines.Scan() {
+				if strings.HasPrefix(lines.Text(), "data: ") && snapshots.Add(1) == 9 {
+					cancel() // three snapshots each
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	calls := st.calls.Load()
+	t.Logf("%d snapshots to 3 pages in %v: %d store queries", snapshots.Load(), elapsed.Round(time.Millisecond), calls)
+	if snapshots.Load() < 9 || calls > int64(elapsed/time.Second)+2 {
+		t.Errorf("%d snapshots, %d queries in %v: want one query a second for all the pages", snapshots.Load(), calls, elapsed)
+	}
+	time.Sleep(1500 * time.Millisecond) // every page gone: the loop stops
+	if after := st.calls.Load(); after > calls+1 {
+		t.Errorf("the store was asked %d more times with no page open", after-calls)
+	}
+}
+
+func TestGivenBackBy(t *testing.T) {
+	for _, tc := range []struct {
+		status events.Status
+		reason string
+		want   string
+	}{
+		{events.Confirmed, "", ""},
+		{events.Paid, "", ""},
+		{events.Refunded, "", "operator refund"},
+		{events.Expired, events.ReasonUnpaid, "payment window"},
+		{events.Failed, events.ReasonExpired, "sweeper"},
+		{events.Failed, events.ReasonOperator, "operator"},
+		{events.Failed, events.ReasonProduce, "api (produce failed)"},
+		{events.Failed, events.ReasonStoreSoldOut, "dead letter (store_sold_out)"},
+	} {
+		if got := api.GivenBackBy(tc.status, tc.reason); got != tc.want {
+			t.Errorf("GivenBackBy(%s, %q) = %q, want %q", tc.status, tc.reason, got, tc.want)
+		}
+	}
+}
+
+// TestConsoleCloseWaitsForLoops: a page comes just after the last one left, while the loop
+// told to stop is still in its snapshot (held at Redis); a second loop serves the new page, and
+// Server.Close waits for both.
+func TestConsoleCloseWaitsForLoops(t *testing.T) {
 	h := newHarness(t)
 	srv := httptest.NewServer(h.srv.Handler())
 	defer srv.Close()
 	if n := goroutines("api.(*console).run("); n != 0 {
 		t.Fatalf("%d snapshot loops before any page opened", n)
 	}
-
-	a := openConsole(t, srv.URL, h.admin)
-	a.next(t)
-	b := openConsole(t, srv.URL, h.admin)
-	theirs, _ := b.next(t)
-	mine, _ := a.next(t)
-	for mine.At.Before(theirs.At) {
-		mine, _ = a.next(t)
-	}
-	if !mine.At.Equal(theirs.At) {
-		t.Errorf("two pages read different snapshots: one taken at %v, the other at %v", mine.At, theirs.At)
-	}
-	if n := goroutines("api.(*console).run("); n != 1 {
-		t.Errorf("%d snapshot loops for two pages, want 1", n)
-	}
-	a.close()
-	b.close()
-	within(t, 10*time.Second, "the loop stops once the last page left", func() bool { return goroutines("api.(*console).run(") == 0 })
 
 	// A campaign of the store alone (never put on sale) is one the snapshot asks Redis about,
 	// and one that can be deleted again.

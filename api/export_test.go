@@ -40,3 +40,6 @@ func (l Limiter) Size() int { return l.l.size() }
 
 // SetReadyClock makes readyz read the time from now.
 func SetReadyClock(s *Server, now func() time.Time) { s.ready.now = now }
+
+// GivenBackBy is the console's name of what gave an order's units back.
+var GivenBackBy = givenBackBy

@@ -16,6 +16,7 @@ import (
 // CampaignStore is the part of the store an operator's campaign controls need.
 type CampaignStore interface {
 	ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, error)
+	Campaign(ctx context.Context, id string) (store.Campaign, error)
 	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
 }
 
@@ -113,6 +114,10 @@ func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (st
 		return c, Tally{}, err
 	}
 	t, err := o.CompensateCampaign(ctx, id, true, true, progress)
+	if err != nil {
+		return c, t, err
+	}
+	c, err = o.Campaigns.Campaign(ctx, id) // sold, as the refunds left it
 	return c, t, err
 }
 
