@@ -42,23 +42,7 @@ func TestMaxRate(t *testing.T) {
 	}
 	brokers := kafkatest.Fake(t)
 	topics := kafkatest.Topics(t, brokers)
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for i := range n {
-		rec, err := events.Record(topics.Requested, events.Event{Type: events.OrderRequested, Version: events.Version,
-			EventID: events.NewID(), OccurredAt: now.UTC(), OrderID: events.NewOrderID(campaign), CampaignID: campaign,
-			UserID: fmt.Sprintf("user-%d", i), Quantity: 1, Deadline: now.Add(time.Hour).UTC()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl.Produce(ctx, rec, nil)
-	}
-	if err := cl.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	produceOrders(t, brokers, topics, campaign, n)
 
 	conf := &confirmer{}
 	cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics, BatchSize: 500, MaxRate: rate}, st, conf)
@@ -101,5 +85,29 @@ func TestMaxRate(t *testing.T) {
 	}
 	if len(orders) != n {
 		t.Errorf("%d confirmed orders, want %d", len(orders), n)
+	}
+}
+
+// produceOrders produces n OrderRequested events of one unit each, by n buyers, for campaign.
+func produceOrders(t *testing.T, brokers []string, topics events.Topics, campaign string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	cl, err := events.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	now := time.Now().Add(-time.Minute)
+	for i := range n {
+		rec, err := events.Record(topics.Requested, events.Event{Type: events.OrderRequested, Version: events.Version,
+			EventID: events.NewID(), OccurredAt: now.UTC(), OrderID: events.NewOrderID(campaign), CampaignID: campaign,
+			UserID: fmt.Sprintf("user-%d", i), Quantity: 1, Deadline: now.Add(time.Hour).UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.Produce(ctx, rec, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
