@@ -9,9 +9,6 @@ import (
 
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
-	"github.com/seckill/seckill/events/kafkatest"
-	"github.com/seckill/seckill/store"
-	"github.com/seckill/seckill/store/storetest"
 )
 
 // series returns the values of label in the exported series of metric.
@@ -55,16 +52,7 @@ func TestDeadLetterSeriesBeforeAnyDeadLetter(t *testing.T) {
 func TestLagForgetsPartitionsGivenUp(t *testing.T) {
 	const n = 60
 	ctx := context.Background()
-	st := storetest.MustOpen(t, storetest.SQLiteURL(t))
-	campaign := storetest.Name("lag")
-	now := time.Now().Add(-time.Minute)
-	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "lag", Stock: n, PerUserLimit: 1,
-		StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-		t.Fatal(err)
-	}
-	brokers := kafkatest.Fake(t)
-	topics := kafkatest.Topics(t, brokers)
-	produceOrders(t, brokers, topics, campaign, n)
+	st, campaign, brokers, topics := backlog(t, "lag", n)
 
 	cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics}, st, &confirmer{})
 	if err != nil {
