@@ -15,10 +15,15 @@ TEST_PARALLEL ?= 4
 demo: ## a small flash sale against the running `make run`, for the console (http://127.0.0.1:8080/console) to show
 	$(GO) run . demo
 
+# What tests save with t.ArtifactDir (the console's screenshot) stays under
+# $(TEST_ARTIFACTS)/_artifacts/ (go test -artifacts); without it, it goes with the test.
+TEST_ARTIFACTS ?= $(CURDIR)/.test-artifacts
 test: services-up ## every test, against real Redis, PostgreSQL and Kafka (started if needed)
 	# -p 1: one package's tests at a time, so that the fault and topology stories, which count
 	# every 503 and time every hand-off, never share the two cores with another package's.
-	$(TEST_ENV) && $(GO) test -race -count=1 -timeout 15m -p 1 -parallel $(TEST_PARALLEL) ./...
+	mkdir -p $(TEST_ARTIFACTS)
+	$(TEST_ENV) && $(GO) test -race -count=1 -timeout 15m -p 1 -parallel $(TEST_PARALLEL) \
+		-artifacts -outputdir $(TEST_ARTIFACTS) ./...
 	cd deploy/validate && $(GO) test -race -count=1 ./...
 	GO=$(GO) api/schemathesis.sh
 

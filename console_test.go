@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -103,7 +104,8 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Fatalf("wait until %s: %v", what, err)
 		}
 	}
-	api := func(method, path, user, body string) int {
+	// api calls the API as an admin, or as user when one is named, and decodes the answer into out.
+	api := func(method, path, user, body string, out any) int {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -116,7 +118,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
+		if out != nil {
+			if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+		}
 		return resp.StatusCode
 	}
 
@@ -130,19 +137,53 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	waitFor("the stream is live", `document.querySelector("#conn").textContent === "live"`)
 
-	if code := api("POST", "/v1/campaigns", "", `{"id":"browser","name":"Browser sale","stock":20,"per_user_limit":2}`); code != http.StatusCreated {
+	if code := api("POST", "/v1/campaigns", "", `{"id":"browser","name":"Browser sale","stock":20,"per_user_limit":2}`, nil); code != http.StatusCreated {
 		t.Fatalf("create the campaign: %d", code)
 	}
 	row := `document.querySelector('tr[data-campaign="browser"]')`
 	waitFor("the campaign appears", row+` !== null`)
+	// Another tab has no token (sessionStorage is the tab's): it shows the sign-in box, no sale.
+	tab, closeTab := chromedp.NewContext(bctx)
+	if err := chromedp.Do(tab, chromedp.Navigate(base+"/console"), chromedp.WaitVisible(chromedp.CSS("#signin"))); err != nil {
+		t.Fatalf("open the console in another tab: %v", err)
+	}
+	time.Sleep(1500 * time.Millisecond) // a snapshot would have come by now
+	if bare, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.querySelector("#app").classList.contains("hidden") && `+
+		`document.querySelector("#campaigns tbody").childElementCount === 0`)); err != nil || !bare {
+		t.Errorf("without the token the page shows more than its sign-in box (%v)", err)
+	}
+	closeTab()
+	browse("remember its close button", chromedp.Evaluate[chromedp.Void](`window.closeButton = `+row+`.querySelector('button[data-action="close"]')`))
 	for _, buyer := range []string{"ann", "bob", "cid"} {
-		if code := api("POST", "/v1/campaigns/browser/purchases", buyer, `{"quantity":2}`); code != http.StatusAccepted {
+		if code := api("POST", "/v1/campaigns/browser/purchases", buyer, `{"quantity":2}`, nil); code != http.StatusAccepted {
 			t.Fatalf("%s's purchase: %d", buyer, code)
 		}
 	}
 	waitFor("remaining falls to 14", row+`.querySelector("td.remaining").dataset.value === "14"`)
 	waitFor("the purchases chart moves", `Number(document.querySelector("#chart-purchases").dataset.max) > 0`)
 	waitFor("the orders are confirmed", row+`.querySelector("td.confirmed").dataset.value === "6"`)
+	// A snapshot that rebuilt the row would replace the button under a click in progress, and
+	// the click would be lost.
+	if same, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`window.closeButton.isConnected && `+
+		row+`.querySelector('button[data-action="close"]') === window.closeButton`)); err != nil || !same {
+		t.Errorf("the campaign's close button is another element after a few snapshots (%v)", err)
+	}
+
+	create := func(what string, fields ...string) { // fields: name, value pairs of the form's inputs
+		t.Helper()
+		var steps []chromedp.Action[chromedp.Void]
+		for i := 0; i < len(fields); i += 2 {
+			steps = append(steps, chromedp.SendKeys(chromedp.CSS(`#create-form input[name="`+fields[i]+`"]`), fields[i+1]))
+		}
+		browse(what, append(steps, chromedp.Click(chromedp.CSS(`#create-form button[type="submit"]`)))...)
+	}
+	create("create a campaign from the page", "id", "from-page", "name", "Made in the console", "stock", "7", "per_user_limit", "1")
+	waitFor("the page's campaign appears", `document.querySelector('tr[data-campaign="from-page"] td.stock')?.dataset.value === "7"`)
+	create("create it again", "id", "from-page", "name", "Twice", "stock", "1", "per_user_limit", "1")
+	waitFor("the page shows the API's error", `document.querySelector("#status").className === "error"`)
+	if status, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#status"))); err != nil || !strings.Contains(status, "exists already") {
+		t.Errorf("the page says %q after creating a campaign twice, want the API's message (%v)", status, err)
+	}
 
 	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -156,8 +197,15 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	browse("close the campaign from the page", chromedp.Click(chromedp.CSS(`tr[data-campaign="browser"] button[data-action="close"]`)))
 	waitFor("the page shows it ended", row+`.dataset.state === "ended"`)
-	if code := api("POST", "/v1/campaigns/browser/purchases", "dan", `{"quantity":1}`); code != http.StatusConflict {
+	if code := api("POST", "/v1/campaigns/browser/purchases", "dan", `{"quantity":1}`, nil); code != http.StatusConflict {
 		t.Errorf("a purchase after the close from the page: %d, want 409 ended", code)
+	}
+	var campaign struct {
+		State  string    `json:"state"`
+		EndsAt time.Time `json:"ends_at"`
+	}
+	if code := api("GET", "/v1/campaigns/browser", "", "", &campaign); code != http.StatusOK || campaign.State != "ended" || campaign.EndsAt.After(time.Now()) {
+		t.Errorf("the API after the close from the page: %d %+v, want ended by now", code, campaign)
 	}
 	status, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#status")))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,45 +51,19 @@ func TestConsoleContract(t *testing.T) {
 	h.createCampaign(t, `{"id": "live", "name": "Live", "stock": 10, "per_user_limit": 3}`)
 	h.buy(t, "live", "ann", 3)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/admin/console/events", nil)
-	req.Header.Set("Authorization", "Bearer "+h.admin)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("the stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
+	stream := openConsole(t, srv.URL, h.admin)
+	defer stream.close()
 	schema := h.spec.Components.Schemas["ConsoleSnapshot"].Value
-	lines := bufio.NewScanner(resp.Body)
-	lines.Buffer(nil, 1<<20)
 	var snaps []api.ConsoleSnapshot
-	for len(snaps) < 3 && lines.Scan() {
-		data, ok := strings.CutPrefix(lines.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		var raw any
-		if err := json.Unmarshal([]byte(data), &raw); err != nil {
-			t.Fatal(err)
-		}
+	for len(snaps) < 3 {
+		s, raw := stream.next(t)
 		if err := schema.VisitJSON(raw, openapi3.MultiErrors()); err != nil {
-			t.Errorf("a snapshot breaks the ConsoleSnapshot schema: %v\n%s", err, data)
-		}
-		var s api.ConsoleSnapshot
-		if err := json.Unmarshal([]byte(data), &s); err != nil {
-			t.Fatal(err)
+			t.Errorf("a snapshot breaks the ConsoleSnapshot schema: %v\n%v", err, raw)
 		}
 		snaps = append(snaps, s)
 		if len(snaps) == 1 {
 			h.buy(t, "live", "bob", 2) // the next snapshots see it
 		}
-	}
-	if len(snaps) < 3 {
-		t.Fatalf("%d snapshots before the stream ended: %v", len(snaps), lines.Err())
 	}
 	if gap := snaps[2].At.Sub(snaps[1].At); gap < 500*time.Millisecond || gap > 3*time.Second {
 		t.Errorf("snapshots %v apart, want about a second", gap)
@@ -187,4 +162,126 @@ func TestGivenBackBy(t *testing.T) {
 			t.Errorf("GivenBackBy(%s, %q) = %q, want %q", tc.status, tc.reason, got, tc.want)
 		}
 	}
+}
+
+// TestConsoleCloseWaitsForLoops: a page comes just after the last one left, while the loop
+// told to stop is still in its snapshot (held at Redis); a second loop serves the new page, and
+// Server.Close waits for both.
+func TestConsoleCloseWaitsForLoops(t *testing.T) {
+	h := newHarness(t)
+	srv := httptest.NewServer(h.srv.Handler())
+	defer srv.Close()
+	if n := goroutines("api.(*console).run("); n != 0 {
+		t.Fatalf("%d snapshot loops before any page opened", n)
+	}
+
+	// A campaign of the store alone (never put on sale) is one the snapshot asks Redis about,
+	// and one that can be deleted again.
+	held := store.Campaign{ID: "held", Name: "Held", Stock: 10, PerUserLimit: 3, CreatedAtMs: time.Now().UnixMilli()}
+	if err := h.store.CreateCampaign(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	c := openConsole(t, srv.URL, h.admin)
+	defer c.close()
+	c.next(t)
+	h.gate.close()
+	opened := false
+	defer func() {
+		if !opened { // or Server.Close, in the cleanup, waits on the held loop for ever
+			h.gate.open()
+		}
+	}()
+	within(t, 10*time.Second, "the loop's next snapshot waits at Redis", func() bool { return h.gate.held.Load() > 0 })
+	c.close()
+	within(t, 10*time.Second, "the page's stream ends", func() bool { return goroutines("api.(*Server).consoleEvents(") == 0 })
+	if ok, err := h.store.DeleteUnsoldCampaign(context.Background(), "held"); !ok || err != nil {
+		t.Fatalf("delete the campaign: %v %v", ok, err) // without it, the next loop's snapshots do not ask Redis
+	}
+	d := openConsole(t, srv.URL, h.admin)
+	defer d.close()
+	d.next(t)
+	if n := goroutines("api.(*console).run("); n != 2 {
+		t.Fatalf("%d snapshot loops, want the held one and the new page's", n)
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		h.srv.Close()
+	}()
+	select {
+	case <-closed:
+		t.Errorf("Server.Close returned while a stopped loop was still in its snapshot")
+	case <-time.After(300 * time.Millisecond):
+	}
+	h.gate.open()
+	opened = true
+	<-closed
+	if n := goroutines("api.(*console).run("); n != 0 {
+		t.Errorf("%d snapshot loops still running after Server.Close returned", n)
+	}
+}
+
+// within fails the test unless cond holds within d.
+func within(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+	}
+}
+
+// consoleStream is one page's stream of console snapshots.
+type consoleStream struct {
+	lines *bufio.Scanner
+	close context.CancelFunc
+}
+
+// openConsole opens the snapshot stream as a page does, with the admin token.
+func openConsole(t *testing.T, base, admin string) *consoleStream {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/admin/console/events", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		cancel()
+		t.Fatalf("the stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	lines := bufio.NewScanner(resp.Body)
+	lines.Buffer(nil, 1<<20)
+	return &consoleStream{lines: lines, close: func() { cancel(); resp.Body.Close() }}
+}
+
+// next returns the stream's next snapshot, decoded and as JSON values.
+func (c *consoleStream) next(t *testing.T) (api.ConsoleSnapshot, any) {
+	t.Helper()
+	for c.lines.Scan() {
+		data, ok := strings.CutPrefix(c.lines.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var s api.ConsoleSnapshot
+		var raw any
+		if err := json.Unmarshal([]byte(data), &s); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(data), &raw); err != nil {
+			t.Fatal(err)
+		}
+		return s, raw
+	}
+	t.Fatalf("the stream ended before a snapshot: %v", c.lines.Err())
+	return api.ConsoleSnapshot{}, nil
+}
+
+// goroutines counts the goroutines whose stack holds fn, of every server in the process.
+func goroutines(fn string) int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), fn)
 }

@@ -234,6 +234,7 @@ type Server struct {
 	console       *console
 	streams       *streamCaps
 	stopOnce      sync.Once
+	closeOnce     sync.Once
 }
 
 // New returns a Server. It produces with producer, which it does not close; failed produces and
@@ -309,10 +310,13 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 	return s
 }
 
-// Close stops what New started: the reader of the results topic.
+// Close stops what New started, the reader of the results topic and the console's snapshot
+// loop, and waits for them. Closing twice is closing once.
 func (s *Server) Close() {
-	s.console.close()
-	s.hub.Close()
+	s.closeOnce.Do(func() {
+		s.console.close()
+		s.hub.Close()
+	})
 }
 
 // Handler returns the server's HTTP handler.

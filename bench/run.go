@@ -20,7 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 )
 
 // runner carries a run's state between its scenarios.
@@ -199,6 +202,7 @@ type pipeline struct {
 	consPprof, consAdmin string
 	admin                string
 	cpuStart             map[*Proc]time.Duration
+	campaigns            []string // created through the api, retired by stop
 }
 
 // role starts one role behind `seckill bench role --pprof`, which serves pprof beside it.
@@ -298,7 +302,36 @@ func (p *pipeline) stop() error {
 	}
 	wg.Wait()
 	p.api, p.cons, p.comp = nil, nil, nil
+	errs = append(errs, p.r.retire(p.campaigns))
+	p.campaigns = nil
 	return errors.Join(errs...)
+}
+
+// retire ends a finished scenario's campaigns long ago and deletes their Redis keys, so that
+// the compensators of later scenarios leave them alone: a paced all-accept leaves most of its
+// reservations pending, and two minutes later another scenario's measurement would carry the
+// sweeper failing them by the thousand.
+func (r *runner) retire(campaigns []string) error {
+	if len(campaigns) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	long := time.Now().Add(-30 * 24 * time.Hour).UnixMilli() // past any compensator's retention
+	db := r.env.Store.DB()
+	q, args, err := sqlx.In(`UPDATE campaigns SET ends_at_ms = ?, starts_at_ms = LEAST(starts_at_ms, ?) WHERE id IN (?)`, long, long-1, campaigns)
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, db.Rebind(q), args...); err != nil {
+		return fmt.Errorf("retire the campaigns of a finished scenario: %w", err)
+	}
+	for _, c := range campaigns {
+		if err := r.env.Lua.Client().Del(ctx, lua.KeysOf(c).All()...).Err(); err != nil {
+			return fmt.Errorf("retire campaign %s: %w", c, err)
+		}
+	}
+	return nil
 }
 
 // createCampaign creates a campaign through the api's admin endpoint.
@@ -319,6 +352,7 @@ func (p *pipeline) createCampaign(ctx context.Context, id string, stock, limit i
 	if resp.StatusCode != http.StatusCreated {
 		return fmt.Errorf("create campaign %s: %s: %s", id, resp.Status, bytes.TrimSpace(b))
 	}
+	p.campaigns = append(p.campaigns, id)
 	return nil
 }
 

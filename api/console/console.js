@@ -106,8 +106,20 @@ function cell(tr, text, cls) {
 }
 
 function num(tr, name, v) {
-  const td = cell(tr, Number(v).toLocaleString(), "n " + name);
+  const td = cell(tr, "", "n " + name);
+  setNum(td, v);
+  return td;
+}
+
+// setNum and setText touch a cell only when its figure changed.
+function setNum(td, v) {
+  if (td.dataset.value === String(v)) return;
   td.dataset.value = v;
+  td.textContent = Number(v).toLocaleString();
+}
+
+function setText(el, text) {
+  if (el.textContent !== text) el.textContent = text;
 }
 
 function button(td, label, onClick, cls) {
@@ -121,46 +133,73 @@ function button(td, label, onClick, cls) {
 
 function when(t) { return t ? new Date(t).toLocaleString() : "no end"; }
 
-function render(snap) {
-  const body = $("#campaigns tbody");
-  body.replaceChildren();
-  for (const c of snap.campaigns || []) {
+const figures = ["stock", "remaining", "pending", "confirmed", "paid", "refunded"];
+const rows = new Map(); // campaign id -> its row and cells, kept from one snapshot to the next
+
+// campaignRow updates the campaign's row in place, so that a button keeps being the same
+// element from one snapshot to the next: a click (press and release) that spans a snapshot
+// still lands. Its buttons change only with its state.
+function campaignRow(c) {
+  let r = rows.get(c.id);
+  if (!r) {
     const tr = document.createElement("tr");
     tr.dataset.campaign = c.id;
-    tr.dataset.state = c.state;
     cell(tr, c.id);
-    cell(tr, c.name);
-    const st = cell(tr, "");
-    const badge = document.createElement("span");
-    badge.className = "state " + c.state;
-    badge.textContent = c.state.replace("_", " ");
-    st.appendChild(badge);
-    num(tr, "stock", c.stock);
-    num(tr, "remaining", c.remaining);
-    num(tr, "pending", c.pending);
-    num(tr, "confirmed", c.confirmed);
-    num(tr, "paid", c.paid);
-    num(tr, "refunded", c.refunded);
-    cell(tr, when(c.starts_at) + " → " + when(c.ends_at));
-    const audit = cell(tr, c.audit ? (c.audit.ok ? "ok" : "VIOLATION") : "—", c.audit ? (c.audit.ok ? "audit-ok" : "audit-bad") : "");
-    if (c.audit) audit.title = (c.audit.violations || "every invariant held") + " · " + new Date(c.audit.at_ms).toLocaleString();
-    const actions = cell(tr, "");
-    if (c.state !== "cancelled") {
-      if (c.state !== "ended") button(actions, "Close", () => control(c.id, "close"));
-      button(actions, "Extend", () => {
-        const m = prompt("Minutes from now until the sale ends:", "30");
-        if (m) control(c.id, "extend", { ends_at: new Date(Date.now() + Number(m) * 60000).toISOString() });
-      });
-      button(actions, "Add stock", () => {
-        const n = prompt("Units to put on sale:", "100");
-        if (n) control(c.id, "stock", { add: Number(n) });
-      });
-      button(actions, "Cancel", () => {
-        if (confirm("Cancel " + c.id + "? Every pending reservation is released and every confirmed or paid order refunded.")) cancel(c.id);
-      }, "danger");
-    }
-    body.appendChild(tr);
+    r = { tr, name: cell(tr, ""), badge: document.createElement("span"), nums: {} };
+    cell(tr, "").appendChild(r.badge);
+    for (const f of figures) r.nums[f] = num(tr, f, c[f]);
+    r.window = cell(tr, "");
+    r.audit = cell(tr, "");
+    r.actions = cell(tr, "");
+    rows.set(c.id, r);
   }
+  setText(r.name, c.name);
+  for (const f of figures) setNum(r.nums[f], c[f]);
+  setText(r.window, when(c.starts_at) + " → " + when(c.ends_at));
+  setText(r.audit, c.audit ? (c.audit.ok ? "ok" : "VIOLATION") : "—");
+  r.audit.className = c.audit ? (c.audit.ok ? "audit-ok" : "audit-bad") : "";
+  r.audit.title = c.audit ? (c.audit.violations || "every invariant held") + " · " + new Date(c.audit.at_ms).toLocaleString() : "";
+  if (r.tr.dataset.state !== c.state) {
+    r.tr.dataset.state = c.state;
+    r.badge.className = "state " + c.state;
+    r.badge.textContent = c.state.replace("_", " ");
+    actions(r.actions, c);
+  }
+  return r.tr;
+}
+
+function actions(td, c) {
+  td.replaceChildren();
+  if (c.state === "cancelled") return;
+  if (c.state !== "ended") button(td, "Close", () => control(c.id, "close"));
+  button(td, "Extend", () => {
+    const m = prompt("Minutes from now until the sale ends:", "30");
+    if (m) control(c.id, "extend", { ends_at: new Date(Date.now() + Number(m) * 60000).toISOString() });
+  });
+  button(td, "Add stock", () => {
+    const n = prompt("Units to put on sale:", "100");
+    if (n) control(c.id, "stock", { add: Number(n) });
+  });
+  button(td, "Cancel", () => {
+    if (confirm("Cancel " + c.id + "? Every pending reservation is released and every confirmed or paid order refunded.")) cancel(c.id);
+  }, "danger");
+}
+
+function render(snap) {
+  const body = $("#campaigns tbody");
+  const seen = new Set();
+  (snap.campaigns || []).forEach((c, i) => {
+    seen.add(c.id);
+    const tr = campaignRow(c);
+    if (body.children[i] !== tr) body.insertBefore(tr, body.children[i] || null);
+  });
+  for (const [id, r] of rows) {
+    if (!seen.has(id)) {
+      r.tr.remove();
+      rows.delete(id);
+    }
+  }
+  $("#campaigns").dataset.at = snap.at;
 
   hist.t.push(new Date(snap.at));
   for (const o of outcomes) (hist.purchases[o] = hist.purchases[o] || []).push((snap.purchases || {})[o] || 0);
@@ -178,7 +217,9 @@ function render(snap) {
     { name: "persisted/s", color: colors.persisted, values: hist.persisted }], $("#legend-consumer"));
   counts($("#dead-letters tbody"), snap.dead_letters, "no dead letters");
   counts($("#compensations tbody"), snap.compensations, "none given back");
-  if (snap.errors && snap.errors.length) say("some figures are missing: " + snap.errors.join("; "), true);
+  const missing = "some figures are missing: ";
+  if (snap.errors && snap.errors.length) say(missing + snap.errors.join("; "), true);
+  else if ($("#status").textContent.startsWith(missing)) say(""); // the sources answer again
 }
 
 function counts(body, m, empty) {
