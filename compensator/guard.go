@@ -61,7 +61,9 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 		if ok && g.Lost() {
 			lost = append(lost, id)
 		}
-		if ok && g.Frozen {
+		// A lost campaign is counted too: the rebuild below freezes it, then may wait minutes
+		// for the consumer, and this round's figure is the one scraped meanwhile.
+		if ok && (g.Frozen || g.Lost()) {
 			frozen++
 		}
 	}

@@ -17,7 +17,7 @@ var auditViolations = promauto.NewGaugeVec(prometheus.GaugeOpts{
 
 var campaignsFrozen = promauto.NewGauge(prometheus.GaugeOpts{
 	Name: "seckill_campaigns_frozen",
-	Help: "Campaigns on sale that Redis holds frozen, at the guard's last round: each sells nothing until its rebuild from the store ends.",
+	Help: "Campaigns on sale that Redis holds frozen or has lost, at the guard's last round: each sells nothing until its rebuild from the store ends.",
 })
 
 var reservationsOverdue = promauto.NewGauge(prometheus.GaugeOpts{

@@ -1,6 +1,8 @@
 package compensator_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -254,5 +256,31 @@ func TestAlertGauges(t *testing.T) {
 	}
 	if v := gauge(t, "seckill_campaigns_frozen"); v != 0 {
 		t.Errorf("seckill_campaigns_frozen = %v with none frozen, want 0", v)
+	}
+
+	// Redis loses the campaign: the round that finds it lost freezes it and waits in its
+	// rebuild (here for a grace that does not end), and the campaign is counted meanwhile.
+	k := lua.KeysOf(e.campaign)
+	if err := e.r.Client().Del(e.ctx, k.Stock, k.Buyers, k.Res, k.Pending, k.Meta).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waiting := e.compensator(t, compensator.Config{RebuildGrace: time.Hour})
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error)
+	go func() { done <- waiting.CheckRedis(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if frozen, _ := e.r.Client().HExists(e.ctx, k.Meta, "frozen").Result(); frozen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the guard did not freeze the lost campaign")
+		}
+	}
+	if v := gauge(t, "seckill_campaigns_frozen"); v != 1 {
+		t.Errorf("seckill_campaigns_frozen = %v while the lost campaign waits for its rebuild, want 1", v)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the rebuild stopped with %v, want context.Canceled", err)
 	}
 }

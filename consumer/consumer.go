@@ -92,7 +92,8 @@ func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout)
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout,
+		kgo.OnPartitionsRevoked(forgetLag), kgo.OnPartitionsLost(forgetLag))
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +133,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 		})
 		return finish, nil
 	})
+}
+
+// forgetLag drops the lag of partitions this consumer no longer owns: their figure would stay
+// at their last batch's for good, beside the new owner's, and hold up the lag that the alerts
+// and the dashboard read (the highest of a partition's figures).
+func forgetLag(_ context.Context, _ *kgo.Client, gone map[string][]int32) {
+	for _, ps := range gone {
+		for _, p := range ps {
+			lag.DeleteLabelValues(strconv.Itoa(int(p)))
+		}
+	}
 }
 
 // handler persists batches; the group consumer and Replay share it.

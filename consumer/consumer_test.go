@@ -33,32 +33,7 @@ func (c *confirmer) ConfirmAll(_ context.Context, ids []string) error {
 func TestMaxRate(t *testing.T) {
 	const rate, n = 200, 300
 	ctx := context.Background()
-	st := storetest.MustOpen(t, storetest.SQLiteURL(t))
-	campaign := storetest.Name("pace")
-	now := time.Now().Add(-time.Minute)
-	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "pace", Stock: n, PerUserLimit: 1,
-		StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-		t.Fatal(err)
-	}
-	brokers := kafkatest.Fake(t)
-	topics := kafkatest.Topics(t, brokers)
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for i := range n {
-		rec, err := events.Record(topics.Requested, events.Event{Type: events.OrderRequested, Version: events.Version,
-			EventID: events.NewID(), OccurredAt: now.UTC(), OrderID: events.NewOrderID(campaign), CampaignID: campaign,
-			UserID: fmt.Sprintf("user-%d", i), Quantity: 1, Deadline: now.Add(time.Hour).UTC()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl.Produce(ctx, rec, nil)
-	}
-	if err := cl.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	st, campaign, brokers, topics := backlog(t, "pace", n)
 
 	conf := &confirmer{}
 	cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics, BatchSize: 500, MaxRate: rate}, st, conf)
@@ -102,4 +77,38 @@ func TestMaxRate(t *testing.T) {
 	if len(orders) != n {
 		t.Errorf("%d confirmed orders, want %d", len(orders), n)
 	}
+}
+
+// backlog returns a store (SQLite) with a campaign of n units, one each per buyer, and kfake
+// topics whose requested topic holds an OrderRequested event for each unit.
+func backlog(t *testing.T, name string, n int) (*store.Store, string, []string, events.Topics) {
+	t.Helper()
+	ctx := context.Background()
+	st := storetest.MustOpen(t, storetest.SQLiteURL(t))
+	campaign := storetest.Name(name)
+	now := time.Now().Add(-time.Minute)
+	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: name, Stock: int64(n), PerUserLimit: 1,
+		StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	cl, err := events.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range n {
+		rec, err := events.Record(topics.Requested, events.Event{Type: events.OrderRequested, Version: events.Version,
+			EventID: events.NewID(), OccurredAt: now.UTC(), OrderID: events.NewOrderID(campaign), CampaignID: campaign,
+			UserID: fmt.Sprintf("user-%d", i), Quantity: 1, Deadline: now.Add(time.Hour).UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.Produce(ctx, rec, nil)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st, campaign, brokers, topics
 }

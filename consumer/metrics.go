@@ -3,6 +3,8 @@ package consumer
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/seckill/seckill/events"
 )
 
 var (
@@ -31,3 +33,12 @@ var (
 	persistedDuplicate    = persisted.WithLabelValues("duplicate")
 	persistedDeadLettered = persisted.WithLabelValues("dead_lettered")
 )
+
+// Every reason the consumer dead-letters for has its series from the start, at 0: Prometheus's
+// increase() sees nothing in a series born at 1, so the first dead letter of each reason after
+// a start would not raise SeckillDeadLetters (deploy/prometheus/alerts.yml).
+func init() {
+	for _, reason := range []string{events.ReasonPoison, string(events.CampaignNotFound), events.ReasonStoreLimit, events.ReasonStoreSoldOut} {
+		deadLettered.WithLabelValues(reason)
+	}
+}

@@ -51,12 +51,13 @@ const DefaultSessionTimeout = 6 * time.Second
 // NewGroupClient returns a client consuming topic in group the way every role here does:
 // offsets committed by hand after the work is durable (ConsumeLoop), no rebalance while a batch
 // is in hand, and a new group starting at the beginning, since events produced before its first
-// member ran are orders too. session is the group session (0: DefaultSessionTimeout).
-func NewGroupClient(brokers []string, group, topic string, session time.Duration) (*kgo.Client, error) {
+// member ran are orders too. session is the group session (0: DefaultSessionTimeout); opts
+// come last (a role's rebalance hooks).
+func NewGroupClient(brokers []string, group, topic string, session time.Duration, opts ...kgo.Opt) (*kgo.Client, error) {
 	if session <= 0 {
 		session = DefaultSessionTimeout
 	}
-	return NewClient(brokers,
+	base := []kgo.Opt{
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(),
@@ -66,10 +67,11 @@ func NewGroupClient(brokers []string, group, topic string, session time.Duration
 		kgo.SessionTimeout(session),
 		// A member learns of a rebalance from a heartbeat's answer: the survivors of a death
 		// rejoin within one interval of the session's end.
-		kgo.HeartbeatInterval(session/8),
+		kgo.HeartbeatInterval(session / 8),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(250*time.Millisecond),
-	)
+		kgo.FetchMaxWait(250 * time.Millisecond),
+	}
+	return NewClient(brokers, append(base, opts...)...)
 }
 
 // Record returns the Kafka record of e on topic, keyed by Key.

@@ -2,7 +2,9 @@
 // or a cluster: deploy/compose.yaml through the Compose specification's own loader,
 // every manifest under deploy/k8s/ strictly decoded into the Kubernetes API types
 // (an unknown or misspelled field fails, as it does with the API server's strict
-// field validation), and deploy/Dockerfile through BuildKit's parser.
+// field validation), deploy/Dockerfile through BuildKit's parser, and the alert rules
+// (deploy/prometheus, through promtool) and the Grafana dashboard (deploy/grafana) against the
+// metrics the seckill code registers, with Prometheus's PromQL parser.
 //
 // It is a module of its own so that these heavy dependencies stay out of the
 // seckill binary's go.mod. Run it with:
