@@ -93,7 +93,14 @@ func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
 		return nil, err
 	}
 	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout,
-		kgo.OnPartitionsRevoked(forgetLag), kgo.OnPartitionsLost(forgetLag))
+		kgo.OnPartitionsRevoked(forgetLag), kgo.OnPartitionsLost(forgetLag),
+		// A fetch answered with whatever had arrived (Kafka's 1 byte) made batches of a few
+		// orders under load, and the broker, this process and PostgreSQL paid per batch. Waiting
+		// for a full batch (256 KB: some 800 events of ~320 bytes; a batch is 500) or 100ms, side
+		// by side in the bench's all-accept-unpaced, two rounds each: consumer 17-20 µs an order
+		// against 26, Kafka 19-26 against 31-41, PostgreSQL 17-19 against 22-24. A quiet sale's
+		// order is confirmed up to 100ms later.
+		kgo.FetchMinBytes(256<<10), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}
