@@ -99,7 +99,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	}); err != nil {
 		return err
 	}
-	producer, err := events.NewClient(c.brokerList(), kgo.ProducerLinger(*linger))
+	producer, err := events.NewClient(c.brokerList(), kgo.ProducerLinger(*linger), c.topics().Partitioner())
 	if err != nil {
 		return err
 	}
