@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -263,14 +265,55 @@ func CPUTime(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
-// FreeAddr returns a loopback address with a port nobody listens on right now.
+// FreeAddr returns a loopback address with a port nobody listens on right now, for a process
+// to listen on, and not one it returned before. The port is below the kernel's ephemeral range:
+// a port ":0" gives is one the kernel also gives to outgoing connections, and the connection of
+// some process to Kafka or Redis took it before the process meant for it could listen, failing
+// two bench runs in thirty.
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	given.Lock()
+	defer given.Unlock()
+	lo, ok := ephemeralLow()
+	for range 1000 {
+		addr := "127.0.0.1:0" // the kernel's pick, when no port is below its range
+		if ok {
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(minPort+rand.IntN(lo-minPort)))
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // taken
+		}
+		ln.Close()
+		if a := ln.Addr().String(); !given.addrs[a] {
+			given.addrs[a] = true
+			return a, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return "", fmt.Errorf("no free loopback port from %d to %d", minPort, lo-1)
+}
+
+// minPort is the lowest port FreeAddr gives: above the test services' (deploy/local/services.sh).
+const minPort = 20000
+
+// given holds the addresses FreeAddr returned: the process given one may not listen on it yet.
+var given = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
+// ephemeralLow returns the lowest port of the kernel's ephemeral range, and whether a thousand
+// ports or more lie between minPort and it.
+func ephemeralLow() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
+	}
+	lo, err := strconv.Atoi(f[0])
+	return lo, err == nil && lo >= minPort+1000
 }
 
 // WaitHTTP waits until GET url answers 200, the process exits, or timeout passes.
