@@ -289,7 +289,7 @@ func FreeAddr() (string, error) {
 			return a, nil
 		}
 	}
-	return "", fmt.Errorf("no free loopback port from %d to %d", minPort, lo-1)
+	return "", errors.New("no free loopback port in 1000 tries")
 }
 
 // minPort is the lowest port FreeAddr gives: above the test services' (deploy/local/services.sh).
