@@ -90,7 +90,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := createTopics(ctx, brokers, topics, 3, 1, log); err != nil {
 		return err
 	}
-	producer, err := events.NewClient(brokers, topics.Partitioner())
+	producer, err := apiProducer(brokers, topics, produceLinger)
 	if err != nil {
 		return err
 	}

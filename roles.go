@@ -70,10 +70,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
 	paymentToken := f.String("payment-token", "", "bearer token of the payment service, which may record payments and nothing else (the admin token may too)")
 	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
-	// 1ms: side by side in the bench's all-accept-unpaced, two rounds each, against 0: 13,824 and
-	// 13,794 req/s against 11,713 and 10,549, p99 42 and 41 ms against 50 and 56, Kafka's CPU 13-15
-	// µs an order against 19-22; 2ms measured the same as 1ms. An idle sale pays the 1ms.
-	linger := f.Duration("produce-linger", time.Millisecond, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
+	linger := f.Duration("produce-linger", produceLinger, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
 	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
 	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
 	maxConns := f.Int("max-conns", api.DefaultMaxConns(), "connections held at once; one more is closed on accept (0: no cap; the default is the open-file limit less 1024)")
@@ -99,7 +96,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	}); err != nil {
 		return err
 	}
-	producer, err := events.NewClient(c.brokerList(), kgo.ProducerLinger(*linger), c.topics().Partitioner())
+	producer, err := apiProducer(c.brokerList(), c.topics(), *linger)
 	if err != nil {
 		return err
 	}
@@ -291,4 +288,17 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	return printJSON(stdout, tally)
+}
+
+// produceLinger is how long the api's producer waits to fill a batch by default. 1ms: side by
+// side in the bench's all-accept-unpaced, two rounds each, against 0: 13,824 and 13,794 req/s
+// against 11,713 and 10,549, p99 42 and 41 ms against 50 and 56, Kafka's CPU 13-15 µs an order
+// against 19-22; 2ms measured the same as 1ms. An idle sale pays the 1ms.
+const produceLinger = time.Millisecond
+
+// apiProducer is the Kafka client an api produces purchases with, in `seckill api` and in
+// `seckill dev`: purchases placed by partition backlog (events.Topics.Partitioner), each batch
+// waiting up to linger to fill.
+func apiProducer(brokers []string, topics events.Topics, linger time.Duration) (*kgo.Client, error) {
+	return events.NewClient(brokers, kgo.ProducerLinger(linger), topics.Partitioner())
 }
