@@ -274,6 +274,28 @@ func (r *runner) startPipeline(ctx context.Context, name string, pace int) (*pip
 	return p, nil
 }
 
+// caughtUp waits until the consumer has persisted every order produced so far (its group's lag
+// is zero), so that a load starts on a quiet pipeline. Without it, the consumer persisted the
+// warm-up's orders inside the measured window, at its pace: flash-crowd's crowd was charged
+// with some 5,000 orders of another campaign, and its first second (the sale itself) shared
+// the CPU with them.
+func (p *pipeline) caughtUp(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	topics := events.NewTopics(p.prefix)
+	for {
+		lag, err := events.Lag(ctx, p.r.env.Admin, topics.Requested, topics.ConsumerGroup())
+		if err == nil && lag == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the consumer did not catch up (lag %d, %v): %w", lag, err, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func (p *pipeline) procs() []*Proc {
 	var out []*Proc
 	for _, q := range []*Proc{p.api, p.cons, p.comp} {
@@ -400,15 +422,21 @@ type measured struct {
 	profiles []Profile
 }
 
-// measure warms up, then runs the load, measuring the CPU of procs and, when profile names a
-// process with a pprof address, capturing its profiles in the middle of the load.
-func (r *runner) measure(ctx context.Context, name string, warm, load Load, procs map[string]int, profileProc, pprofAddr string) (measured, error) {
+// measure warms up, waits for settle (if set) to say the warm-up's work is done, then runs the
+// load, measuring the CPU of procs and, when profile names a process with a pprof address,
+// capturing its profiles in the middle of the load.
+func (r *runner) measure(ctx context.Context, name string, warm, load Load, settle func(context.Context) error, procs map[string]int, profileProc, pprofAddr string) (measured, error) {
 	var m measured
 	if warm.Requests > 0 {
 		warm.Name, warm.Concurrency, warm.Rate = name+" warm-up", r.cfg.Sizes.Concurrency, 0
 		warm.Progress = nil
 		if _, err := warm.Run(ctx); err != nil {
 			return m, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	if settle != nil {
+		if err := settle(ctx); err != nil {
+			return m, fmt.Errorf("after the warm-up: %w", err)
 		}
 	}
 	load.Name, load.Concurrency, load.Rate, load.Progress = name, r.cfg.Sizes.Concurrency, r.cfg.Sizes.Rate, r.prog

@@ -80,7 +80,7 @@ func (r *runner) baseline(ctx context.Context, kind string) (ScenarioResult, err
 	m, err := r.measure(ctx, kind,
 		Load{Addr: addr, Requests: sz.Warmup, NewRequester: PurchaseRequests(addr, warmCampaign, r.users(kind+"-warm"), r.id)},
 		Load{Addr: addr, Requests: n, NewRequester: PurchaseRequests(addr, campaign, users, r.id)},
-		map[string]int{kind: proc.Pid()}, kind, pprofAddr)
+		nil, map[string]int{kind: proc.Pid()}, kind, pprofAddr)
 	r.addProfiles(m.profiles)
 	err = errors.Join(err, proc.Stop(30*time.Second))
 	return httpResult(what, true, m), err
@@ -102,7 +102,7 @@ func (r *runner) soldOut(ctx context.Context) (ScenarioResult, error) {
 	m, err := r.measure(ctx, ScSoldOut,
 		Load{Addr: p.apiAddr, Requests: max(sz.Warmup, stock+1), NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScSoldOut+"-warm"), r.id)},
 		Load{Addr: p.apiAddr, Requests: sz.Requests, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(ScSoldOut), r.id)},
-		map[string]int{"api": p.api.Pid()}, "api", p.apiPprof)
+		p.caughtUp, map[string]int{"api": p.api.Pid()}, "api", p.apiPprof)
 	r.addProfiles(m.profiles)
 	err = errors.Join(err, p.stop())
 	return httpResult(fmt.Sprintf("purchases after the stock (%d units) is gone", stock), false, m), err
@@ -126,7 +126,7 @@ func (r *runner) allAccept(ctx context.Context, name string, pace int) (Scenario
 		Started: func(time.Time) { before = p.produceStats(ctx) }}
 	m, err := r.measure(ctx, name,
 		Load{Addr: p.apiAddr, Requests: sz.Warmup, NewRequester: PurchaseRequests(p.apiAddr, campaign, r.users(name+"-warm"), r.id)},
-		load, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
+		load, p.caughtUp, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
 	r.addProfiles(m.profiles)
 	r.noteProduce(name, before, p.produceStats(ctx))
 	if sold, err := r.sold(ctx, campaign); err == nil && m.load != nil {
@@ -217,7 +217,7 @@ func (r *runner) flashCrowd(ctx context.Context, keep bool) (ScenarioResult, *pi
 		}}
 	m, err := r.measure(ctx, ScFlashCrowd,
 		Load{Addr: p.apiAddr, Requests: sz.Warmup, NewRequester: PurchaseRequests(p.apiAddr, warm, r.users(ScFlashCrowd+"-warm"), r.id)},
-		load, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
+		load, p.caughtUp, map[string]int{"api": p.api.Pid(), "consumer": p.cons.Pid(), "compensator": p.comp.Pid()}, "api", p.apiPprof)
 	r.noteProduce(ScFlashCrowd, produceBefore, p.produceStats(ctx))
 	r.addProfiles(m.profiles)
 	res := httpResult(fmt.Sprintf("stock %s, limit 1, %s purchases from %s buyers", count(sz.FlashStock), count(sz.FlashRequests), count(sz.FlashUsers)), false, m)

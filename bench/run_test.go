@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+)
+
+// A load must not start while the consumer still persists the warm-up's orders: caughtUp waits
+// for the group to commit everything produced, and no longer.
+func TestCaughtUpWaitsForTheConsumer(t *testing.T) {
+	ctx := context.Background()
+	brokers := kafkatest.Fake(t)
+	cl, err := events.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	p := &pipeline{r: &runner{env: &Env{Admin: adm}}, prefix: "caught-up"}
+	topics := events.NewTopics(p.prefix)
+	if err := events.CreateTopics(ctx, adm, topics, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.caughtUp(ctx); err != nil {
+		t.Fatalf("an empty topic: %v", err)
+	}
+	const n = 5
+	for range n {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.Requested, Value: []byte("order")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if err := p.caughtUp(short); err == nil {
+		t.Fatal("caught up with five orders unread")
+	}
+
+	group, err := events.NewGroupClient(brokers, topics.ConsumerGroup(), topics.Requested, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer group.Close()
+	read := 0
+	for read < n {
+		fs := group.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		read += fs.NumRecords()
+		if err := group.CommitUncommittedOffsets(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	group.AllowRebalance() // polls block rebalances (as the consumer's do), and Close leaves the group
+	if err := p.caughtUp(ctx); err != nil {
+		t.Fatalf("after the group committed every order: %v", err)
+	}
+}
