@@ -74,27 +74,17 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	}()
 	r.prog.Logf("bench: run %s, schema %s, logs and profiles in %s", env.RunID, env.Schema, cfg.WorkDir)
 
-	type step struct {
-		name string
-		fn   func(context.Context) (ScenarioResult, error)
-	}
 	var flashAPI *pipeline // idle-conns measures the flash crowd's api
-	steps := []step{
-		{ScConstant, func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, Constant) }},
-		{ScSoldOut, r.soldOut},
-		{ScBareReserve, func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, BareReserve) }},
-		{ScRedisCeiling, r.redisCeiling},
-		{ScAllAccept, func(ctx context.Context) (ScenarioResult, error) {
-			return r.allAccept(ctx, ScAllAccept, r.cfg.ConsumerRate)
-		}},
-		{ScAllAcceptUnpaced, func(ctx context.Context) (ScenarioResult, error) { return r.allAccept(ctx, ScAllAcceptUnpaced, 0) }},
-		{ScSyncDB, func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, SyncDB) }},
-		{ScFlashCrowd, func(ctx context.Context) (ScenarioResult, error) {
+	// Run in AllScenarios order: each judged scenario next to its baseline.
+	steps := map[string]func(context.Context) (ScenarioResult, error){
+		ScSoldOut:  r.soldOut,
+		ScConstant: func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, Constant) },
+		ScFlashCrowd: func(ctx context.Context) (ScenarioResult, error) {
 			res, p, err := r.flashCrowd(ctx, cfg.wants(ScIdleConns))
 			flashAPI = p
 			return res, err
-		}},
-		{ScIdleConns, func(ctx context.Context) (ScenarioResult, error) {
+		},
+		ScIdleConns: func(ctx context.Context) (ScenarioResult, error) {
 			if flashAPI == nil {
 				return ScenarioResult{}, errors.New("idle-conns measures the flash crowd's api: run flash-crowd too")
 			}
@@ -104,32 +94,39 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 				}
 			}()
 			return r.idleConns(ctx, flashAPI)
-		}},
-		{ScDrain, func(ctx context.Context) (ScenarioResult, error) {
+		},
+		ScSyncDB:      func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, SyncDB) },
+		ScBareReserve: func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, BareReserve) },
+		ScAllAccept: func(ctx context.Context) (ScenarioResult, error) {
+			return r.allAccept(ctx, ScAllAccept, r.cfg.ConsumerRate)
+		},
+		ScRedisCeiling:     r.redisCeiling,
+		ScAllAcceptUnpaced: func(ctx context.Context) (ScenarioResult, error) { return r.allAccept(ctx, ScAllAcceptUnpaced, 0) },
+		ScDrain: func(ctx context.Context) (ScenarioResult, error) {
 			return r.drain(ctx, ScDrain, cfg.Sizes.DrainEvents, cfg.Sizes.BatchSize)
-		}},
-		{ScRowAtATime, func(ctx context.Context) (ScenarioResult, error) {
+		},
+		ScRowAtATime: func(ctx context.Context) (ScenarioResult, error) {
 			return r.drain(ctx, ScRowAtATime, cfg.Sizes.RowEvents, 1)
-		}},
+		},
 	}
 	// Round after round: every target's two scenarios alternate, so that a busy spell of the
 	// machine lands on both sides of a ratio rather than flipping its verdict.
 	for round := 1; round <= cfg.Rounds && ctx.Err() == nil; round++ {
 		r.prog.Logf("bench: round %d of %d", round, cfg.Rounds)
 		r.env.round, flashAPI = round, nil
-		for _, s := range steps {
-			if !cfg.wants(s.name) {
+		for _, name := range AllScenarios {
+			if !cfg.wants(name) {
 				continue
 			}
 			if ctx.Err() != nil {
 				break
 			}
 			load := loadAvg()
-			res, err := s.fn(ctx)
-			res.Name, res.Round, res.LoadAvg, res.Baseline = s.name, round, load, slices.Contains(Baselines, s.name)
+			res, err := steps[name](ctx)
+			res.Name, res.Round, res.LoadAvg, res.Baseline = name, round, load, slices.Contains(Baselines, name)
 			if err != nil {
 				res.Error = err.Error()
-				r.prog.Logf("bench: %s failed: %v", s.name, err)
+				r.prog.Logf("bench: %s failed: %v", name, err)
 			}
 			r.res.Scenarios = append(r.res.Scenarios, res)
 		}
