@@ -62,7 +62,6 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 	defer cons.Stop(30 * time.Second)
 	cpu := startCPU(map[string]int{"consumer": cons.Pid()})
 
-	group := topics.Requested + ".consumer" // consumer.Config's default group
 	var (
 		done      atomic.Int64
 		firstNs   atomic.Int64 // when the first order was seen, for the progress line
@@ -127,7 +126,10 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 			}
 			if !now.Before(nextSample) || sold >= n {
 				t := now.Sub(started).Seconds()
-				p := DrainPoint{T: t, Done: sold, Lag: r.lag(ctx, group)}
+				p := DrainPoint{T: t, Done: sold, Lag: -1}
+				if lag, err := r.lag(ctx, topics.Requested, topics.ConsumerGroup()); err == nil {
+					p.Lag = lag
+				}
 				if t > prevT {
 					p.Rate = float64(sold-prevDone) / (t - prevT)
 				}
@@ -225,19 +227,12 @@ func (r *runner) produce(ctx context.Context, name, topic, campaign string, n in
 	return float64(n) / el, nil
 }
 
-// lag returns the group's total lag, or -1 when Kafka does not say.
-func (r *runner) lag(ctx context.Context, group string) int64 {
+// lag returns how many records of topic the group has not committed yet (from the log's start
+// for a partition it never committed), asking Kafka for at most 2s.
+func (r *runner) lag(ctx context.Context, topic, group string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	lags, err := r.env.Admin.Lag(ctx, group)
-	if err != nil {
-		return -1
-	}
-	l, ok := lags[group]
-	if !ok || l.Error() != nil {
-		return -1
-	}
-	return l.Lag.Total()
+	return events.Lag(ctx, r.env.Admin, topic, group)
 }
 
 // campaignUpdates returns how many rows of the run's campaigns table were ever updated.

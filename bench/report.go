@@ -88,7 +88,7 @@ func charts(s ScenarioResult) template.HTML {
 		for _, p := range d.Timeline {
 			t, r = append(t, p.T), append(r, p.Rate)
 			l := float64(p.Lag)
-			if p.Lag < 0 { // unknown: the group had no committed offsets yet
+			if p.Lag < 0 { // Kafka did not say
 				l = math.NaN()
 			}
 			lag = append(lag, l)

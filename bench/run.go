@@ -281,7 +281,7 @@ func (p *pipeline) caughtUp(ctx context.Context) error {
 	defer cancel()
 	topics := events.NewTopics(p.prefix)
 	for {
-		lag, err := events.Lag(ctx, p.r.env.Admin, topics.Requested, topics.ConsumerGroup())
+		lag, err := p.r.lag(ctx, topics.Requested, topics.ConsumerGroup())
 		if err == nil && lag == 0 {
 			return nil
 		}
