@@ -51,8 +51,7 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 	b.WriteString("\nCPU per op: CPU time of each server process per request (per order for the drains), the local\nRedis, PostgreSQL (all backends) and Kafka broker included: steadier than throughput on a shared\nmachine, and it shows where a request's cost lands. load: the one-minute load average when the scenario started (2 cores).\n")
 	for _, s := range r.Scenarios {
 		if f := s.Flash; f != nil {
-			fmt.Fprintf(&b, "\nflash-crowd: sold out after %.2fs; every confirmed order in PostgreSQL after %s. %s.\n",
-				f.SoldOutAfter, seconds(f.PersistedAfter), f.Line())
+			fmt.Fprintf(&b, "\nflash-crowd: %s. %s.\n", s.FlashTimes(), f.Line())
 		}
 	}
 	return b.String()

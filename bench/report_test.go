@@ -42,6 +42,7 @@ func fakeResult() *Result {
 	add(ScAllAccept, false, "req/s", 10000, load(10000, 30, map[string]int64{"202": 100}))
 	add(ScSyncDB, true, "req/s", 2000, load(2000, 300, map[string]int64{"202": 10, "409 sold_out": 90}))
 	fc := add(ScFlashCrowd, false, "req/s", 30000, load(30000, 12, map[string]int64{"202": 10, "409 sold_out": 90}))
+	fc.Load.Requests, fc.Load.Elapsed = 100, 0.5
 	fc.Flash = &FlashResult{Stock: 10, Limit: 1, Accepted: 10, Sold: 10, Confirmed: 10, OK: true, SoldOutAfter: 0.1, PersistedAfter: 0.9,
 		Persisted: []DrainPoint{{T: 0.1, Done: 2}, {T: 0.5, Done: 10}}}
 	add(ScIdleConns, false, "MB", 120, nil).Idle = &IdleResult{Connections: 10000, RSSBefore: 40, RSSAfter: 120}
@@ -141,7 +142,7 @@ func TestReports(t *testing.T) {
 	}
 	page, _ := os.ReadFile(htmlPath)
 	for _, want := range []string{"<svg", "polyline", "all-accept / bare-reserve", "FAIL", "PASS", "CORRECT", "net/http.(*conn).serve",
-		"consumer group lag", "orders confirmed in PostgreSQL", "failed: it broke", "a note &lt;with markup&gt;"} {
+		"consumer group lag", "orders confirmed in PostgreSQL", "failed: it broke", "a note &lt;with markup&gt;", flashTimes} {
 		if !bytes.Contains(page, []byte(want)) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -153,10 +154,24 @@ func TestReports(t *testing.T) {
 	}
 	var table bytes.Buffer
 	r.WriteTable(&table)
-	for _, want := range []string{"flash-crowd", "30,000", "409 sold_out 90", "PASS", "CORRECT", "failed: it broke", "10,000 conns", "api 71µs"} {
+	for _, want := range []string{"flash-crowd", "30,000", "409 sold_out 90", "PASS", "CORRECT", "failed: it broke", "10,000 conns", "api 71µs", flashTimes} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, table.String())
 		}
+	}
+}
+
+// flashTimes is fakeResult's flash crowd in words: 10 accepts in its first 0.1s, 90 refusals in
+// the other 0.4s.
+const flashTimes = "sold out after 0.10s, 10 accepted at 100/s, the other 90 answered at 225/s; every confirmed order in PostgreSQL after 0.90s"
+
+func TestFlashTimesWithoutASellOut(t *testing.T) {
+	s := ScenarioResult{Load: &LoadResult{Requests: 50, Elapsed: 2, Throughput: 25}, Flash: &FlashResult{Accepted: 50}}
+	if got, want := s.FlashTimes(), "never sold out; 50 accepted at 25/s; every confirmed order in PostgreSQL after (not within the wait)"; got != want {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	if got := (ScenarioResult{Load: s.Load}).FlashTimes(); got != "" {
+		t.Fatalf("a scenario that is not a flash crowd: %q", got)
 	}
 }
 
@@ -170,7 +185,8 @@ func TestUpdateReadme(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	s := string(b)
 	if strings.Contains(s, "old table") || !strings.Contains(s, "| all-accept / bare-reserve | 0.50× |  | ≥ 1.00× | FAIL |") ||
-		!strings.HasSuffix(s, ReadmeEnd+"\n\nafter\n") || !strings.Contains(s, "`seckill bench --quick`") {
+		!strings.HasSuffix(s, ReadmeEnd+"\n\nafter\n") || !strings.Contains(s, "`seckill bench --quick`") ||
+		!strings.Contains(s, "flash-crowd: "+flashTimes+". CORRECT") {
 		t.Fatalf("README:\n%s", s)
 	}
 	os.WriteFile(path, []byte("no markers"), 0o644)

@@ -440,8 +440,7 @@ func (r *Result) WriteTable(w io.Writer) {
 	tw.Flush()
 	for _, s := range r.Scenarios {
 		if f := s.Flash; f != nil {
-			fmt.Fprintf(w, "\nflash-crowd: sold out after %.2fs; every confirmed order in PostgreSQL after %s; %s\n",
-				f.SoldOutAfter, seconds(f.PersistedAfter), f.Line())
+			fmt.Fprintf(w, "\nflash-crowd: %s; %s\n", s.FlashTimes(), f.Line())
 		}
 		if d := s.Drain; d != nil && s.Name == "drain" {
 			fmt.Fprintf(w, "drain: %s of %s events persisted in %.1fs (first order %.1fs after the consumer started); %d batches, %d campaign row updates\n",
@@ -455,6 +454,25 @@ func seconds(v float64) string {
 		return "(not within the wait)"
 	}
 	return fmt.Sprintf("%.2fs", v)
+}
+
+// FlashTimes says when a flash crowd sold out, how fast it was answered before and after, and
+// when its orders were all in PostgreSQL. An accepted purchase costs the machine several
+// refusals, so the first phase sets the crowd's pace and its p99: the two rates tell which phase
+// moved a round's ratio to constant (all-accept and sold-out measure each on its own).
+func (s ScenarioResult) FlashTimes() string {
+	f, l := s.Flash, s.Load
+	if f == nil || l == nil {
+		return ""
+	}
+	persisted := "every confirmed order in PostgreSQL after " + seconds(f.PersistedAfter)
+	if f.SoldOutAfter <= 0 || f.SoldOutAfter >= l.Elapsed {
+		return fmt.Sprintf("never sold out; %s accepted at %s/s; %s", count(f.Accepted), rate(l.Throughput), persisted)
+	}
+	rest := l.Requests - f.Accepted
+	return fmt.Sprintf("sold out after %.2fs, %s accepted at %s/s, the other %s answered at %s/s; %s",
+		f.SoldOutAfter, count(f.Accepted), rate(float64(f.Accepted)/f.SoldOutAfter),
+		count(rest), rate(float64(rest)/(l.Elapsed-f.SoldOutAfter)), persisted)
 }
 
 // Line is the correctness line of a flash crowd.
