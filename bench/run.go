@@ -36,6 +36,50 @@ type runner struct {
 	apiFlags []string // identity and limit flags for every api
 	mu       sync.Mutex
 	procs    []*Proc // every process started, for their logs' warnings
+	// flashAPI is the flash crowd's pipeline, kept running for idle-conns, which measures its api.
+	flashAPI *pipeline
+}
+
+// steps returns how to run each scenario of AllScenarios, by name.
+func (r *runner) steps() map[string]func(context.Context) (ScenarioResult, error) {
+	baseline := func(kind string) func(context.Context) (ScenarioResult, error) {
+		return func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, kind) }
+	}
+	return map[string]func(context.Context) (ScenarioResult, error){
+		ScSoldOut:     r.soldOut,
+		ScConstant:    baseline(Constant),
+		ScSyncDB:      baseline(SyncDB),
+		ScBareReserve: baseline(BareReserve),
+		ScFlashCrowd: func(ctx context.Context) (ScenarioResult, error) {
+			res, p, err := r.flashCrowd(ctx, r.cfg.wants(ScIdleConns))
+			r.flashAPI = p
+			return res, err
+		},
+		ScIdleConns: func(ctx context.Context) (ScenarioResult, error) {
+			p := r.flashAPI
+			if p == nil {
+				return ScenarioResult{}, errors.New("idle-conns measures the flash crowd's api: run flash-crowd too")
+			}
+			r.flashAPI = nil
+			defer func() {
+				if err := p.stop(); err != nil {
+					r.prog.Logf("bench: %v", err)
+				}
+			}()
+			return r.idleConns(ctx, p)
+		},
+		ScAllAccept: func(ctx context.Context) (ScenarioResult, error) {
+			return r.allAccept(ctx, ScAllAccept, r.cfg.ConsumerRate)
+		},
+		ScAllAcceptUnpaced: func(ctx context.Context) (ScenarioResult, error) { return r.allAccept(ctx, ScAllAcceptUnpaced, 0) },
+		ScRedisCeiling:     r.redisCeiling,
+		ScDrain: func(ctx context.Context) (ScenarioResult, error) {
+			return r.drain(ctx, ScDrain, r.cfg.Sizes.DrainEvents, r.cfg.Sizes.BatchSize)
+		},
+		ScRowAtATime: func(ctx context.Context) (ScenarioResult, error) {
+			return r.drain(ctx, ScRowAtATime, r.cfg.Sizes.RowEvents, 1)
+		},
+	}
 }
 
 // Run runs the configured scenarios on the real services and returns the result; a scenario
@@ -74,46 +118,12 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	}()
 	r.prog.Logf("bench: run %s, schema %s, logs and profiles in %s", env.RunID, env.Schema, cfg.WorkDir)
 
-	var flashAPI *pipeline // idle-conns measures the flash crowd's api
-	// Run in AllScenarios order: each judged scenario next to its baseline.
-	steps := map[string]func(context.Context) (ScenarioResult, error){
-		ScSoldOut:  r.soldOut,
-		ScConstant: func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, Constant) },
-		ScFlashCrowd: func(ctx context.Context) (ScenarioResult, error) {
-			res, p, err := r.flashCrowd(ctx, cfg.wants(ScIdleConns))
-			flashAPI = p
-			return res, err
-		},
-		ScIdleConns: func(ctx context.Context) (ScenarioResult, error) {
-			if flashAPI == nil {
-				return ScenarioResult{}, errors.New("idle-conns measures the flash crowd's api: run flash-crowd too")
-			}
-			defer func() {
-				if err := flashAPI.stop(); err != nil {
-					r.prog.Logf("bench: %v", err)
-				}
-			}()
-			return r.idleConns(ctx, flashAPI)
-		},
-		ScSyncDB:      func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, SyncDB) },
-		ScBareReserve: func(ctx context.Context) (ScenarioResult, error) { return r.baseline(ctx, BareReserve) },
-		ScAllAccept: func(ctx context.Context) (ScenarioResult, error) {
-			return r.allAccept(ctx, ScAllAccept, r.cfg.ConsumerRate)
-		},
-		ScRedisCeiling:     r.redisCeiling,
-		ScAllAcceptUnpaced: func(ctx context.Context) (ScenarioResult, error) { return r.allAccept(ctx, ScAllAcceptUnpaced, 0) },
-		ScDrain: func(ctx context.Context) (ScenarioResult, error) {
-			return r.drain(ctx, ScDrain, cfg.Sizes.DrainEvents, cfg.Sizes.BatchSize)
-		},
-		ScRowAtATime: func(ctx context.Context) (ScenarioResult, error) {
-			return r.drain(ctx, ScRowAtATime, cfg.Sizes.RowEvents, 1)
-		},
-	}
+	steps := r.steps()
 	// Round after round: every target's two scenarios alternate, so that a busy spell of the
 	// machine lands on both sides of a ratio rather than flipping its verdict.
 	for round := 1; round <= cfg.Rounds && ctx.Err() == nil; round++ {
 		r.prog.Logf("bench: round %d of %d", round, cfg.Rounds)
-		r.env.round, flashAPI = round, nil
+		r.env.round = round
 		for _, name := range AllScenarios {
 			if !cfg.wants(name) {
 				continue
@@ -130,8 +140,11 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 			}
 			r.res.Scenarios = append(r.res.Scenarios, res)
 		}
-		if flashAPI != nil && !cfg.wants(ScIdleConns) {
-			flashAPI.stop()
+		if r.flashAPI != nil { // kept for idle-conns, which did not run: the run was cancelled
+			if err := r.flashAPI.stop(); err != nil {
+				r.prog.Logf("bench: %v", err)
+			}
+			r.flashAPI = nil
 		}
 	}
 	r.res.Finished = time.Now().UTC()

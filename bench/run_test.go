@@ -64,3 +64,17 @@ func TestCaughtUpWaitsForTheConsumer(t *testing.T) {
 		t.Fatalf("after the group committed every order: %v", err)
 	}
 }
+
+// Run takes the scenarios in AllScenarios order from a table of its own: every name a user may
+// give (Config.Validate accepts AllScenarios) must have a way to run, and nothing else.
+func TestEveryScenarioHasAStep(t *testing.T) {
+	steps := (&runner{}).steps()
+	for _, name := range AllScenarios {
+		if steps[name] == nil {
+			t.Errorf("no step runs %s", name)
+		}
+	}
+	if len(steps) != len(AllScenarios) {
+		t.Errorf("%d steps for %d scenarios", len(steps), len(AllScenarios))
+	}
+}
