@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +63,19 @@ func TestRoleWaitsOutAnUnreachableRedis(t *testing.T) {
 				t.Fatalf("exit %d, want 0 (stopped while waiting for redis):\n%s", code, out.String())
 			}
 		})
+	}
+}
+
+// TestGCPercent: without GOGC every command runs at gcPercent; an operator's GOGC is left to the
+// runtime, which has read it already.
+func TestGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	setGCPercent(func(string) string { return "" })
+	if got := debug.SetGCPercent(100); got != gcPercent {
+		t.Errorf("GOGC unset: GC percent %d, want %d", got, gcPercent)
+	}
+	setGCPercent(func(k string) string { return map[string]string{"GOGC": "50"}[k] })
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GOGC=50 set: GC percent changed to %d; the runtime's reading of GOGC must stand", got)
 	}
 }

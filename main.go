@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -52,7 +53,27 @@ var commands = map[string]func(ctx context.Context, args []string, stdout io.Wri
 	"token":       runToken,
 }
 
+// gcPercent is the garbage collector's GOGC unless the environment sets one: the heap may grow
+// to five times what is live before a collection, against Go's default of twice. Every role
+// allocates a few kilobytes per order on a live heap of a few megabytes, so at 100 it collected
+// 20-30 times a second, and each cycle's fixed costs (its workers, the scan of every stack) were
+// paid that often. Side by side in the bench's all-accept-unpaced, six alternating rounds each,
+// against the default: the CPU of every process per order 101-128 µs (median 114) against
+// 124-146 (137), the consumer's own 9-10 µs against 16-18, with 13,000-16,000 purchases/s
+// against 11,600-13,500; the api's RSS per idle connection unchanged (16-17 KB). Memory pays:
+// the api's RSS after a flash crowd 72-76 MB against 46-50. In a container, GOMEMLIMIT (which
+// deploy/ sets from the memory limit) holds the heap under the limit whatever this is.
+const gcPercent = 400
+
+// setGCPercent applies gcPercent unless GOGC is set: an operator's GOGC wins.
+func setGCPercent(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
+}
+
 func main() {
+	setGCPercent(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
