@@ -66,16 +66,21 @@ func TestRoleWaitsOutAnUnreachableRedis(t *testing.T) {
 	}
 }
 
-// TestGCPercent: without GOGC every command runs at gcPercent; an operator's GOGC is left to the
-// runtime, which has read it already.
+// TestGCPercent: without GOGC every command but dev runs at gcPercent; dev, and any command
+// under an operator's GOGC, keep what the runtime set.
 func TestGCPercent(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	setGCPercent(func(string) string { return "" })
+	unset := func(string) string { return "" }
+	setGCPercent("api", unset)
 	if got := debug.SetGCPercent(100); got != gcPercent {
-		t.Errorf("GOGC unset: GC percent %d, want %d", got, gcPercent)
+		t.Errorf("api, GOGC unset: GC percent %d, want %d", got, gcPercent)
 	}
-	setGCPercent(func(k string) string { return map[string]string{"GOGC": "50"}[k] })
+	setGCPercent("dev", unset)
 	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("GOGC=50 set: GC percent changed to %d; the runtime's reading of GOGC must stand", got)
+		t.Errorf("dev, GOGC unset: GC percent changed to %d; dev keeps Go's default", got)
+	}
+	setGCPercent("consumer", func(k string) string { return map[string]string{"GOGC": "50"}[k] })
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("consumer, GOGC=50 set: GC percent changed to %d; the runtime's reading of GOGC must stand", got)
 	}
 }

@@ -65,15 +65,19 @@ var commands = map[string]func(ctx context.Context, args []string, stdout io.Wri
 // deploy/ sets from the memory limit) holds the heap under the limit whatever this is.
 const gcPercent = 400
 
-// setGCPercent applies gcPercent unless GOGC is set: an operator's GOGC wins.
-func setGCPercent(getenv func(string) string) {
-	if getenv("GOGC") == "" {
+// setGCPercent applies gcPercent to a command unless GOGC is set: an operator's GOGC wins. dev
+// keeps Go's default: its embedded Kafka and Redis hold every event and key on its own heap, so
+// what is live grows with the sale, and five times that is more than a demo should take.
+func setGCPercent(command string, getenv func(string) string) {
+	if command != "dev" && getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
 }
 
 func main() {
-	setGCPercent(os.Getenv)
+	if len(os.Args) > 1 {
+		setGCPercent(os.Args[1], os.Getenv)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
