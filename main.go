@@ -60,9 +60,10 @@ var commands = map[string]func(ctx context.Context, args []string, stdout io.Wri
 // paid that often. Side by side in the bench's all-accept-unpaced, six alternating rounds each,
 // against the default: the CPU of every process per order 101-128 µs (median 114) against
 // 124-146 (137), the consumer's own 9-10 µs against 16-18, with 13,000-16,000 purchases/s
-// against 11,600-13,500; the api's RSS per idle connection unchanged (16-17 KB). Memory pays:
-// the api's RSS after a flash crowd 72-76 MB against 46-50. In a container, GOMEMLIMIT (which
-// deploy/ sets from the memory limit) holds the heap under the limit whatever this is.
+// against 11,600-13,500; the api's RSS per idle connection no higher (16-17 KB against 18-19).
+// Memory pays: the api's RSS after a flash crowd 72-76 MB against 46-50. In a container,
+// GOMEMLIMIT (which deploy/ sets from the memory limit) holds the heap under the limit whatever
+// this is.
 const gcPercent = 400
 
 // setGCPercent applies gcPercent to a command unless GOGC is set: an operator's GOGC wins. dev
