@@ -56,17 +56,11 @@ func (r *runner) steps() map[string]func(context.Context) (ScenarioResult, error
 			return res, err
 		},
 		ScIdleConns: func(ctx context.Context) (ScenarioResult, error) {
-			p := r.flashAPI
-			if p == nil {
+			if r.flashAPI == nil {
 				return ScenarioResult{}, errors.New("idle-conns measures the flash crowd's api: run flash-crowd too")
 			}
-			r.flashAPI = nil
-			defer func() {
-				if err := p.stop(); err != nil {
-					r.prog.Logf("bench: %v", err)
-				}
-			}()
-			return r.idleConns(ctx, p)
+			defer r.stopFlashAPI()
+			return r.idleConns(ctx, r.flashAPI)
 		},
 		ScAllAccept: func(ctx context.Context) (ScenarioResult, error) {
 			return r.allAccept(ctx, ScAllAccept, r.cfg.ConsumerRate)
@@ -80,6 +74,17 @@ func (r *runner) steps() map[string]func(context.Context) (ScenarioResult, error
 			return r.drain(ctx, ScRowAtATime, r.cfg.Sizes.RowEvents, 1)
 		},
 	}
+}
+
+// stopFlashAPI stops the flash crowd's pipeline, if one is kept.
+func (r *runner) stopFlashAPI() {
+	if r.flashAPI == nil {
+		return
+	}
+	if err := r.flashAPI.stop(); err != nil {
+		r.prog.Logf("bench: %v", err)
+	}
+	r.flashAPI = nil
 }
 
 // Run runs the configured scenarios on the real services and returns the result; a scenario
@@ -140,12 +145,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 			}
 			r.res.Scenarios = append(r.res.Scenarios, res)
 		}
-		if r.flashAPI != nil { // kept for idle-conns, which did not run: the run was cancelled
-			if err := r.flashAPI.stop(); err != nil {
-				r.prog.Logf("bench: %v", err)
-			}
-			r.flashAPI = nil
-		}
+		r.stopFlashAPI() // still kept if idle-conns did not run: the run was cancelled
 	}
 	r.res.Finished = time.Now().UTC()
 	r.noteLogProblems()
