@@ -34,6 +34,12 @@ type env struct {
 
 func newEnv(t *testing.T, stock, limit int64) *env {
 	t.Helper()
+	return newEnvPaying(t, stock, limit, 0)
+}
+
+// newEnvPaying is newEnv for a campaign whose confirmed orders must be paid within window.
+func newEnvPaying(t *testing.T, stock, limit int64, window time.Duration) *env {
+	t.Helper()
 	e := &env{ctx: context.Background(), r: lua.New(luatest.MustRedis(t)), stock: stock}
 	t.Cleanup(func() { e.r.Close() })
 	e.st = storetest.MustOpen(t, storetest.PostgresURL(t))
@@ -42,7 +48,7 @@ func newEnv(t *testing.T, stock, limit int64) *env {
 	e.campaign = storetest.Name("comp")
 	now := time.Now()
 	if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: e.campaign, Name: "c", Stock: stock, PerUserLimit: limit,
-		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli(), PaymentWindowMs: window.Milliseconds()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: e.campaign, Remaining: stock, Limit: limit, StartsAt: now.Add(-time.Hour)}); err != nil {
@@ -461,5 +467,81 @@ func TestSweeperLeaseFitsTheInterval(t *testing.T) {
 		if lease+retry >= interval || retry <= 0 || lease < time.Second {
 			t.Errorf("sweep interval %v: lease %v + retry %v", interval, lease, retry)
 		}
+	}
+}
+
+// TestReservedAgainAfterTheRecordIsGone: an Idempotency-Key names its order for good, so when
+// the key's record and the order's Redis record have both gone (24 h, or a Redis rebuild, which
+// keeps only confirmed and paid records), the same key reserves again under the id of an order
+// that has long ended. The consumer finds that order final and confirms nothing; the sweeper
+// must still give the new reservation's units back at its deadline, whatever the order ended as.
+func TestReservedAgainAfterTheRecordIsGone(t *testing.T) {
+	e := newEnvPaying(t, 30, 3, time.Hour)
+	c := e.compensator(t, compensator.Config{})
+	// End an order in each state that gives its units back, the way each really ends.
+	ends := map[events.Status]func(ev events.Event){
+		events.Failed: func(ev events.Event) {
+			if _, err := c.Fail(e.ctx, ev, events.ReasonExpired, "test"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		events.Refunded: func(ev events.Event) {
+			e.confirm(t, []events.Event{ev})
+			if _, err := c.Compensate(e.ctx, ev.OrderID); err != nil {
+				t.Fatal(err)
+			}
+		},
+		events.Expired: func(ev events.Event) {
+			e.confirm(t, []events.Event{ev})
+			if _, err := c.Expire(e.ctx, ev.OrderID, time.Now().Add(2*time.Hour)); err != nil { // not paid in its window
+				t.Fatal(err)
+			}
+		},
+	}
+	var again []events.Event
+	evs := e.reserve(t, len(ends), time.Minute) // one buyer each
+	for status, end := range ends {
+		ev := evs[len(again)]
+		end(ev)
+		if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != status {
+			t.Fatalf("order %s: %+v %v, want %s", ev.OrderID, o, err, status)
+		}
+		again = append(again, ev)
+	}
+	if n, err := e.r.Trim(e.ctx, e.campaign, 0, 100); err != nil || n != len(ends) {
+		t.Fatalf("trimmed %d records (%v), want %d", n, err, len(ends))
+	}
+	for _, ev := range again {
+		res, err := e.r.Reserve(e.ctx, e.campaign, ev.OrderID, ev.UserID, ev.Quantity, time.Millisecond)
+		if err != nil || res.State != "pending" {
+			t.Fatalf("reserve %s again: %+v %v", ev.OrderID, res, err)
+		}
+	}
+	results, err := e.st.ConfirmOrders(e.ctx, again) // what the consumer does with their events
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if !r.Duplicate || r.Status == events.Confirmed {
+			t.Fatalf("order %s: the consumer got %+v, want the ended order", again[i].OrderID, r)
+		}
+	}
+	time.Sleep(5 * time.Millisecond) // past the deadlines
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range again {
+		if res, err := e.r.Reservation(e.ctx, ev.OrderID); err != nil || res.State == "pending" {
+			t.Errorf("order %s after the sweep: %+v %v, want its units given back", ev.OrderID, res, err)
+		}
+	}
+	if overdue, err := e.r.Expired(e.ctx, e.campaign, 10); err != nil || len(overdue) != 0 {
+		t.Errorf("still overdue after the sweep: %v %v", overdue, err)
+	}
+	if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != e.stock {
+		t.Errorf("remaining %d (%v), want the whole stock %d back", left, err, e.stock)
+	}
+	if n := e.r.Client().HLen(e.ctx, lua.KeysOf(e.campaign).Buyers).Val(); n != 0 {
+		t.Errorf("redis still counts %d buyers' units", n)
 	}
 }

@@ -76,7 +76,7 @@ func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, sourc
 		ev := e.New(events.OrderFailed, time.Now())
 		ev.Reason = o.Reason
 		return o, r.publish(ctx, ev)
-	case events.Confirmed:
+	case events.Confirmed, events.Paid:
 		// The consumer won; make sure the sweeper stops seeing the reservation as pending.
 		out, err := r.Redis.Confirm(ctx, o.OrderID)
 		compensations.WithLabelValues(source, outcome(out, "confirmed")).Inc()
@@ -84,6 +84,12 @@ func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, sourc
 	case events.Refunded:
 		// A refund that stopped between the store and Redis; finish it.
 		return o, r.refundReservation(ctx, o, source)
+	case events.Expired:
+		// An expiry that stopped between the store and Redis, or a reservation made again
+		// under the id of an order that expired long ago (its record trimmed after the
+		// retention or lost with Redis, and the Idempotency-Key's record with it, so the key
+		// came back as new): either way its units go back, once.
+		return o, r.giveBack(ctx, o, r.Redis.Expire, source, "expired", events.OrderExpired)
 	}
 	return o, nil
 }
