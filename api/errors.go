@@ -64,6 +64,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 	switch {
 	case ours && e.Code != events.Internal:
 		body.Error.Code, body.Error.Message = e.Code, e.Message
+	case ours && e.Cause == nil:
+		// A bug of ours (a handler's panic): not a dependency's failure, and it may have
+		// reserved units before it stopped, so it must not say the request changed nothing.
+		body.Error.Code, body.Error.Message = events.Internal, "internal error"
 	case errors.As(err, &he) && he.Code == http.StatusNotFound:
 		body.Error.Code, body.Error.Message = codeNotFound, "no such route"
 	case errors.As(err, &he) && he.Code == http.StatusMethodNotAllowed:

@@ -23,25 +23,44 @@ import (
 // by fakes. The real-server tests (contract_test.go) check the same handler end to end.
 
 // fakeStore records the orders failed through it; any other call panics (the embedded nil).
+// With won set, the consumer stored every order first, as confirmed; with err, the store is down.
 type fakeStore struct {
 	api.Store
+	won    bool
+	err    error
 	mu     sync.Mutex
 	failed map[string]string // order id -> reason
 }
 
 func (f *fakeStore) FailOrderFenced(_ context.Context, e events.Event, reason string, _ store.Fence) (store.Order, error) {
+	o := store.Order{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID, Quantity: int64(e.Quantity), Status: events.Confirmed}
+	switch {
+	case f.err != nil:
+		return store.Order{}, f.err
+	case f.won:
+		return o, nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failed[e.OrderID] = reason
-	return store.Order{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID, Quantity: int64(e.Quantity), Status: events.Failed, Reason: reason}, nil
+	o.Status, o.Reason = events.Failed, reason
+	return o, nil
 }
 
-// fakeRedis answers Reserve with err (nil: a pending reservation) and records releases.
+// fakeRedis answers Reserve with err (nil: a pending reservation) and records releases and
+// confirmations.
 type fakeRedis struct {
 	api.Redis
-	err      error
-	mu       sync.Mutex
-	released []string
+	err                 error
+	mu                  sync.Mutex
+	released, confirmed []string
+}
+
+func (f *fakeRedis) Confirm(_ context.Context, orderID string) (lua.Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.confirmed = append(f.confirmed, orderID)
+	return lua.Outcome{Changed: true, State: "confirmed"}, nil
 }
 
 func (f *fakeRedis) Reserve(_ context.Context, campaign, orderID, user string, qty int, ttl time.Duration) (lua.Reservation, error) {
@@ -53,6 +72,13 @@ func (f *fakeRedis) Release(_ context.Context, orderID string) (lua.Outcome, err
 	defer f.mu.Unlock()
 	f.released = append(f.released, orderID)
 	return lua.Outcome{Changed: true, State: "released"}, nil
+}
+
+// panickingProducer is a bug after the reservation.
+type panickingProducer struct{}
+
+func (panickingProducer) Produce(context.Context, *kgo.Record, func(*kgo.Record, error)) {
+	panic("a bug after the reservation")
 }
 
 // fakeProducer acknowledges every record with err, and keeps them.
@@ -88,7 +114,7 @@ func (p *fakeProducer) events(t *testing.T, topic string) []events.Event {
 
 func TestPurchaseWithFakes(t *testing.T) {
 	topics := events.NewTopics("fake")
-	serve := func(r *fakeRedis, p *fakeProducer, st *fakeStore) (int, string) {
+	serve := func(r *fakeRedis, p api.Producer, st *fakeStore) (int, string) {
 		srv := api.New(api.Config{Topics: topics, InsecureUserHeader: true, ProduceTimeout: time.Second,
 			Logger: slog.New(slog.DiscardHandler)}, st, r, p)
 		defer srv.Close()
@@ -131,6 +157,48 @@ func TestPurchaseWithFakes(t *testing.T) {
 		}
 		if failed := p.events(t, topics.Results); len(failed) != 1 || failed[0].Type != events.OrderFailed || failed[0].OrderID != id {
 			t.Errorf("announced %+v, want OrderFailed of %s", failed, id)
+		}
+	})
+
+	// The produce's acknowledgement was lost, not the record: the consumer stored the order
+	// before the api could fail it. The buyer has bought; telling them "cancelled, nothing was
+	// charged" would send them to buy again.
+	t.Run("a failed produce of an order the consumer stored first answers 202", func(t *testing.T) {
+		p := &fakeProducer{err: errors.New("no acknowledgement")}
+		r := &fakeRedis{}
+		code, body := serve(r, p, &fakeStore{won: true})
+		requested := p.events(t, topics.Requested)
+		if code != http.StatusAccepted || len(requested) != 1 || !strings.Contains(body, requested[0].OrderID) {
+			t.Fatalf("answered %d %s, produced %+v", code, body, requested)
+		}
+		if len(r.released) != 0 || len(r.confirmed) != 1 || r.confirmed[0] != requested[0].OrderID {
+			t.Errorf("redis released %v and confirmed %v; want the order confirmed, nothing released", r.released, r.confirmed)
+		}
+	})
+
+	// A panic is ours, not a dependency's, and it came after units were reserved.
+	t.Run("a panic answers 500, not a retryable 503 that changed nothing", func(t *testing.T) {
+		code, body := serve(&fakeRedis{}, panickingProducer{}, &fakeStore{})
+		if code != http.StatusInternalServerError || !strings.Contains(body, `"internal"`) || strings.Contains(body, "changed nothing") {
+			t.Errorf("answered %d %s, want 500 internal", code, body)
+		}
+	})
+
+	// Kafka and the store both failed: the event may still reach the consumer, so nobody can
+	// say yet whether the order is placed. The answer must not say it was cancelled.
+	t.Run("a failed produce the store cannot record names the order as not settled yet", func(t *testing.T) {
+		p := &fakeProducer{err: errors.New("no acknowledgement")}
+		r := &fakeRedis{}
+		code, body := serve(r, p, &fakeStore{err: errors.New("connection refused")})
+		requested := p.events(t, topics.Requested)
+		if code != http.StatusServiceUnavailable || len(requested) != 1 {
+			t.Fatalf("answered %d %s, produced %+v", code, body, requested)
+		}
+		if !strings.Contains(body, requested[0].OrderID) || !strings.Contains(body, "not known yet") || strings.Contains(body, "cancelled;") {
+			t.Errorf("answered %s; want the order named as not settled yet, not as cancelled", body)
+		}
+		if len(r.released) != 0 {
+			t.Errorf("redis released %v: the order may still be stored by the consumer", r.released)
 		}
 	})
 }

@@ -466,7 +466,9 @@ func (s *Server) purchase(c echo.Context) error {
 		s.forget(ctx, idem)
 		switch code {
 		case events.Internal:
-			return events.Wrap(events.Unavailable, err, "the sale cannot be reached right now; nothing was reserved, try again shortly")
+			// Not "nothing was reserved": an answer lost after the script ran leaves units held
+			// until the reservation's deadline, which a retry without a key may run into.
+			return events.Wrap(events.Unavailable, err, "the sale cannot be reached right now; try again shortly")
 		case events.CampaignNotFound:
 			return s.notInRedis(ctx, campaign, err)
 		}
@@ -500,12 +502,21 @@ func (s *Server) purchase(c echo.Context) error {
 		// outcome certain: a late event finds the order failed and changes nothing.
 		// Bounded: with Kafka down, publishing OrderFailed would wait for it forever.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
-		_, ferr := s.resolver.Fail(fctx, ev, events.ReasonProduce, "api")
+		o, ferr := s.resolver.Fail(fctx, ev, events.ReasonProduce, "api")
 		cancel()
-		if ferr != nil {
-			s.cfg.Logger.Error("cancel after failed produce; the sweeper finishes at the deadline", "order_id", orderID, "err", ferr)
+		switch {
+		case ferr != nil:
+			// The event may still reach the consumer: the sweeper settles the order at its
+			// deadline, confirmed or released. A retry with the same key produces it again.
+			s.cfg.Logger.Error("cancel after failed produce; the sweeper settles the order at its deadline", "order_id", orderID, "err", ferr)
+			s.forget(ctx, idem)
+			return events.Wrap(events.Unavailable, ferr, "order %s could not be queued and its outcome is not known yet: "+
+				"it is placed or cancelled by %s (GET /v1/orders/%[1]s says which)", orderID, res.Deadline.UTC().Format(time.RFC3339))
+		case o.Status != events.Failed:
+			// The record reached Kafka after all, and the consumer stored the order first.
+			return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
 		}
-		s.soldOut.clear(campaign) // units may be back on sale
+		s.soldOut.clear(campaign) // units are back on sale
 		return s.cancelled(c, idem, orderID)
 	}
 	failpoint.Inject(failpoint.APIAfterProduce)
