@@ -91,6 +91,18 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 			sz.DrainTimeout = q.DrainTimeout
 		}
 	}
+	cfg := bench.Config{
+		RedisURL: *redisURL, PostgresURL: *pgURL, Brokers: strings.Split(*brokers, ","),
+		Sizes: sz, Auth: *auth, APIFlags: apiFlags, ConsumerRate: *consumerRate,
+		Identity: bench.Identity{Secret: []byte(*secret), Issuer: *issuer},
+		Profile:  *profile, Keep: *keep, Rounds: *rounds, Command: benchCommand(f, set),
+	}
+	if *scenarios != "" {
+		cfg.Scenarios = strings.Split(*scenarios, ",")
+	}
+	if err := cfg.Validate(); err != nil { // before the build: a typo costs no wait
+		return usagef("bench: %v", err)
+	}
 	if *workDir == "" {
 		dir, err := os.MkdirTemp("", "seckill-bench-")
 		if err != nil {
@@ -116,15 +128,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 			return fmt.Errorf("no seckill binary: %w", err)
 		}
 	}
-	cfg := bench.Config{
-		RedisURL: *redisURL, PostgresURL: *pgURL, Brokers: strings.Split(*brokers, ","),
-		Binary: *binary, Sizes: sz, Auth: *auth, APIFlags: apiFlags, ConsumerRate: *consumerRate,
-		Identity: bench.Identity{Secret: []byte(*secret), Issuer: *issuer},
-		Profile:  *profile, WorkDir: *workDir, Keep: *keep, Rounds: *rounds, Command: benchCommand(f, set), Commit: commit,
-	}
-	if *scenarios != "" {
-		cfg.Scenarios = strings.Split(*scenarios, ",")
-	}
+	cfg.Binary, cfg.WorkDir, cfg.Commit = *binary, *workDir, commit
 	res, err := bench.Run(ctx, cfg, os.Stderr)
 	if res == nil {
 		return err
@@ -213,19 +217,16 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func runBenchRole(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("bench role", "Run a role or a baseline server with pprof beside it (used by seckill bench).\nUsage: seckill bench role [--pprof ADDR] api|consumer|compensator|baseline [its flags]", stdout)
 	addr := f.String("pprof", "", "address to serve /debug/pprof/ on (none: no pprof)")
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
+	f.positional = true // the role and its flags
+	if err := f.parse(args); err != nil {
+		return err
 	}
 	roles := map[string]func(context.Context, []string, io.Writer) error{
 		"api": runAPI, "consumer": runConsumer, "compensator": runCompensator, "baseline": runBenchBaseline,
 	}
 	rest := f.Args()
 	if len(rest) == 0 || roles[rest[0]] == nil {
-		fmt.Fprintln(stdout, "bench role: name one of api, consumer, compensator, baseline")
-		return errUsage
+		return usagef("bench role: name one of api, consumer, compensator, baseline")
 	}
 	if *addr != "" {
 		ln, err := net.Listen("tcp", *addr)
@@ -291,8 +292,7 @@ func runBenchReport(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *result == "" {
-		fmt.Fprintln(stdout, "bench report: --result is required")
-		return errUsage
+		return usagef("bench report: --result is required")
 	}
 	res, err := bench.LoadResultFile(*result)
 	if err != nil {

@@ -37,18 +37,17 @@ var campaignActions = map[string]string{
 }
 
 func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
+		return usagef("%s", campaignUsage)
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprint(stdout, campaignUsage)
-		if len(args) == 0 {
-			return errUsage
-		}
 		return nil
 	}
 	action := args[0]
 	summary, ok := campaignActions[action]
 	if !ok {
-		fmt.Fprintf(stdout, "campaign: unknown action %q\n\n%s", action, campaignUsage)
-		return errUsage
+		return usagef("campaign: unknown action %q\n\n%s", action, campaignUsage)
 	}
 	f := newFlags("campaign "+action, summary, stdout)
 	c := f.conn()
@@ -65,15 +64,13 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *id == "" {
-		fmt.Fprintf(stdout, "campaign %s: --id is required\n", action)
-		return errUsage
+		return usagef("campaign %s: --id is required", action)
 	}
 	var ends time.Time
 	if endsAt != nil {
 		var err error
 		if ends, err = parseEndsAt(*endsAt, time.Now()); err != nil {
-			fmt.Fprintf(stdout, "campaign extend: --ends-at: %v\n", err)
-			return errUsage
+			return usagef("campaign extend: --ends-at: %v", err)
 		}
 	}
 	op, d, done, err := openOperator(ctx, c)
@@ -141,7 +138,7 @@ func openOperator(ctx context.Context, c conn) (*compensator.Operator, deps, fun
 		return nil, d, nil, err
 	}
 	op := &compensator.Operator{
-		Resolver:  &compensator.Resolver{Store: d.store, Redis: d.redis, Producer: producer, Results: c.topics().Results},
+		Resolver:  &compensator.Resolver{Store: d.store, Redis: d.redis, Producer: producer, Results: c.topics().Results, Logger: c.logger(os.Stderr)},
 		Campaigns: d.store,
 		Sales:     d.redis,
 	}

@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -21,21 +23,31 @@ import (
 	"github.com/seckill/seckill/store"
 )
 
-// errUsage reports bad flags; the flag package has printed why already.
-var errUsage = errors.New("usage")
+// usageError is a bad flag, argument or value. run prints it on stderr and exits 2, and no
+// command has connected to anything by then: no retry mends a typo.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
 // flags is a flag set whose every flag falls back to SECKILL_<NAME> in the environment.
 type flags struct {
 	*flag.FlagSet
-	out   io.Writer
-	after []func() error // run by parse once the flags are set
+	out        io.Writer      // where --help goes
+	positional bool           // the command reads arguments after its flags (f.Args)
+	after      []func() error // run by parse once the flags are set
 }
 
+// newFlags returns the flags of a command. Its help (f.Usage) goes to out; errors are returned
+// by parse.
 func newFlags(name, summary string, out io.Writer) *flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: seckill %s [flags]\n\n%s\n\nFlags (each also read from SECKILL_<FLAG> when not given):\n", name, summary)
+		fs.SetOutput(out)
+		defer fs.SetOutput(io.Discard)
 		fs.PrintDefaults()
 	}
 	return &flags{FlagSet: fs, out: out}
@@ -45,29 +57,33 @@ func envName(flag string) string {
 	return "SECKILL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// parse applies the environment, then the arguments, so a flag on the command line wins.
+// parse reads the arguments, then the environment for each flag they did not set, so a flag on
+// the command line wins over its variable, and --help is help whatever the environment holds.
 func (f *flags) parse(args []string) error {
-	var err error
+	help := f.Usage
+	f.Usage = func() {} // the flag package calls it on errors too
+	err := f.Parse(args)
+	f.Usage = help
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		help()
+		return err
+	case err != nil:
+		return usagef("%v (seckill %s --help lists the flags)", err, f.Name())
+	case f.NArg() > 0 && !f.positional:
+		return usagef("unexpected arguments: %v", f.Args())
+	}
+	given := map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	f.VisitAll(func(fl *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(fl.Name)); ok && err == nil {
+		if v, ok := os.LookupEnv(envName(fl.Name)); ok && !given[fl.Name] && err == nil {
 			if e := fl.Value.Set(v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(fl.Name), v, e)
+				err = usagef("%s=%q: %v", envName(fl.Name), v, e)
 			}
 		}
 	})
 	if err != nil {
-		fmt.Fprintln(f.out, err)
-		return errUsage
-	}
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return errUsage
-	}
-	if f.NArg() > 0 {
-		fmt.Fprintf(f.out, "unexpected arguments: %v\n", f.Args())
-		return errUsage
+		return err
 	}
 	for _, fn := range f.after {
 		if err := fn(); err != nil {
@@ -75,6 +91,35 @@ func (f *flags) parse(args []string) error {
 		}
 	}
 	return nil
+}
+
+// check adds a test of the flags' values to parse: ok reports whether they are sane, and want
+// says what would be.
+func (f *flags) check(ok func() bool, format string, args ...any) {
+	f.after = append(f.after, func() error {
+		if !ok() {
+			return usagef(format, args...)
+		}
+		return nil
+	})
+}
+
+// atLeast is an int flag whose value may not be below least.
+func (f *flags) atLeast(name string, value, least int, usage string) *int {
+	p := f.Int(name, value, usage)
+	f.check(func() bool { return *p >= least }, "--%s: want at least %d", name, least)
+	return p
+}
+
+// duration is a duration flag that must be positive, or with zeroOK, not negative.
+func (f *flags) duration(name string, value time.Duration, zeroOK bool, usage string) *time.Duration {
+	p := f.Duration(name, value, usage)
+	if zeroOK {
+		f.check(func() bool { return *p >= 0 }, "--%s: want a duration of 0 or more", name)
+	} else {
+		f.check(func() bool { return *p > 0 }, "--%s: want a positive duration", name)
+	}
+	return p
 }
 
 // conn holds the flags of the three dependencies, shared by every command that needs them.
@@ -110,12 +155,16 @@ func (f *flags) conn() conn {
 	f.after = append(f.after, func() error {
 		o, err := redisurl.Parse(*c.redisURL)
 		if err != nil {
-			fmt.Fprintf(f.out, "--redis-url %s: %v\n", redactURL(*c.redisURL), err)
-			return errUsage
+			return usagef("--redis-url %s: %v", redactURL(*c.redisURL), err)
 		}
 		*c.redis = o
+		if err := store.CheckURL(*c.postgresURL); err != nil {
+			return usagef("--postgres-url %s: %v", redactURL(*c.postgresURL), err)
+		}
 		return nil
 	})
+	f.check(func() bool { return !slices.Contains(c.brokerList(), "") }, "--kafka-brokers: want host:port seed brokers, comma-separated")
+	f.check(func() bool { return *c.logFormat == "json" || *c.logFormat == "text" }, "--log-format: want json or text")
 	return c
 }
 
@@ -141,6 +190,9 @@ func readDevAddrs(dataDir string) (devAddrs, error) {
 	b, err := os.ReadFile(devAddrsFile(dataDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return a, fmt.Errorf("no seckill dev is running on %s (start it with make run, or name its --data-dir)", dataDir)
+	}
+	if !devRunning(dataDir) {
+		return a, fmt.Errorf("the seckill dev on %s is not running (its dev.json is left from one that was killed; start it with make run)", dataDir)
 	}
 	if err != nil {
 		return a, err

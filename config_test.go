@@ -84,3 +84,68 @@ func TestGCPercent(t *testing.T) {
 		t.Errorf("consumer, GOGC=50 set: GC percent changed to %d; the runtime's reading of GOGC must stand", got)
 	}
 }
+
+// TestBadConfigStopsAtOnce: a value no server could mend (a negative duration, a zero batch, a
+// store URL of another scheme, a broken variable) ends the command at once with exit 2 and
+// the reason on stderr, before it connects to anything. The context outlives none of them: a
+// command that waited instead would run into it and exit 0.
+func TestBadConfigStopsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string // NAME=value
+		want string
+	}{
+		{[]string{"api", "--reservation-ttl", "-5s"}, "", "--reservation-ttl: want a positive duration"},
+		{[]string{"api", "--partitions", "0"}, "", "--partitions: want at least 1"},
+		{[]string{"api", "--produce-linger", "-1ms"}, "", "--produce-linger: want a duration of 0 or more"},
+		{[]string{"api", "--idempotency-ttl", "-1h"}, "", "--idempotency-ttl: want a positive duration"},
+		{[]string{"consumer", "--batch-size", "0"}, "", "--batch-size: want at least 1"},
+		{[]string{"consumer", "--max-rate", "-1"}, "", "--max-rate: want at least 0"},
+		{[]string{"compensator", "--sweep-interval", "0s"}, "", "--sweep-interval: want a positive duration"},
+		{[]string{"consumer", "--postgres-url", "mysql://x"}, "", `unsupported url "mysql://x"`},
+		{[]string{"consumer", "--postgres-url", "postgres://u:hunter2%zz@h/db"}, "", `invalid URL escape "%zz"`},
+		{[]string{"consumer", "--log-format", "yaml"}, "", "--log-format: want json or text"},
+		{[]string{"consumer", "--kafka-brokers", ""}, "", "--kafka-brokers: want host:port"},
+		{[]string{"replay", "--from", "yesterday"}, "", "replay: --from"},
+		{[]string{"replay", "--from", "start", "--batch-size", "-3"}, "", "--batch-size: want at least 1"},
+		{[]string{"dlq", "list", "--since", "-1h"}, "", "--since -1h: want a duration ago"},
+		{[]string{"consumer"}, "SECKILL_BATCH_SIZE=abc", `SECKILL_BATCH_SIZE="abc"`},
+		{[]string{"bench", "--scenarios", "bogus"}, "", `unknown scenario "bogus"`},
+		// The flag wins over its variable, so a broken variable the flag replaces is no error:
+		// the command gets as far as the next bad value.
+		{[]string{"consumer", "--batch-size", "10", "--postgres-url", "mysql://x"}, "SECKILL_BATCH_SIZE=abc", "unsupported url"},
+	} {
+		t.Run(strings.Join(tc.args, " ")+" "+tc.env, func(t *testing.T) {
+			if name, value, ok := strings.Cut(tc.env, "="); ok {
+				t.Setenv(name, value)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			code := run(ctx, tc.args, &stdout, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), tc.want) || stdout.Len() != 0 {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 with %q on stderr", code, stdout.String(), stderr.String(), tc.want)
+			}
+			if strings.Contains(stderr.String(), "hunter2") {
+				t.Errorf("the password was printed: %s", stderr.String())
+			}
+		})
+	}
+}
+
+// TestHelpWins: --help prints the flags on stdout and exits 0 whatever the environment holds,
+// and a positional argument after the flags is read where a command takes one.
+func TestHelpWins(t *testing.T) {
+	t.Setenv("SECKILL_BATCH_SIZE", "abc")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"consumer", "--help"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), "-batch-size int") || stderr.Len() != 0 {
+		t.Errorf("consumer --help under a broken variable: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	dir := t.TempDir()
+	code := run(context.Background(), []string{"dlq", "show", "--dev", "--data-dir", dir, "1/0"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "no seckill dev is running on "+dir) {
+		t.Errorf("dlq show with its position after the flags: exit %d, stderr %q; want the flags read and the missing dev named", code, stderr.String())
+	}
+}

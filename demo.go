@@ -39,8 +39,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *buyers < 1 || *stock < 1 || *duration <= 0 || *rate < 1 {
-		fmt.Fprintln(stdout, "demo: --buyers, --stock, --duration and --rate must be positive")
-		return errUsage
+		return usagef("demo: --buyers, --stock, --duration and --rate must be positive")
 	}
 	if *apiURL == "" || *adminToken == "" {
 		a, err := readDevAddrs(*dataDir)

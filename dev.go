@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -33,8 +34,8 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	addr := f.String("addr", "127.0.0.1:8080", "listen address of the API")
 	dataDir := f.String("data-dir", devDataDir, "where the Kafka log and the SQLite database live, and the addresses operator commands read with --dev")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: a new one, printed at start)")
-	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
-	sweep := f.Duration("sweep-interval", time.Second, "how often the sweeper looks for expired reservations")
+	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
+	sweep := f.duration("sweep-interval", time.Second, false, "how often the sweeper looks for expired reservations")
 	guards := f.guards(true)
 	if err := f.parse(args); err != nil {
 		return err
@@ -47,6 +48,13 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	lock, err := lockDev(*dataDir)
+	if err != nil {
+		return err
+	}
+	// Released after every other deferred call, the removal of dev.json among them: dev.json
+	// is written and removed only by the dev that holds the lock.
+	defer lock.Close()
 	if *guards.orderIDSecret == "" {
 		// Kept with the data, so a keyed retry after a restart names the same order.
 		kept, err := keptSecret(filepath.Join(*dataDir, "order-id-secret"))
@@ -138,8 +146,59 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	g.Go(func() error { return srv.Serve(gctx, ln) })
 	g.Go(func() error { return comp.Run(gctx) })
 	err = g.Wait()
-	log.Info("seckill dev stopped", "err", err)
+	if err != nil && ctx.Err() == nil { // stopped by itself: something failed
+		log.Error("seckill dev stopped", "err", err)
+	} else {
+		log.Info("seckill dev stopped", "err", err)
+	}
 	return err
+}
+
+// devLockFile is the file whose lock a running seckill dev holds in its data directory.
+func devLockFile(dataDir string) string { return filepath.Join(dataDir, "dev.lock") }
+
+// lockDev takes the lock of dataDir for a seckill dev, held until the returned file is closed or
+// the process ends, however it ends: two devs on one directory would share the embedded Kafka's
+// log and the SQLite file, and each would overwrite the other's dev.json. A dev killed with -9
+// leaves dev.json behind but not the lock (the kernel drops it), so the next dev starts and
+// overwrites dev.json.
+func lockDev(dataDir string) (*os.File, error) {
+	f, err := os.OpenFile(devLockFile(dataDir), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock the data dir: %w", err)
+	}
+	// A dev holds the lock for its life, devRunning for an instant: a few tries tell them apart.
+	for range 5 {
+		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err == nil {
+		return f, nil
+	}
+	f.Close()
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil, fmt.Errorf("lock %s: %w", devLockFile(dataDir), err)
+	}
+	msg := "another seckill dev is running on " + dataDir
+	// dev.json names its api once it is up; until then the lock is all there is.
+	if a, err := readDevAddrs(dataDir); err == nil && a.APIURL != "" {
+		msg += " (api at " + a.APIURL + ")"
+	}
+	return nil, errors.New(msg)
+}
+
+// devRunning reports whether a seckill dev holds the lock of dataDir: whether its dev.json, if
+// there is one, names servers that are there. It takes a shared lock and lets go at once, so
+// operator commands asking at the same time do not see each other as a dev.
+func devRunning(dataDir string) bool {
+	f, err := os.Open(devLockFile(dataDir))
+	if err != nil {
+		return false // no dev ever ran here
+	}
+	defer f.Close()
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB) != nil
 }
 
 // keptSecret returns the secret in path, writing a new one there first if there is none.

@@ -102,3 +102,54 @@ func TestDevRestart(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "bob's unit is taken", func() bool { return remaining() == 7.0 })
 }
+
+// TestDevOneAtATime: a second seckill dev on the data directory of a running one stops at once,
+// naming the first's api, and leaves it its dev.json, so --dev still reaches the first. A lock
+// that is let go, as the kernel does for a dev killed with -9, is taken by the next dev.
+func TestDevOneAtATime(t *testing.T) {
+	dir := t.TempDir()
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := startDev(t, ctx, addr, dir)
+	defer cancel()
+	eventually(t, 60*time.Second, "seckill dev is up", func() bool { return strings.Contains(out.String(), "console: ") })
+	if !devRunning(dir) {
+		t.Error("devRunning says no dev runs on the directory of a running dev")
+	}
+
+	second, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	var out2 bytes.Buffer
+	code := run(second, []string{"dev", "--addr", freeAddr(t), "--data-dir", dir}, &out2, &out2)
+	want := "another seckill dev is running on " + dir + " (api at http://" + addr + ")"
+	if code != 1 || second.Err() != nil || !strings.Contains(out2.String(), want) {
+		t.Errorf("a second dev on the same directory exited %d (after its deadline: %v):\n%s\nwant 1 at once: %s", code, second.Err() != nil, out2.String(), want)
+	}
+	if a, err := readDevAddrs(dir); err != nil || a.APIURL != "http://"+addr {
+		t.Errorf("dev.json after the second dev: %+v, %v: want the first's api", a, err)
+	}
+	var audit bytes.Buffer
+	if code := run(context.Background(), []string{"audit", "--dev", "--data-dir", dir}, &audit, &audit); code != 0 {
+		t.Errorf("audit --dev of the first dev exited %d:\n%s", code, audit.String())
+	}
+
+	cancel()
+	eventually(t, 30*time.Second, "the first dev lets go of its lock", func() bool { return !devRunning(dir) })
+	// What a dev killed with -9 leaves: its dev.json, and no lock.
+	if err := writeDevAddrs(dir, devAddrs{APIURL: "http://" + addr}); err != nil {
+		t.Fatal(err)
+	}
+	if devRunning(dir) {
+		t.Error("devRunning says a dev runs on a directory whose dev is gone")
+	}
+	var stale bytes.Buffer
+	if code := run(context.Background(), []string{"audit", "--dev", "--data-dir", dir}, &stale, &stale); code != 1 || !strings.Contains(stale.String(), "is not running (its dev.json is left") {
+		t.Errorf("audit --dev with a stale dev.json exited %d:\n%s", code, stale.String())
+	}
+
+	f, err := lockDev(dir)
+	if err != nil {
+		t.Fatalf("lock after the first dev stopped: %v", err)
+	}
+	f.Close()
+}

@@ -17,23 +17,22 @@ import (
 
 // runDLQ reads the dead-letter topic: what landed there, why, and what became of each order.
 func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
-	const help = "Usage: seckill dlq list|show|stats [flags]\n\n" +
+	const help = "Usage: seckill dlq list|show|stats|redrive [flags]\n\n" +
 		"  list   one line per dead letter: where it came from, why, and the order's state now\n" +
 		"  show   one dead letter whole (seckill dlq show PARTITION/OFFSET)\n" +
 		"  stats  dead letters by reason\n" +
 		"  redrive  send the dead letters the compensator could not read back to the consumer, once\n" +
 		"           they can be read (after an upgrade, or with --at P/O --file F): --dry-run first\n"
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
+		return usagef("%s", help)
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprint(stdout, help)
-		if len(args) == 0 {
-			return errUsage
-		}
 		return nil
 	}
 	verb := args[0]
 	if verb != "list" && verb != "show" && verb != "stats" && verb != "redrive" {
-		fmt.Fprintf(stdout, "dlq: unknown subcommand %q\n\n%s", verb, help)
-		return errUsage
+		return usagef("dlq: unknown subcommand %q\n\n%s", verb, help)
 	}
 	f := newFlags("dlq "+verb, map[string]string{
 		"list":  "List the dead letters, one line each: where it came from, why, and the order's state now.",
@@ -47,6 +46,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 			"in the store; so a redrive run twice sends nothing twice, and the consumer keys on the\n" +
 			"order id anyway. Dead letters the compensator handled (their orders failed) stay.",
 	}[verb], stdout)
+	f.positional = verb == "show"
 	c := f.conn()
 	campaign := f.String("campaign", "", "only the dead letters of this campaign")
 	reason := f.String("reason", "", "only the dead letters whose reason starts with this")
@@ -69,11 +69,12 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	pos = append(pos, f.Args()...)
 	var after time.Time
 	if *since != "" {
-		if d, err := time.ParseDuration(*since); err == nil {
+		if d, err := time.ParseDuration(*since); err == nil && d < 0 {
+			return usagef("dlq: --since %s: want a duration ago of 0 or more", *since)
+		} else if err == nil {
 			after = time.Now().Add(-d)
 		} else if after, err = time.Parse(time.RFC3339, *since); err != nil {
-			fmt.Fprintf(stdout, "dlq: --since %q is neither an RFC 3339 time nor a duration\n", *since)
-			return errUsage
+			return usagef("dlq: --since %q is neither an RFC 3339 time nor a duration", *since)
 		}
 	}
 	var one *position // the dead letter to show, or the one to redrive
@@ -84,21 +85,18 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		p, err := parsePosition(arg)
 		if err != nil || verb == "show" && len(pos) != 1 {
-			fmt.Fprintf(stdout, "dlq %s: name one dead letter as PARTITION/OFFSET (dlq list prints them)\n", verb)
-			return errUsage
+			return usagef("dlq %s: name one dead letter as PARTITION/OFFSET (dlq list prints them)", verb)
 		}
 		one = &p
 	}
 	var fix *events.Event
 	if verb == "redrive" && *fixFile != "" {
 		if one == nil {
-			fmt.Fprintln(stdout, "dlq redrive: --file corrects one dead letter: name it with --at PARTITION/OFFSET")
-			return errUsage
+			return usagef("dlq redrive: --file corrects one dead letter: name it with --at PARTITION/OFFSET")
 		}
 		e, err := readFix(*fixFile)
 		if err != nil {
-			fmt.Fprintf(stdout, "dlq redrive: %v\n", err)
-			return errUsage
+			return usagef("dlq redrive: %v", err)
 		}
 		fix = &e
 	}
@@ -126,8 +124,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		letters = append(letters, l)
 	}
 	if one != nil && len(letters) == 0 {
-		fmt.Fprintf(stdout, "dlq %s: no dead letter at %s in %s (or not of the --campaign, --reason, --since given)\n", verb, one, c.topics().DLQ)
-		return errUsage
+		return fmt.Errorf("no dead letter at %s in %s (or not of the --campaign, --reason, --since given)", one, c.topics().DLQ)
 	}
 	switch verb {
 	case "redrive":

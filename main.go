@@ -10,7 +10,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const usage = `seckill: a flash-sale order pipeline (Redis reserve -> Kafka -> PostgreSQL)
@@ -29,7 +32,7 @@ Operations:
   replay       re-consume OrderRequested from a time or offset into the store
   compensate   release or refund one order, or a campaign's orders in bulk (--campaign)
   campaign     close, extend, add-stock or cancel a live campaign
-  dlq          the dead letters: dlq list|show|stats, with what became of each order
+  dlq          the dead letters: dlq list|show|stats|redrive, with what became of each order
   bench        measure seckill against its baselines on real services (make bench)
   audit        check the invariants across Redis, the store and Kafka; exit 1 on a violation
   token        print a buyer's bearer token (a JWT signed with --jwt-secret)
@@ -75,6 +78,15 @@ func setGCPercent(command string, getenv func(string) string) {
 	}
 }
 
+// quietRedis drops go-redis's own log lines (its dial retries, printed with the standard log
+// package in the middle of our JSON logs and a command's output): every failure they tell of
+// reaches us as an error too, which the role logs in its own format.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietRedis{}) }
+
 func main() {
 	if len(os.Args) > 1 {
 		setGCPercent(os.Args[1], os.Getenv)
@@ -85,11 +97,12 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stderr, usage)
+		return 2
+	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Fprint(stdout, usage)
-		if len(args) == 0 {
-			return 2
-		}
 		return 0
 	}
 	cmd, ok := commands[args[0]]
@@ -98,10 +111,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	err := cmd(ctx, args[1:], stdout)
+	var bad *usageError
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errUsage):
+	case errors.As(err, &bad):
+		fmt.Fprintln(stderr, strings.TrimRight(bad.msg, "\n"))
 		return 2
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return 0 // stopped while waiting for a dependency: a clean stop

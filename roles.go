@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -43,10 +47,33 @@ func (c conn) openWaiting(ctx context.Context, log *slog.Logger) (deps, error) {
 	var d deps
 	err := events.Retry(ctx, log, "connect to the store and redis", func() error {
 		var err error
-		d, err = c.open(ctx)
+		if d, err = c.open(ctx); refused(err) {
+			return events.Permanent(err)
+		}
 		return err
 	})
 	return d, err
+}
+
+// refused reports whether err is a server that answered and turned us away for good: a wrong
+// password, a user or a database that does not exist. Waiting mends none of them, so the role
+// stops with the reason instead of retrying forever.
+func refused(err error) bool {
+	var pqe *pq.Error
+	if errors.As(err, &pqe) {
+		switch pqe.Code.Class() {
+		case "28", // invalid_authorization_specification, invalid_password
+			"3D": // invalid_catalog_name: no such database
+			return true
+		}
+	}
+	var re redis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
+			strings.HasPrefix(msg, "ERR DB index is out of range")
+	}
+	return false
 }
 
 func (c conn) open(ctx context.Context) (deps, error) {
@@ -69,12 +96,12 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics, for operators only")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
 	paymentToken := f.String("payment-token", "", "bearer token of the payment service, which may record payments and nothing else (the admin token may too)")
-	ttl := f.Duration("reservation-ttl", 2*time.Minute, "how long a reservation may stay pending before the sweeper releases it")
-	linger := f.Duration("produce-linger", produceLinger, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
-	partitions := f.Int("partitions", 12, "partitions of the topics the api creates at start")
-	replication := f.Int("replication", 3, "replication factor of the topics the api creates at start")
+	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
+	linger := f.duration("produce-linger", produceLinger, true, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
+	partitions := f.atLeast("partitions", 12, 1, "partitions of the topics the api creates at start")
+	replication := f.atLeast("replication", 3, 1, "replication factor of the topics the api creates at start")
 	maxConns := f.Int("max-conns", api.DefaultMaxConns(), "connections held at once; one more is closed on accept (0: no cap; the default is the open-file limit less 1024)")
-	drainDelay := f.Duration("drain-delay", 5*time.Second, "how long a stopping api goes on serving while /readyz answers 503, for the load balancer to move buyers elsewhere")
+	drainDelay := f.duration("drain-delay", 5*time.Second, true, "how long a stopping api goes on serving while /readyz answers 503, for the load balancer to move buyers elsewhere")
 	maxConnsPerAddr := f.Int("max-conns-per-addr", 1000, "connections from one client address (an IPv6 /64); behind a load balancer raise it, or 0 for no cap")
 	guards := f.guards(false)
 	if err := f.parse(args); err != nil {
@@ -111,9 +138,9 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("consumer", "Persist OrderRequested events into the order database, in batches, idempotently.", stdout)
 	c := f.conn()
 	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
-	batch := f.Int("batch-size", 500, "most events persisted in one transaction")
-	maxRate := f.Int("max-rate", 0, "most events persisted per second, the controlled pace: Kafka holds a burst and the database takes it at this rate (0: as fast as the database takes them)")
-	session := f.Duration("session-timeout", events.DefaultSessionTimeout, "how long the partitions of a consumer that died wait before the group hands them to the others; below 6s the brokers' group.min.session.timeout.ms must allow it (2s hands them on within 3s)")
+	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
+	maxRate := f.atLeast("max-rate", 0, 0, "most events persisted per second, the controlled pace: Kafka holds a burst and the database takes it at this rate (0: as fast as the database takes them)")
+	session := f.duration("session-timeout", events.DefaultSessionTimeout, false, "how long the partitions of a consumer that died wait before the group hands them to the others; below 6s the brokers' group.min.session.timeout.ms must allow it (2s hands them on within 3s)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -136,9 +163,9 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	f := newFlags("compensator", "Release reservations that will not become orders: dead letters and expired reservations.", stdout)
 	c := f.conn()
 	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
-	sweep := f.Duration("sweep-interval", 5*time.Second, "how often to look for reservations past their deadline")
-	retention := f.Duration("retention", 24*time.Hour, "how long redis keeps released and refunded records (at least the api's --idempotency-ttl) and an ended campaign's keys")
-	grace := f.Duration("rebuild-grace", 6*time.Second, "after Redis lost data, how long to wait for purchases in flight before rebuilding (at least the api's produce timeout)")
+	sweep := f.duration("sweep-interval", 5*time.Second, false, "how often to look for reservations past their deadline")
+	retention := f.duration("retention", 24*time.Hour, false, "how long redis keeps released and refunded records (at least the api's --idempotency-ttl) and an ended campaign's keys")
+	grace := f.duration("rebuild-grace", 6*time.Second, false, "after Redis lost data, how long to wait for purchases in flight before rebuilding (at least the api's produce timeout)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -197,7 +224,11 @@ func runWithOps(ctx context.Context, addr string, log *slog.Logger, d deps, ping
 		return role(gctx)
 	})
 	err := g.Wait()
-	log.Info("stopped", "err", err)
+	if err != nil && ctx.Err() == nil { // a role that ends by itself has failed
+		log.Error("stopped", "err", err)
+	} else {
+		log.Info("stopped", "err", err)
+	}
 	return err
 }
 
@@ -223,17 +254,16 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("replay", "Re-consume OrderRequested events into the order database. Stored orders are left\nas they are; missing ones come back.", stdout)
 	c := f.conn()
 	from := f.String("from", "", "where to start: an RFC 3339 time, an offset (applied to every partition), or start (required)")
-	batch := f.Int("batch-size", 500, "most events persisted in one transaction")
+	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	if *from == "" {
-		fmt.Fprintln(stdout, "replay: --from is required")
-		return errUsage
+		return usagef("replay: --from is required")
 	}
 	start, err := consumer.ParseFrom(*from)
 	if err != nil {
-		return err
+		return usagef("replay: --from: %v", err)
 	}
 	d, err := c.open(ctx)
 	if err != nil {
@@ -260,11 +290,9 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	pending, confirmed := *status != "confirmed", *status != "pending"
 	switch {
 	case (*order == "") == (*campaign == ""):
-		fmt.Fprintln(stdout, "compensate: give --order or --campaign")
-		return errUsage
+		return usagef("compensate: give --order or --campaign")
 	case *status != "" && (*campaign == "" || (*status != "pending" && *status != "confirmed")):
-		fmt.Fprintln(stdout, "compensate: --status is pending or confirmed, with --campaign")
-		return errUsage
+		return usagef("compensate: --status is pending or confirmed, with --campaign")
 	}
 	op, d, done, err := openOperator(ctx, c)
 	if err != nil {

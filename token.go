@@ -47,7 +47,7 @@ func (f *flags) guards(dev bool) guardFlags {
 		userRate:       f.Float64("user-rate", 20, "requests a second per buyer, burst twice that (0: no limit)"),
 		ipRate:         f.Float64("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)"),
 		trustProxy:     f.Bool("trust-proxy-headers", false, "take the client address from X-Forwarded-For when the peer is a private address (behind a load balancer)"),
-		idempotencyTTL: f.Duration("idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key is remembered"),
+		idempotencyTTL: f.duration("idempotency-ttl", 24*time.Hour, false, "how long an Idempotency-Key is remembered"),
 		streamsBuyer:   f.Int("max-streams-per-buyer", 4, "order event streams one buyer may hold open"),
 		streams:        f.Int("max-streams", 10_000, "order event streams open at once"),
 		orderIDSecret:  f.String("order-id-secret", "", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
@@ -91,8 +91,7 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *user == "" || *id.secret == "" {
-		fmt.Fprintln(stdout, "token: --user and --jwt-secret (or SECKILL_JWT_SECRET) are required")
-		return errUsage
+		return usagef("token: --user and --jwt-secret (or SECKILL_JWT_SECRET) are required")
 	}
 	tok, err := api.MintToken([]byte(*id.secret), *id.issuer, *id.audience, *user, *ttl, time.Now())
 	if err != nil {

@@ -251,7 +251,7 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 		store:         st,
 		redis:         r,
 		producer:      producer,
-		resolver:      &compensator.Resolver{Store: st, Redis: r, Producer: producer, Results: cfg.Topics.Results},
+		resolver:      &compensator.Resolver{Store: st, Redis: r, Producer: producer, Results: cfg.Topics.Results, Logger: cfg.Logger},
 
 		tokens:    newVerifier(cfg.JWTSecret, cfg.JWTIssuer, cfg.JWTAudience),
 		userLimit: newLimiter(cfg.UserLimit, "buyer"),

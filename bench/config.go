@@ -136,15 +136,10 @@ type Config struct {
 	Commit string
 }
 
-// Validate reports whether the configuration can run.
+// Validate reports whether the settings can run, before the binary is built and the work dir
+// made (Run needs those too).
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Binary == "" {
-		errs = append(errs, errors.New("no seckill binary"))
-	}
-	if c.WorkDir == "" {
-		errs = append(errs, errors.New("no work dir"))
-	}
 	if c.RedisURL == "" || c.PostgresURL == "" || len(c.Brokers) == 0 {
 		errs = append(errs, errors.New("the Redis, PostgreSQL and Kafka addresses are all required"))
 	}

@@ -251,9 +251,9 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := ok
-	bad.Scenarios, bad.Auth, bad.Sizes.Concurrency, bad.Binary = []string{"nope"}, "basic", 0, ""
+	bad.Scenarios, bad.Auth, bad.Sizes.Concurrency = []string{"nope"}, "basic", 0
 	err := bad.Validate()
-	for _, want := range []string{"nope", "basic", "at least 1", "binary"} {
+	for _, want := range []string{"nope", "basic", "at least 1"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)
 		}

@@ -103,6 +103,9 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Binary == "" || cfg.WorkDir == "" {
+		return nil, errors.New("bench: no seckill binary or no work dir")
+	}
 	raiseFileLimit()
 	r := &runner{cfg: cfg, prog: NewProgress(progress)}
 	r.res = &Result{Started: time.Now().UTC(), Command: cfg.Command, Host: hostInfo(), Sizes: cfg.Sizes}

@@ -122,7 +122,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 		return nil, err
 	}
 	return &Compensator{
-		Resolver:  &Resolver{Store: st, Redis: r, Producer: cl, Results: cfg.Topics.Results},
+		Resolver:  &Resolver{Store: st, Redis: r, Producer: cl, Results: cfg.Topics.Results, Logger: cfg.Logger},
 		cfg:       cfg,
 		cl:        cl,
 		campaigns: st,

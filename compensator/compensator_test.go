@@ -1,15 +1,19 @@
 package compensator_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/compensator"
@@ -147,6 +151,39 @@ type nopProducer struct{}
 
 func (nopProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	promise(r, nil)
+}
+
+// refusingProducer is Kafka refusing every record.
+type refusingProducer struct{}
+
+func (refusingProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	promise(r, errors.New("kafka refused the record"))
+}
+
+// TestRefusedAnnouncementLogsToConfigLogger: an outcome Kafka refuses to announce is logged by the
+// compensator's Logger (JSON in production), not by the process's default text logger.
+func TestRefusedAnnouncementLogsToConfigLogger(t *testing.T) {
+	e := newEnv(t, 10, 10)
+	var logs bytes.Buffer
+	comp := e.compensator(t, compensator.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	comp.Producer = refusingProducer{}
+	ev := e.reserve(t, 1, time.Minute)[0]
+	if o, err := comp.Fail(e.ctx, ev, events.ReasonOperator, "operator"); err != nil || o.Status != events.Failed {
+		t.Fatalf("fail: %+v %v", o, err)
+	}
+	for line := range strings.Lines(logs.String()) {
+		var rec struct {
+			Level, Msg string
+			OrderID    string `json:"order_id"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		if rec.Level == "WARN" && rec.Msg == "announce an order's outcome" && rec.OrderID == ev.OrderID {
+			return
+		}
+	}
+	t.Errorf("no JSON warning of the refused OrderFailed of %s in the compensator's log:\n%s", ev.OrderID, logs.String())
 }
 
 // TestResolversRace lets the DLQ handler, the operator, the sweeper and the consumer hit the
@@ -455,6 +492,40 @@ func TestRetire(t *testing.T) {
 	}
 	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
 		t.Errorf("remaining %d, want the whole stock %d back", left, e.stock)
+	}
+}
+
+// TestAuditWithoutKafka: a Kafka that cannot tell the lag is an error of the audit, not a
+// violation: the campaigns' verdicts stand, and the error says what Kafka answered, whichever of
+// the two lookups failed.
+func TestAuditWithoutKafka(t *testing.T) {
+	e := newEnv(t, 10, 2)
+	for _, tc := range []struct {
+		name    string
+		brokers []string
+		topics  events.Topics
+	}{
+		{"no broker listens", []string{"127.0.0.1:1"}, e.topics},
+		// The consumer's lag is read, the compensator's is not.
+		{"the dead-letter topic is missing", e.brokers, events.Topics{Requested: e.topics.Requested, DLQ: e.topics.DLQ + ".missing"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, err := events.NewClient(tc.brokers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			a := &compensator.Auditor{Store: e.st, Redis: e.r, Admin: kadm.NewClient(cl), Topics: tc.topics}
+			rep, err := a.Audit(e.ctx, e.campaign)
+			var out strings.Builder
+			rep.Print(&out)
+			if !errors.Is(err, compensator.ErrNoKafka) || strings.Contains(err.Error(), "<nil>") {
+				t.Errorf("audit: %v, want an error that wraps ErrNoKafka and says what failed", err)
+			}
+			if !rep.OK() || len(rep.Campaigns) != 1 || strings.Contains(out.String(), "FAIL") || strings.Contains(out.String(), "<nil>") {
+				t.Errorf("report without kafka, want the campaign's checks, every one ok:\n%s", out.String())
+			}
+		})
 	}
 }
 

@@ -50,6 +50,9 @@ type Resolver struct {
 	Redis    Redis
 	Producer Producer
 	Results  string // the results topic
+	// Logger receives what cannot be returned to the caller: an announcement Kafka refused after
+	// the outcome was stored. Default: slog.Default().
+	Logger *slog.Logger
 }
 
 // Fail resolves the order of e as failed for reason, unless the consumer confirmed it first, and
@@ -198,9 +201,13 @@ func (r *Resolver) publish(ctx context.Context, e events.Event) error {
 	// The store holds the outcome already; the event only announces it. Waiting for Kafka here
 	// would stop the sweeper (and everything behind it) while Kafka is down, so the client
 	// keeps the record and delivers it when Kafka is back.
+	log := r.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	r.Producer.Produce(context.WithoutCancel(ctx), rec, func(rec *kgo.Record, err error) {
 		if err != nil {
-			slog.Warn("announce an order's outcome", "type", e.Type, "order_id", e.OrderID, "err", err)
+			log.Warn("announce an order's outcome", "type", e.Type, "order_id", e.OrderID, "err", err)
 		}
 	})
 	return nil

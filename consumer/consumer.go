@@ -93,7 +93,7 @@ func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
 		return nil, err
 	}
 	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout,
-		kgo.OnPartitionsRevoked(forgetLag), kgo.OnPartitionsLost(forgetLag),
+		kgo.OnPartitionsRevoked(forgetLag), kgo.OnPartitionsLost(forgetLag), events.WarnUnreachable(cfg.Logger),
 		// A fetch answered with whatever had arrived (Kafka's 1 byte) made batches of a few
 		// orders under load, and the broker, this process and PostgreSQL paid per batch. Waiting
 		// for a full batch (256 KB: some 800 events of ~320 bytes; a batch is 500) or 100ms, side

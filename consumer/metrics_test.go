@@ -73,8 +73,11 @@ func TestLagForgetsPartitionsGivenUp(t *testing.T) {
 			t.Fatalf("after 30s %d of %d orders persisted", c.Sold, n)
 		}
 	}
-	if lags := series(t, "seckill_consumer_lag", "partition"); len(lags) == 0 {
-		t.Fatal("no seckill_consumer_lag series after the consumer persisted every order")
+	// The lag is set once the batch's store commit returns, a moment after the rows show.
+	for deadline := time.Now().Add(5 * time.Second); len(series(t, "seckill_consumer_lag", "partition")) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no seckill_consumer_lag series 5s after the consumer persisted every order")
+		}
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -28,13 +28,18 @@ func ConsumeLoop(ctx context.Context, cl *kgo.Client, max int, log *slog.Logger,
 }
 
 // Retry calls fn until it succeeds or stop is done, backing off from 100ms to 5s, and logs each
-// failure: the way every role waits out a dependency that is down.
+// failure: the way every role waits out a dependency that is down. An error fn marks Permanent
+// (a wrong password, a database that does not exist) is returned at once: no wait mends it.
 func Retry(stop context.Context, log *slog.Logger, what string, fn func() error) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil {
 			return nil
+		}
+		var p permanent
+		if errors.As(err, &p) {
+			return fmt.Errorf("%s: %w", what, p.error)
 		}
 		log.Warn(what+" failed; retrying", "attempt", attempt, "backoff", backoff, "err", err)
 		select {
@@ -45,6 +50,13 @@ func Retry(stop context.Context, log *slog.Logger, what string, fn func() error)
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
+
+// Permanent marks err as one that no retry mends, for Retry to return at once.
+func Permanent(err error) error { return permanent{err} }
+
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
 
 // ConsumePipelined runs a group consumer (see ConsumeLoop) whose work is done in two stages, the
 // second overlapping the next batch: persist makes a batch durable (the store's commit) and

@@ -1,11 +1,15 @@
 package events_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,4 +238,72 @@ func TestTopicSettings(t *testing.T) {
 			t.Errorf("replication 3 on one broker: %q %v", problems, err)
 		}
 	})
+}
+
+// TestRetryStopsOnPermanent: a dependency that is down is waited for, attempt after attempt; an
+// error marked Permanent (a wrong password) ends the wait at once, unwrapped to its cause.
+func TestRetryStopsOnPermanent(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	down := fmt.Errorf("connection refused")
+	attempts := 0
+	err := events.Retry(t.Context(), log, "connect", func() error {
+		if attempts++; attempts < 3 {
+			return down
+		}
+		return nil
+	})
+	if err != nil || attempts != 3 {
+		t.Errorf("a server down twice: %v after %d attempts, want success on the third", err, attempts)
+	}
+	wrong := fmt.Errorf("password authentication failed")
+	attempts = 0
+	err = events.Retry(t.Context(), log, "connect", func() error { attempts++; return events.Permanent(wrong) })
+	if !errors.Is(err, wrong) || attempts != 1 {
+		t.Errorf("a permanent error: %v after %d attempts, want it returned after one", err, attempts)
+	}
+}
+
+// TestWarnUnreachable: a client whose broker refuses connections says so, once for a burst of
+// tries (it retries every few hundred milliseconds), and names the broker.
+func TestWarnUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nobody listens there now
+	var out syncBuffer
+	cl, err := events.NewClient([]string{addr}, events.WarnUnreachable(slog.New(slog.NewTextHandler(&out, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for range 3 {
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		if err := cl.Ping(ctx); err == nil {
+			t.Fatal("a ping of a closed port succeeded")
+		}
+		cancel()
+	}
+	if got := out.String(); strings.Count(got, "cannot reach a Kafka broker") != 1 || !strings.Contains(got, addr) {
+		t.Errorf("logged %q, want one warning naming %s", got, addr)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the client's goroutines may write while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

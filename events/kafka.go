@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -40,6 +43,36 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 		return nil, fmt.Errorf("kafka client for %v: %w", brokers, err)
 	}
 	return cl, nil
+}
+
+// WarnUnreachable is a client option that logs a broker the client cannot connect to, at most
+// once every ten seconds. franz-go retries on its own and tells nobody: without this, a
+// consumer whose brokers are all down only looks idle.
+func WarnUnreachable(log *slog.Logger) kgo.Opt { return kgo.WithHooks(&dialWarner{log: log}) }
+
+// warnEvery spaces the warnings of a client that cannot reach a broker: it tries every few
+// hundred milliseconds.
+const warnEvery = 10 * time.Second
+
+type dialWarner struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (w *dialWarner) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		return
+	}
+	w.mu.Lock()
+	due := time.Since(w.last) >= warnEvery
+	if due {
+		w.last = time.Now()
+	}
+	w.mu.Unlock()
+	if due {
+		w.log.Warn("cannot reach a Kafka broker; retrying", "broker", net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port))), "err", err)
+	}
 }
 
 // DefaultSessionTimeout is the group session of a member that dies: its partitions wait that

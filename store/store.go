@@ -30,6 +30,9 @@ type Store struct {
 // Open connects to the database named by dsn: a postgres:// or postgresql:// URL, or
 // sqlite:PATH for a SQLite file (created if missing).
 func Open(ctx context.Context, dsn string) (*Store, error) {
+	if err := CheckURL(dsn); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	var (
 		db  *sqlx.DB
 		err error
@@ -49,8 +52,6 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		if err == nil {
 			db.SetMaxOpenConns(1)
 		}
-	default:
-		return nil, fmt.Errorf("open store: unsupported url %q (want postgres://… or sqlite:PATH)", redact(dsn))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -60,6 +61,27 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", redact(dsn), err)
 	}
 	return &Store{db: db, sqlite: db.DriverName() == "sqlite"}, nil
+}
+
+// CheckURL says what is wrong with a store URL, before anything connects: postgres://… as lib/pq
+// reads it, or sqlite:PATH.
+func CheckURL(dsn string) error {
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		if _, err := pq.ParseURL(dsn); err != nil {
+			if ue := (*url.Error)(nil); errors.As(err, &ue) {
+				return ue.Err // its URL would print the password
+			}
+			return err
+		}
+	case strings.HasPrefix(dsn, "sqlite:"):
+		if strings.TrimPrefix(dsn, "sqlite:") == "" {
+			return errors.New("sqlite: names no file (want sqlite:PATH)")
+		}
+	default:
+		return fmt.Errorf("unsupported url %q (want postgres://… or sqlite:PATH)", redact(dsn))
+	}
+	return nil
 }
 
 // singleRoundTrip turns on lib/pq's binary_parameters unless the URL says otherwise: a query

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// TestAuditWithoutKafka: `seckill audit` with Kafka unreachable fails as an error, not as a
+// violation (exit 1 is read as one), and still prints and keeps the campaigns' verdicts, which
+// do not read Kafka: the console and seckill_audit_violations stay current through the outage.
+func TestAuditWithoutKafka(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	t.Cleanup(func() { r.Close() })
+	storeURL := storetest.SQLiteURL(t)
+	st := storetest.MustOpen(t, storeURL)
+	now := time.Now()
+	if err := st.CreateCampaign(ctx, store.Campaign{ID: "nokafka", Name: "n", Stock: 5, PerUserLimit: 1,
+		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: "nokafka", Remaining: 5, Limit: 1, StartsAt: now.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"audit", "--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", storeURL,
+		"--kafka-brokers", "127.0.0.1:1"}, &stdout, &stderr)
+	if code != 1 || !strings.HasPrefix(stderr.String(), "seckill audit: cannot reach kafka: ") ||
+		strings.Contains(stderr.String(), errViolation.Error()) || strings.Contains(stderr.String(), "<nil>") {
+		t.Errorf("audit without kafka exited %d, stderr:\n%s\nwant 1 and seckill audit: cannot reach kafka: …, no violation", code, stderr.String())
+	}
+	if out := stdout.String(); !strings.Contains(out, "campaign nokafka") || strings.Contains(out, "FAIL") {
+		t.Errorf("audit without kafka printed, want the campaign's checks, none failed:\n%s", out)
+	}
+	vs, err := st.AuditVerdicts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := vs["nokafka"]; !ok || !v.OK {
+		t.Errorf("verdict kept for the console: %+v (kept: %v), want an ok one", v, ok)
+	}
+}
