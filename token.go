@@ -67,7 +67,7 @@ func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 	cfg.OrderIDSecret = []byte(*g.orderIDSecret)
 	cfg.MaxStreamsPerBuyer, cfg.MaxStreams = *g.streamsBuyer, *g.streams
 	if err := cfg.Validate(); err != nil {
-		return err
+		return usagef("%v", err) // a setting, not a server: no retry mends it
 	}
 	if cfg.InsecureUserHeader {
 		log.Warn("X-User-ID is accepted as the buyer's identity: any caller can act as any buyer; never do this in production")

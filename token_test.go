@@ -50,7 +50,7 @@ func TestTokenCommand(t *testing.T) {
 func TestAPIRefusesToStartWithoutIdentity(t *testing.T) {
 	var out bytes.Buffer
 	code := run(context.Background(), []string{"api", "--addr", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/0"}, &out, &out)
-	if code != 1 || !strings.Contains(out.String(), "JWT secret") {
+	if code != 2 || !strings.Contains(out.String(), "JWT secret") {
 		t.Errorf("api without a JWT secret: exit %d: %s", code, out.String())
 	}
 }
