@@ -137,8 +137,7 @@ func (f *flags) conn() conn {
 		logFormat:   f.String("log-format", "json", "log format: json or text"),
 		redis:       new(redisurl.Options),
 	}
-	dev := f.Bool("dev", false, "reach the seckill dev (make run) running on --data-dir: its embedded Redis, Kafka and SQLite, in place of --redis-url, --postgres-url and --kafka-brokers")
-	dataDir := f.String("data-dir", devDataDir, "with --dev: the data directory of that seckill dev")
+	dev, dataDir := f.devFlags("reach the seckill dev (make run) running on --data-dir: its embedded Redis, Kafka and SQLite, in place of --redis-url, --postgres-url and --kafka-brokers")
 	f.after = append(f.after, func() error {
 		if !*dev {
 			return nil
@@ -168,6 +167,12 @@ func (f *flags) conn() conn {
 	return c
 }
 
+// devFlags are --dev, which does what usage says with the seckill dev running on --data-dir,
+// and --data-dir.
+func (f *flags) devFlags(usage string) (dev *bool, dataDir *string) {
+	return f.Bool("dev", false, usage), f.String("data-dir", devDataDir, "with --dev: the data directory of that seckill dev")
+}
+
 // devDataDir is where seckill dev keeps its state unless told otherwise.
 const devDataDir = "./.seckill"
 
@@ -177,9 +182,13 @@ type devAddrs struct {
 	RedisURL     string `json:"redis_url"`
 	StoreURL     string `json:"store_url"`
 	KafkaBrokers string `json:"kafka_brokers"`
-	// APIURL and AdminToken let seckill demo --dev drive the api; the file is the owner's only.
-	APIURL     string `json:"api_url"`
-	AdminToken string `json:"admin_token"`
+	// APIURL and AdminToken let seckill demo --dev drive the api, and JWTSecret, JWTIssuer and
+	// JWTAudience let seckill token --dev mint its buyers' tokens; the file is the owner's only.
+	APIURL      string `json:"api_url"`
+	AdminToken  string `json:"admin_token"`
+	JWTSecret   string `json:"jwt_secret"`
+	JWTIssuer   string `json:"jwt_issuer,omitempty"`
+	JWTAudience string `json:"jwt_audience,omitempty"`
 }
 
 // devAddrsFile is the file of devAddrs in a data directory.

@@ -62,7 +62,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if code != http.StatusCreated {
 		return fmt.Errorf("create the campaign: %d %s", code, answer)
 	}
-	fmt.Fprintf(stdout, "demo: campaign %s, %d units, %d buyers, %s; watch it at %s/console\n", campaign, *stock, *buyers, *duration, base)
+	fmt.Fprintf(stdout, "demo: campaign %s, %d units, %d buyers, %s; watch it at %s/console#token=%s\n", campaign, *stock, *buyers, *duration, base, *adminToken)
 
 	var (
 		mu      sync.Mutex

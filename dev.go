@@ -63,6 +63,15 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		*guards.orderIDSecret = kept
 	}
+	if *guards.secret == "" {
+		// Kept too, so that a token from seckill token --dev works across restarts. Buyers may
+		// name themselves with X-User-ID as well (dev: on).
+		kept, err := keptSecret(filepath.Join(*dataDir, "jwt-secret"))
+		if err != nil {
+			return err
+		}
+		*guards.secret = kept
+	}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
 	}
@@ -137,7 +146,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	addrs := devAddrs{RedisURL: "redis://" + mr.Addr() + "/0", StoreURL: "sqlite:" + dbPath, KafkaBrokers: strings.Join(brokers, ","),
-		APIURL: "http://" + ln.Addr().String(), AdminToken: *adminToken}
+		APIURL: "http://" + ln.Addr().String(), AdminToken: *adminToken, JWTSecret: *guards.secret, JWTIssuer: *guards.issuer, JWTAudience: *guards.audience}
 	if err := writeDevAddrs(*dataDir, addrs); err != nil {
 		return err
 	}
@@ -244,21 +253,32 @@ func writeDevAddrs(dataDir string, a devAddrs) error {
 }
 
 func printQuickStart(w io.Writer, base, token, dataDir string, a devAddrs) {
+	// Operator commands find this dev by its data directory: the default one from the module's
+	// directory, any other from anywhere.
+	dev := "--dev"
+	if dataDir != devDataDir {
+		if abs, err := filepath.Abs(dataDir); err == nil {
+			dataDir = abs
+		}
+		dev += " --data-dir " + dataDir
+	}
 	fmt.Fprintf(w, `seckill dev: api at %[1]s, state in %[3]s (Ctrl-C stops and drains)
 console: %[1]s/console#token=%[2]s
 admin token: %[2]s
 embedded servers: redis %[4]s, kafka %[5]s, store %[6]s
-operator commands reach them with --dev (add --data-dir %[3]s when run elsewhere):
-  go run . audit --dev        go run . replay --dev --from start        go run . compensate --dev --order <order_id>
-a sale for the console to show: make demo (go run . demo) in another terminal
+operator commands reach them with %[7]s:
+  go run . audit %[7]s        go run . replay %[7]s --from start        go run . compensate %[7]s --order <order_id>
+a sale for the console to show: make demo (go run . demo %[7]s) in another terminal
 
   curl -s -X POST %[1]s/v1/campaigns -H 'Authorization: Bearer %[2]s' \
        -H 'Content-Type: application/json' -d '{"id":"demo","name":"Demo sale","stock":100,"per_user_limit":2}'
   curl -s -X POST %[1]s/v1/campaigns/demo/purchases -H 'X-User-ID: alice' \
        -H 'Content-Type: application/json' -H 'Idempotency-Key: first-try' -d '{"quantity":1}'
+  curl -s -X POST %[1]s/v1/campaigns/demo/purchases -H "Authorization: Bearer $(go run . token %[7]s --user bob)" \
+       -H 'Content-Type: application/json' -d '{"quantity":1}'
   curl -s %[1]s/v1/orders/<order_id> -H 'X-User-ID: alice'
   curl -sN %[1]s/v1/orders/<order_id>/events -H 'X-User-ID: alice'
   curl -s %[1]s/v1/campaigns/demo
 
-`, base, token, dataDir, a.RedisURL, a.KafkaBrokers, a.StoreURL)
+`, base, token, dataDir, a.RedisURL, a.KafkaBrokers, a.StoreURL, dev)
 }

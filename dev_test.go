@@ -82,6 +82,11 @@ func TestDevRestart(t *testing.T) {
 		!strings.Contains(audit.String(), "campaign demo") || !strings.Contains(audit.String(), "every invariant holds") {
 		t.Errorf("audit --dev exited %d:\n%s", code, audit.String())
 	}
+	// A buyer's bearer token from seckill token --dev, signed with the secret the dev keeps.
+	var tok bytes.Buffer
+	if code := run(context.Background(), []string{"token", "--dev", "--data-dir", dir, "--user", "carol"}, &tok, &tok); code != 0 {
+		t.Fatalf("token --dev exited %d:\n%s", code, tok.String())
+	}
 	stop()
 	// With no dev running on it, --dev says so.
 	audit.Reset()
@@ -101,6 +106,10 @@ func TestDevRestart(t *testing.T) {
 		t.Errorf("alice past her limit after the restart: %d %v", code, body)
 	}
 	eventually(t, 10*time.Second, "bob's unit is taken", func() bool { return remaining() == 7.0 })
+	// The token minted before the restart still names carol: the dev kept its secret.
+	if code, body := post("/v1/campaigns/demo/purchases", "", `{"quantity":1}`, "Authorization", "Bearer "+strings.TrimSpace(tok.String())); code != 202 {
+		t.Errorf("carol's bearer token from before the restart: %d %v", code, body)
+	}
 }
 
 // TestDevOneAtATime: a second seckill dev on the data directory of a running one stops at once,

@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/events"
 )
 
 const usage = `seckill: a flash-sale order pipeline (Redis reserve -> Kafka -> PostgreSQL)
@@ -117,6 +119,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &bad):
 		fmt.Fprintln(stderr, strings.TrimRight(bad.msg, "\n"))
+		return 2
+	case events.ErrorCode(err) == events.Invalid:
+		// An operator's value the operation refused (campaign add-stock --add 0): the input,
+		// as with a flag, not a server.
+		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
 		return 2
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return 0 // stopped while waiting for a dependency: a clean stop

@@ -290,7 +290,7 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	pending, confirmed := *status != "confirmed", *status != "pending"
 	switch {
 	case (*order == "") == (*campaign == ""):
-		return usagef("compensate: give --order or --campaign")
+		return usagef("compensate: give one of --order and --campaign")
 	case *status != "" && (*campaign == "" || (*status != "pending" && *status != "confirmed")):
 		return usagef("compensate: --status is pending or confirmed, with --campaign")
 	}

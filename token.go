@@ -85,17 +85,25 @@ func (g guardFlags) logArgs() []any {
 func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("token", "Print a buyer's bearer token: an HS256 JWT whose sub is the user, signed with the\nsame --jwt-secret the api verifies with.", stdout)
 	id := f.identity()
+	dev, dataDir := f.devFlags("sign as the seckill dev (make run) running on --data-dir verifies: with its secret, issuer and audience")
 	user := f.String("user", "", "the buyer's user id (required)")
-	ttl := f.Duration("ttl", time.Hour, "how long the token is valid")
+	ttl := f.duration("ttl", time.Hour, false, "how long the token is valid")
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	if *dev {
+		a, err := readDevAddrs(*dataDir)
+		if err != nil {
+			return err
+		}
+		*id.secret, *id.issuer, *id.audience = a.JWTSecret, a.JWTIssuer, a.JWTAudience
+	}
 	if *user == "" || *id.secret == "" {
-		return usagef("token: --user and --jwt-secret (or SECKILL_JWT_SECRET) are required")
+		return usagef("token: --user and --jwt-secret (or SECKILL_JWT_SECRET, or --dev) are required")
 	}
 	tok, err := api.MintToken([]byte(*id.secret), *id.issuer, *id.audience, *user, *ttl, time.Now())
 	if err != nil {
-		return err
+		return usagef("token: %v", err) // the secret, the user or the ttl as given
 	}
 	fmt.Fprintln(stdout, tok)
 	return nil

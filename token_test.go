@@ -35,10 +35,12 @@ func TestTokenCommand(t *testing.T) {
 		args []string
 		code int
 	}{
+		// Each a bad value, caught before anything is signed: exit 2, as for every command.
 		{[]string{"token", "--jwt-secret", secret}, 2},                   // no user
-		{[]string{"token", "--user", "x", "--jwt-secret", "short"}, 1},   // secret under 32 bytes
-		{[]string{"token", "--user", "x\ny", "--jwt-secret", secret}, 1}, // not a user id
-		{[]string{"token", "--user", "x", "--ttl", "-1h", "--jwt-secret", secret}, 1},
+		{[]string{"token", "--user", "x", "--jwt-secret", "short"}, 2},   // secret under 32 bytes
+		{[]string{"token", "--user", "x\ny", "--jwt-secret", secret}, 2}, // not a user id
+		{[]string{"token", "--user", "x", "--ttl", "-1h", "--jwt-secret", secret}, 2},
+		{[]string{"token", "--user", "x", "--dev", "--data-dir", t.TempDir()}, 1}, // no dev running there
 	} {
 		out.Reset()
 		if code := run(context.Background(), tc.args, &out, &out); code != tc.code {
