@@ -616,3 +616,75 @@ func TestReservedAgainAfterTheRecordIsGone(t *testing.T) {
 		t.Errorf("redis still counts %d buyers' units", n)
 	}
 }
+
+// racingStore is the store with another process's change of the campaign starting while a
+// rebuild holds it: the change either waits for the rebuild's lock or, without one, commits at
+// once, before the restore writes Redis from what the rebuild read.
+type racingStore struct {
+	*store.Store
+	during func()
+	wg     *sync.WaitGroup
+}
+
+func (s racingStore) WhileHeld(ctx context.Context, campaign string, fn func(store.Held) error) error {
+	return s.Store.WhileHeld(ctx, campaign, func(h store.Held) error {
+		done := make(chan struct{})
+		s.wg.Go(func() { defer close(done); s.during() })
+		select {
+		case <-done: // no lock held it back
+		case <-time.After(300 * time.Millisecond): // waiting for the lock, as it should
+		}
+		return fn(h)
+	})
+}
+
+// TestRebuildHoldsTheCampaign: an expiry, a refund or a cancel that another process commits
+// while a rebuild restores the campaign lands on the restored sale: its units come back once
+// and stay back (they were given back in the store, then taken again by the restore, for good),
+// and a cancelled campaign does not go back on sale.
+func TestRebuildHoldsTheCampaign(t *testing.T) {
+	for _, change := range []string{"expire", "refund", "cancel"} {
+		t.Run(change, func(t *testing.T) {
+			e := newEnvPaying(t, 10, 5, time.Hour)
+			evs := e.reserve(t, 2, time.Hour)
+			e.confirm(t, evs)
+			c := e.compensator(t, compensator.Config{RebuildGrace: time.Millisecond})
+			op := e.operator()
+			var wg sync.WaitGroup
+			compensator.SetSnapshots(c, racingStore{Store: e.st, wg: &wg, during: func() {
+				var err error
+				switch change {
+				case "expire":
+					_, err = c.Expire(e.ctx, evs[0].OrderID, time.Now().Add(2*time.Hour)) // unpaid past its window
+				case "refund":
+					_, err = c.Compensate(e.ctx, evs[0].OrderID)
+				case "cancel":
+					_, _, err = op.Cancel(e.ctx, e.campaign, nil)
+				}
+				if err != nil {
+					t.Errorf("%s during the rebuild: %v", change, err)
+				}
+			}})
+			if err := c.Rebuild(e.ctx, []string{e.campaign}); err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			camp, err := e.st.Campaign(e.ctx, e.campaign)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != camp.Stock-camp.Sold {
+				t.Errorf("redis has %d left (%v), the store stock %d - sold %d: units stranded", left, err, camp.Stock, camp.Sold)
+			}
+			if res, err := e.r.Reservation(e.ctx, evs[0].OrderID); err != nil || res.State == "confirmed" {
+				t.Errorf("order 0's record after the %s: %+v %v, want it given back", change, res, err)
+			}
+			if change == "cancel" {
+				_, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Hour)
+				if events.ErrorCode(err) != events.Ended || camp.Sold != 0 {
+					t.Errorf("after a cancel during the rebuild: a purchase got %v, sold %d; want ended and nothing sold", err, camp.Sold)
+				}
+			}
+		})
+	}
+}

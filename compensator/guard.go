@@ -163,8 +163,7 @@ type Rebuilder interface {
 // Snapshotter is the part of the store a rebuild reads.
 type Snapshotter interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
-	Holdings(ctx context.Context, campaign string) (map[string]int64, error)
-	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
+	WhileHeld(ctx context.Context, campaign string, fn func(store.Held) error) error
 	MarkOnSale(ctx context.Context, id string) error
 }
 
@@ -191,30 +190,20 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 	if err := c.waitConsumed(ctx); err != nil {
 		return err
 	}
-	// Read the campaigns now: sold moved while the consumer caught up.
-	cs, err := c.snapshots.Campaigns(ctx)
-	if err != nil {
-		return err
-	}
-	for _, camp := range cs {
-		if !slices.Contains(ids, camp.ID) {
-			continue
-		}
-		holdings, err := c.snapshots.Holdings(ctx, camp.ID)
-		if err != nil {
-			return err
-		}
-		orders, err := c.snapshots.Confirmed(ctx, camp.ID)
-		if err != nil {
-			return err
-		}
-		confirmed := make([]lua.Reservation, len(orders))
-		for i, o := range orders {
-			confirmed[i] = lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity)}
-		}
-		lc := RedisCampaign(camp)
-		lc.Holdings = holdings
-		if err := c.rebuilder.Restore(ctx, lc, confirmed); err != nil {
+	// Each campaign is read now (sold moved while the consumer caught up) and restored while the
+	// store holds its lock: an expiry, a refund or a cancel of it that commits meanwhile lands
+	// on the restored sale, not on the frozen one the restore then overwrites.
+	for _, id := range ids {
+		err := c.snapshots.WhileHeld(ctx, id, func(h store.Held) error {
+			confirmed := make([]lua.Reservation, len(h.Orders))
+			for i, o := range h.Orders {
+				confirmed[i] = lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity)}
+			}
+			lc := RedisCampaign(h.Campaign)
+			lc.Holdings = h.Holdings
+			return c.rebuilder.Restore(ctx, lc, confirmed)
+		})
+		if err != nil && events.ErrorCode(err) != events.CampaignNotFound {
 			return err
 		}
 	}

@@ -284,3 +284,37 @@ func TestAlertGauges(t *testing.T) {
 		t.Errorf("the rebuild stopped with %v, want context.Canceled", err)
 	}
 }
+
+// brokenSync is Redis refusing the campaign's own script (a failover, say): every per-order
+// script still runs.
+type brokenSync struct{ compensator.CampaignRedis }
+
+func (brokenSync) Sync(context.Context, lua.Campaign) (lua.Synced, error) {
+	return 0, errors.New("READONLY You can't write against a read only replica")
+}
+
+// TestCancelWhoseSaleIsBehind: a cancel stored in the store whose Redis step fails still gives
+// every order back (the sweeper closes the sale within a sweep), and says that the sale is
+// behind; it does not leave the cancelled campaign's buyers charged until someone runs it again.
+func TestCancelWhoseSaleIsBehind(t *testing.T) {
+	e := newEnv(t, 20, 5)
+	op := e.operator()
+	op.Sales = brokenSync{op.Sales}
+	evs := e.reserve(t, 4, time.Hour)
+	e.confirm(t, evs[:2])
+	c, tally, err := op.Cancel(e.ctx, e.campaign, nil)
+	if events.ErrorCode(err) != events.Unavailable {
+		t.Errorf("cancel with redis behind: %v, want unavailable (the sale follows, or run it again)", err)
+	}
+	if c.CancelledAtMs == 0 || c.Sold != 0 || tally.Refunded != 2 || tally.Released != 2 {
+		t.Errorf("cancel with redis behind: campaign %+v, tally %+v; want cancelled, 2 refunded, 2 released, nothing sold", c, tally)
+	}
+	for _, ev := range evs {
+		if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || (o.Status != events.Refunded && o.Status != events.Failed) {
+			t.Errorf("order %s after the cancel: %+v %v", ev.OrderID, o, err)
+		}
+	}
+	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
+		t.Errorf("remaining %d after the cancel, want the whole stock %d back", left, e.stock)
+	}
+}

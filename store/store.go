@@ -388,15 +388,59 @@ func (s *Store) AuditView(ctx context.Context, campaign string) (Campaign, []Ord
 	return c, orders, holdings, err
 }
 
-// Confirmed returns the orders of a campaign that hold units, confirmed or paid, for rebuilding
-// Redis (which knows both as confirmed).
+// Confirmed returns the orders of a campaign that hold units, confirmed or paid (which Redis
+// knows both as confirmed).
 func (s *Store) Confirmed(ctx context.Context, campaign string) ([]Order, error) {
+	return s.confirmedOn(ctx, s.db, campaign)
+}
+
+func (s *Store) confirmedOn(ctx context.Context, q sqlx.QueryerContext, campaign string) ([]Order, error) {
 	var os []Order
-	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status IN ('confirmed', 'paid')`), campaign)
+	err := sqlx.SelectContext(ctx, q, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status IN ('confirmed', 'paid')`), campaign)
 	if err != nil {
 		return nil, fmt.Errorf("confirmed orders of %s: %w", campaign, err)
 	}
 	return os, nil
+}
+
+// Held is what a campaign holds in the store at one moment: the campaign (its sold), its
+// buyers' units, and its orders that hold units, confirmed or paid.
+type Held struct {
+	Campaign Campaign
+	Holdings map[string]int64
+	Orders   []Order
+}
+
+// WhileHeld reads what campaign holds and runs fn with it while holding the campaign's lock, so
+// that no change of the campaign commits between the read and fn's end: an expiry, a refund, a
+// cancel or a batch of orders waits, then lands on what fn wrote. A Redis rebuild writes Redis
+// in fn: otherwise a change committed after the read would be undone by the restore (its units
+// given back in the store, taken again in Redis, for good).
+func (s *Store) WhileHeld(ctx context.Context, campaign string, fn func(Held) error) error {
+	return s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := s.lockCampaign(ctx, tx, campaign); errors.Is(err, sql.ErrNoRows) {
+			return events.Errorf(events.CampaignNotFound, "campaign %q not found", campaign)
+		} else if err != nil {
+			return err
+		}
+		if s.sqlite { // no row locks: a write takes the database's, which every writer waits for
+			if _, err := tx.ExecContext(ctx, `UPDATE campaigns SET version = version WHERE id = ?`, campaign); err != nil {
+				return err
+			}
+		}
+		var h Held
+		var err error
+		if h.Campaign, err = s.campaignOn(ctx, tx, campaign); err != nil {
+			return err
+		}
+		if h.Holdings, err = s.holdingsOn(ctx, tx, campaign); err != nil {
+			return err
+		}
+		if h.Orders, err = s.confirmedOn(ctx, tx, campaign); err != nil {
+			return err
+		}
+		return fn(h)
+	})
 }
 
 // RefundOrder moves a confirmed or paid order to refunded and takes its units off the campaign's
