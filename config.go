@@ -134,7 +134,7 @@ func (f *flags) conn() conn {
 		postgresURL: f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "order database URL: postgres://… or sqlite:PATH"),
 		brokers:     f.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma-separated"),
 		topicPrefix: f.String("topic-prefix", events.DefaultPrefix, "prefix of the topic names (<prefix>.orders.requested, …)"),
-		logFormat:   f.String("log-format", "json", "log format: json or text"),
+		logFormat:   f.logFormat("json"),
 		redis:       new(redisurl.Options),
 	}
 	dev, dataDir := f.devFlags("reach the seckill dev (make run) running on --data-dir: its embedded Redis, Kafka and SQLite, in place of --redis-url, --postgres-url and --kafka-brokers")
@@ -163,7 +163,6 @@ func (f *flags) conn() conn {
 		return nil
 	})
 	f.check(func() bool { return !slices.Contains(c.brokerList(), "") }, "--kafka-brokers: want host:port seed brokers, comma-separated")
-	f.check(func() bool { return *c.logFormat == "json" || *c.logFormat == "text" }, "--log-format: want json or text")
 	return c
 }
 
@@ -216,8 +215,17 @@ func (c conn) topics() events.Topics { return events.NewTopics(*c.topicPrefix) }
 
 func (c conn) brokerList() []string { return strings.Split(*c.brokers, ",") }
 
-func (c conn) logger(out io.Writer) *slog.Logger {
-	if *c.logFormat == "text" {
+func (c conn) logger(out io.Writer) *slog.Logger { return newLogger(*c.logFormat, out) }
+
+// logFormat is --log-format, json or text.
+func (f *flags) logFormat(def string) *string {
+	p := f.String("log-format", def, "log format: json or text")
+	f.check(func() bool { return *p == "json" || *p == "text" }, "--log-format: want json or text")
+	return p
+}
+
+func newLogger(format string, out io.Writer) *slog.Logger {
+	if format == "text" {
 		return slog.New(slog.NewTextHandler(out, nil))
 	}
 	return slog.New(slog.NewJSONHandler(out, nil))

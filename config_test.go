@@ -105,6 +105,7 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"consumer", "--postgres-url", "mysql://x"}, "", `unsupported url "mysql://x"`},
 		{[]string{"consumer", "--postgres-url", "postgres://u:hunter2%zz@h/db"}, "", `invalid URL escape "%zz"`},
 		{[]string{"consumer", "--log-format", "yaml"}, "", "--log-format: want json or text"},
+		{[]string{"dev", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"consumer", "--kafka-brokers", ""}, "", "--kafka-brokers: want host:port"},
 		{[]string{"replay", "--from", "yesterday"}, "", "replay: --from"},
 		{[]string{"replay", "--from", "start", "--batch-size", "-3"}, "", "--batch-size: want at least 1"},

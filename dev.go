@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -36,11 +35,12 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: a new one, printed at start)")
 	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
 	sweep := f.duration("sweep-interval", time.Second, false, "how often the sweeper looks for expired reservations")
+	logFormat := f.logFormat("text") // a terminal's, by default
 	guards := f.guards(true)
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log := newLogger(*logFormat, os.Stderr)
 	if *adminToken == "" {
 		*adminToken = randomToken()
 	}
