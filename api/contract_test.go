@@ -502,3 +502,17 @@ func TestCheckCatchesBreaches(t *testing.T) {
 		})
 	}
 }
+
+// TestReadyWithoutTheStore: while the order store fails over, the api stays ready and sells:
+// a purchase needs Redis and Kafka, and the consumer catches up with the store later. An api
+// unready for the store would be taken out of the load balancer, and the sale with it.
+func TestReadyWithoutTheStore(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "nostore", "name": "No store", "stock": 5, "per_user_limit": 5}`)
+	h.store.Close()
+	ready := h.do(t, request("GET", "/readyz", ""), http.StatusOK)
+	if ready["store"] != "unavailable" || ready["redis"] != "ok" || ready["kafka"] != "ok" {
+		t.Errorf("readyz with the store down: %v, want 200 with the store reported unavailable", ready)
+	}
+	h.do(t, request("POST", "/v1/campaigns/nostore/purchases", `{"quantity": 1}`, user("ann")...), http.StatusAccepted)
+}
