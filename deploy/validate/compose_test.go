@@ -144,8 +144,9 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 		if err != nil {
 			continue
 		}
-		if s.StopGracePeriod == nil || time.Duration(*s.StopGracePeriod) != 30*time.Second {
-			probs.addf("compose: %s stop_grace_period is not 30s", name)
+		// As terminationGracePeriodSeconds in k8s/: the api drains for longer.
+		if want := time.Duration(terminationGrace[name]) * time.Second; s.StopGracePeriod == nil || time.Duration(*s.StopGracePeriod) != want {
+			probs.addf("compose: %s stop_grace_period is not %s", name, want)
 		}
 		addr := s.Environment[listenEnv[name]]
 		if addr == nil {

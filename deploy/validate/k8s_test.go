@@ -27,6 +27,29 @@ const seckillImage = "seckill"
 // placeholder marks every committed secret value: real ones never live here.
 const placeholder = "REPLACE_ME"
 
+// minSecretLen is the shortest token or key the api accepts (api.MinSecretLen). A
+// placeholder shorter than that makes an api started with it refuse to start, where a
+// longer one would be a working secret that everyone can read in the repository.
+const minSecretLen = 32
+
+// terminationGrace is each Deployment role's terminationGracePeriodSeconds. The api's
+// covers its preStop pause, SECKILL_DRAIN_DELAY (5 s), the drain of requests in flight
+// (at most 15 s) and the producer's flush of queued orders (at most 10 s).
+var terminationGrace = map[string]int64{"api": 40, "consumer": 30, "compensator": 30}
+
+// apiStopSeconds is what the api spends after SIGTERM: drain delay, shutdown, flush.
+const apiStopSeconds = 5 + 15 + 10
+
+// minReplicas is the fewest pods of each Deployment role: the api serves from three;
+// two consumers share the partitions; two compensators, one sweeping under the lease
+// and a standby that takes it over when the holder dies (I5 through a node's death).
+var minReplicas = map[string]int32{"api": 3, "consumer": 2, "compensator": 2}
+
+// startupBudget is the least time a role's startup probe allows before the liveness
+// probe takes over: a role opens its ports only once its dependencies answer, and
+// waits out one that is down rather than exiting.
+const startupBudget = 300 // seconds
+
 // roleKinds is the workload kind of each seckill process in deploy/k8s.
 var roleKinds = map[string]string{
 	"api":         "apps/v1/Deployment",
@@ -123,9 +146,14 @@ func checkBundle(b *bundle) problems {
 		}
 	}
 	for _, m := range b.find("v1/Secret") {
-		for key := range secretData(m.obj.(*corev1.Secret)) {
+		for key, v := range secretData(m.obj.(*corev1.Secret)) {
 			if !used["Secret/"+m.obj.GetName()+"/"+key] {
 				probs.addf("%s: key %s is read by no container", m, key)
+			}
+			// No placeholder is a usable secret: one left in must make the api refuse to
+			// start. (A URL's placeholder is its password, which has no length rule.)
+			if strings.Contains(v, placeholder) && !strings.Contains(v, "://") && len(v) >= minSecretLen {
+				probs.addf("%s: the placeholder of %s is %d bytes, a usable secret if nobody replaces it: keep it under %d bytes (%s)", m, key, len(v), minSecretLen, placeholder)
 			}
 		}
 	}
@@ -380,12 +408,28 @@ func checkRoles(b *bundle) problems {
 				probs.addf("%s: lacks env %s", m, key)
 			}
 		}
+		if job, ok := m.obj.(*batchv1.Job); ok {
+			// A Job's pod template is immutable: until the finished Job is gone, an apply
+			// with a new image fails with "field is immutable".
+			if ttl := job.Spec.TTLSecondsAfterFinished; ttl == nil || *ttl > 60 {
+				probs.addf("%s: ttlSecondsAfterFinished must be set and at most 60, or the next apply with a new image fails (field is immutable) until the Job is gone", m)
+			}
+		}
 		if kind != "apps/v1/Deployment" {
 			continue
 		}
 
-		if g := spec.TerminationGracePeriodSeconds; g == nil || *g != 30 {
-			probs.addf("%s: terminationGracePeriodSeconds must be 30 (SIGTERM drains in-flight work)", m)
+		if g := spec.TerminationGracePeriodSeconds; g == nil || *g != terminationGrace[role] {
+			probs.addf("%s: terminationGracePeriodSeconds must be %d (SIGTERM drains in-flight work)", m, terminationGrace[role])
+		} else if pre := preStopSeconds(c); role == "api" && *g < pre+apiStopSeconds {
+			probs.addf("%s: terminationGracePeriodSeconds %d < preStop %d s + drain delay 5 s + shutdown 15 s + producer flush 10 s", m, *g, pre)
+		}
+		d := m.obj.(*appsv1.Deployment)
+		if d.Spec.Replicas == nil || *d.Spec.Replicas < minReplicas[role] {
+			probs.addf("%s: want at least %d replicas", m, minReplicas[role])
+		}
+		if d.Spec.Replicas == nil || *d.Spec.Replicas > 1 {
+			probs = append(probs, checkReplicated(m, d, b)...)
 		}
 		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == listenEnv[role] })
 		if i < 0 {
@@ -405,7 +449,7 @@ func checkRoles(b *bundle) problems {
 			name  string
 			probe *corev1.Probe
 			path  string
-		}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}} {
+		}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}, {"startup", c.StartupProbe, "/healthz"}} {
 			if want.probe == nil || want.probe.HTTPGet == nil {
 				probs.addf("%s: %s probe must be an HTTP GET of %s", m, want.name, want.path)
 				continue
@@ -417,18 +461,25 @@ func checkRoles(b *bundle) problems {
 			}
 		}
 
+		// A pod that starts while a dependency is down opens no port until it answers: the
+		// startup probe holds the liveness probe off meanwhile, or it would be killed in a loop.
+		if p := c.StartupProbe; p != nil && p.PeriodSeconds*p.FailureThreshold < startupBudget {
+			probs.addf("%s: startup probe allows %d s x %d, want at least %d s to wait out a dependency that is down",
+				m, p.PeriodSeconds, p.FailureThreshold, startupBudget)
+		}
+
 		if role != "api" {
 			continue
 		}
-		d := m.obj.(*appsv1.Deployment)
-		if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
-			probs.addf("%s: want 3 replicas", m)
+		if d.Spec.Replicas != nil && *d.Spec.Replicas != minReplicas[role] {
+			probs.addf("%s: want %d replicas", m, minReplicas[role])
 		}
-		if !slices.ContainsFunc(b.find("policy/v1/PodDisruptionBudget"), func(p manifest) bool {
-			ok, _ := selects(p.obj.(*policyv1.PodDisruptionBudget).Spec.Selector, d.Spec.Template.Labels)
-			return ok
-		}) {
-			probs.addf("%s: no PodDisruptionBudget selects it", m)
+		// Behind an Ingress every buyer comes from the proxy's address: the per-address
+		// limits would throttle the whole sale.
+		for key, want := range map[string]string{"SECKILL_TRUST_PROXY_HEADERS": "true", "SECKILL_MAX_CONNS_PER_ADDR": "0"} {
+			if got, ok := envValue(b, c, key); !ok || got != want {
+				probs.addf("%s: %s=%q, want %q: behind an Ingress every buyer comes from the proxy's address", m, key, got, want)
+			}
 		}
 		if !slices.ContainsFunc(b.find("v1/Service"), func(s manifest) bool {
 			ok, _ := selects(&metav1.LabelSelector{MatchLabels: s.obj.(*corev1.Service).Spec.Selector}, d.Spec.Template.Labels)
@@ -438,6 +489,83 @@ func checkRoles(b *bundle) problems {
 		}
 	}
 	return probs
+}
+
+// checkReplicated checks what a Deployment of more than one pod needs: a
+// PodDisruptionBudget that lets one pod go at a time, and its pods spread over nodes,
+// so that neither a drain nor one node's death takes them all.
+func checkReplicated(m manifest, d *appsv1.Deployment, b *bundle) problems {
+	var probs problems
+	own := d.Spec.Template.Labels
+	var pdbs []*policyv1.PodDisruptionBudget
+	for _, p := range b.find("policy/v1/PodDisruptionBudget") {
+		pdb := p.obj.(*policyv1.PodDisruptionBudget)
+		if ok, _ := selects(pdb.Spec.Selector, own); ok {
+			pdbs = append(pdbs, pdb)
+		}
+	}
+	switch {
+	case len(pdbs) == 0:
+		probs.addf("%s: %d replicas and no PodDisruptionBudget selects it", m, *d.Spec.Replicas)
+	case len(pdbs) > 1:
+		probs.addf("%s: %d PodDisruptionBudgets select it (the eviction API refuses pods with more than one)", m, len(pdbs))
+	default:
+		if mu := pdbs[0].Spec.MaxUnavailable; pdbs[0].Spec.MinAvailable != nil || mu == nil || *mu != intstr.FromInt32(1) {
+			probs.addf("%s: PodDisruptionBudget %s must set maxUnavailable: 1 (one pod at a time, whatever the replicas)", m, pdbs[0].Name)
+		}
+	}
+
+	spread := slices.ContainsFunc(d.Spec.Template.Spec.TopologySpreadConstraints, func(t corev1.TopologySpreadConstraint) bool {
+		ok, _ := selects(t.LabelSelector, own)
+		return ok && t.TopologyKey == "kubernetes.io/hostname" && t.MaxSkew == 1
+	})
+	if a := d.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+		terms := a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		for _, w := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			terms = append(terms, w.PodAffinityTerm)
+		}
+		spread = spread || slices.ContainsFunc(terms, func(t corev1.PodAffinityTerm) bool {
+			ok, _ := selects(t.LabelSelector, own)
+			return ok && t.TopologyKey == "kubernetes.io/hostname"
+		})
+	}
+	if !spread {
+		probs.addf("%s: %d replicas not spread over nodes: want a topologySpreadConstraint (maxSkew 1) or a podAntiAffinity on kubernetes.io/hostname selecting its own pods", m, *d.Spec.Replicas)
+	}
+	return probs
+}
+
+// preStopSeconds is how long a container's preStop hook sleeps, 0 without one.
+func preStopSeconds(c corev1.Container) int64 {
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil {
+		return 0
+	}
+	return c.Lifecycle.PreStop.Sleep.Seconds
+}
+
+// envValue returns the value a container's variable gets, literal or from a ConfigMap
+// or Secret of the bundle.
+func envValue(b *bundle, c corev1.Container, name string) (string, bool) {
+	i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+	if i < 0 {
+		return "", false
+	}
+	e := c.Env[i]
+	switch {
+	case e.ValueFrom == nil:
+		return e.Value, true
+	case e.ValueFrom.ConfigMapKeyRef != nil:
+		if cm, _ := b.get("v1/ConfigMap", e.ValueFrom.ConfigMapKeyRef.Name).(*corev1.ConfigMap); cm != nil {
+			v, ok := cm.Data[e.ValueFrom.ConfigMapKeyRef.Key]
+			return v, ok
+		}
+	case e.ValueFrom.SecretKeyRef != nil:
+		if s, _ := b.get("v1/Secret", e.ValueFrom.SecretKeyRef.Name).(*corev1.Secret); s != nil {
+			v, ok := secretData(s)[e.ValueFrom.SecretKeyRef.Key]
+			return v, ok
+		}
+	}
+	return "", false
 }
 
 // checkInfra checks that the roles' configuration reaches the services of the

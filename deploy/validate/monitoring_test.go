@@ -498,7 +498,7 @@ func checkMonitoring(metrics map[string]metric, f monitoringFiles) problems {
 	}) {
 		ps.addf("the dashboard has no datasource variable of Prometheus data sources: its panels name ${datasource}")
 	}
-	r.read = map[string]bool{}
+	read := map[string]bool{} // what the dashboard's queries read
 	ids := map[int]bool{}
 	for i, p := range d.Panels {
 		where := fmt.Sprintf("panel %q", p.Title)
@@ -531,8 +531,17 @@ func checkMonitoring(metrics map[string]metric, f monitoringFiles) problems {
 			if q.Datasource == nil || q.Datasource.UID != "${datasource}" {
 				ps.addf("%s: its datasource is not ${datasource}", at)
 			}
+			r.read = map[string]bool{}
 			labels, more := r.check(at, q.Expr)
 			ps = append(ps, more...)
+			for name := range r.read {
+				read[name] = true
+				// A recording rule's series exist only where alerts.yml is loaded: a dashboard
+				// imported beside another Prometheus would show nothing.
+				if _, ok := r.records[name]; ok {
+					ps.addf("%s reads the recording rule %s, which only a Prometheus that loads alerts.yml has: graph its expression", at, name)
+				}
+			}
 			if q.LegendFormat == "" {
 				ps.addf("%s has no legendFormat: its lines would be named by their whole label sets", at)
 			}
@@ -544,13 +553,8 @@ func checkMonitoring(metrics map[string]metric, f monitoringFiles) problems {
 		}
 	}
 	// Every figure is graphed, so every alert has its history beside it.
-	for name := range r.records {
-		if !r.read[name] {
-			ps.addf("the recording rule %s is on no panel", name)
-		}
-	}
 	for name := range metrics {
-		if !r.read[name] {
+		if !read[name] {
 			ps.addf("%s is on no panel of the dashboard: graph every figure the code exports", name)
 		}
 	}
@@ -602,6 +606,7 @@ func TestMonitoringRejects(t *testing.T) {
 		{"a metric on no panel", board("rate(seckill_http_refused_connections_total[1m])", "rate(seckill_http_requests_total[1m])"), "seckill_http_refused_connections_total is on no panel"},
 		{"panels overlap", board(`"x": 12,`, `"x": 6,`), "overlaps panel"},
 		{"fixed data source", board(`"uid": "${datasource}"`, `"uid": "prom-1"`), "its datasource is not ${datasource}"},
+		{"dashboard reads a recording rule", board("sum(max by (partition) (seckill_consumer_lag))", "seckill:consumer_lag:sum"), "reads the recording rule seckill:consumer_lag:sum"},
 		{"not JSON", board(`"panels": [`, `"panels": [,`), "the dashboard is not JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
