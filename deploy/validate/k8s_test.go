@@ -62,16 +62,10 @@ var roleKinds = map[string]string{
 // it fits the infra/ starting point.
 func checkK8s(bundles []*bundle) problems {
 	var probs problems
-	var app, infra *bundle
 	for _, b := range bundles {
 		probs = append(probs, checkBundle(b)...)
-		switch b.dir {
-		case ".":
-			app = b
-		case "infra":
-			infra = b
-		}
 	}
+	app, infra := appAndInfra(bundles)
 	if app == nil || infra == nil {
 		probs.addf("k8s: want kustomization.yaml in deploy/k8s and deploy/k8s/infra")
 		return probs
@@ -761,4 +755,17 @@ func TestK8sManifests(t *testing.T) {
 		t.Fatal("no kustomization found under deploy/k8s")
 	}
 	checkK8s(bundles).report(t)
+}
+
+// appAndInfra returns the bundles of deploy/k8s and deploy/k8s/infra (nil when missing).
+func appAndInfra(bundles []*bundle) (app, infra *bundle) {
+	for _, b := range bundles {
+		switch b.dir {
+		case ".":
+			app = b
+		case "infra":
+			infra = b
+		}
+	}
+	return app, infra
 }

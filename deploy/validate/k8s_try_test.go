@@ -41,15 +41,7 @@ func checkTryOverlay(data []byte, bundles []*bundle) problems {
 	if !slices.Equal(k.Resources, []string{"../k8s", "../k8s/infra"}) {
 		probs.addf("%s: resources %v, want [../k8s ../k8s/infra]", file, k.Resources)
 	}
-	var app, infra *bundle
-	for _, b := range bundles {
-		switch b.dir {
-		case ".":
-			app = b
-		case "infra":
-			infra = b
-		}
-	}
+	app, infra := appAndInfra(bundles)
 	if app == nil || infra == nil {
 		probs.addf("%s: deploy/k8s or deploy/k8s/infra has no kustomization", file)
 		return probs
