@@ -34,6 +34,7 @@ func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id
 		return err
 	}
 	s.soldOut.clear(id) // added stock is on sale here at once, at the other apis within SoldOutTTL
+	s.campaigns.forget(id)
 	view, err := s.viewCampaign(ctx, camp)
 	if err != nil {
 		return err
@@ -154,6 +155,7 @@ func (s *Server) bulk(c echo.Context, run func(ctx context.Context) error) error
 	_ = http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(bulkTimeout))
 	err := run(ctx)
 	s.soldOut.clear(c.Param("id"))
+	s.campaigns.forget(c.Param("id"))
 	return err
 }
 

@@ -36,11 +36,13 @@ func TestCampaignControlsContract(t *testing.T) {
 	wantField(t, added, "stock", float64(6))
 	wantField(t, added, "remaining", float64(2))
 	wantField(t, added, "state", "on_sale")
+	wantField(t, h.do(t, request("GET", "/v1/campaigns/ctl", ""), http.StatusOK), "stock", float64(6)) // at once, not a second later
 	h.buy(t, "ctl", "cid", 1)
 
 	// Closed: refused at once; extended: on sale again.
 	closed := h.do(t, post("close", "", admin...), http.StatusOK)
 	wantField(t, closed, "state", "ended")
+	wantField(t, h.do(t, request("GET", "/v1/campaigns/ctl", ""), http.StatusOK), "state", "ended")
 	h.fail(t, request("POST", "/v1/campaigns/ctl/purchases", `{"quantity": 1}`, user("dan")...), http.StatusConflict, events.Ended)
 	h.do(t, post("close", "", admin...), http.StatusOK) // again: nothing to do
 	h.fail(t, post("extend", `{"ends_at": "2001-01-01T00:00:00Z"}`, admin...), http.StatusBadRequest, events.Invalid)
@@ -49,6 +51,7 @@ func TestCampaignControlsContract(t *testing.T) {
 	extended := h.do(t, post("extend", `{"ends_at": "`+ends+`"}`, admin...), http.StatusOK)
 	wantField(t, extended, "ends_at", ends)
 	wantField(t, extended, "state", "on_sale")
+	wantField(t, h.do(t, request("GET", "/v1/campaigns/ctl", ""), http.StatusOK), "ends_at", ends)
 
 	// Any buyer's order, to the admin only.
 	h.fail(t, request("GET", "/v1/admin/orders/"+first, ""), http.StatusUnauthorized, events.Unauthorized)
@@ -74,6 +77,7 @@ func TestCampaignControlsContract(t *testing.T) {
 	inner, _ := cancelled["campaign"].(map[string]any)
 	wantField(t, inner, "state", "cancelled")
 	wantField(t, inner, "remaining", float64(6))
+	wantField(t, h.do(t, request("GET", "/v1/campaigns/ctl", ""), http.StatusOK), "state", "cancelled")
 	wantField(t, h.do(t, request("GET", "/v1/admin/orders/"+again, "", admin...), http.StatusOK), "status", "failed")
 	wantTally(t, h.do(t, post("cancel", "", admin...), http.StatusOK), 0, 0, 0)
 	h.fail(t, post("stock", `{"add": 1}`, admin...), http.StatusConflict, events.CampaignCancelled)

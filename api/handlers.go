@@ -225,6 +225,7 @@ func (s *Server) createCampaign(c echo.Context) error {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 		defer cancel()
 		deleted, derr := s.store.DeleteUnsoldCampaign(uctx, camp.ID)
+		s.campaigns.forget(camp.ID) // a GET in between found it
 		switch {
 		case derr != nil:
 			// The compensator's reconciler puts it on sale once Redis answers.
@@ -291,11 +292,11 @@ func (s *Server) getCampaign(c echo.Context) error {
 		return events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
 	}
 	ctx := c.Request().Context()
-	camp, err := s.store.Campaign(ctx, id)
+	sc, err := s.campaigns.get(ctx, id)
 	if err != nil {
 		return err
 	}
-	view, err := s.viewCampaign(ctx, camp)
+	view, err := saleView(ctx, s.redis, sc)
 	if err != nil {
 		return err
 	}
@@ -307,13 +308,41 @@ func (s *Server) viewCampaign(ctx context.Context, camp store.Campaign) (Campaig
 	return LiveCampaign(ctx, s.store, s.redis, camp)
 }
 
+// paidReader reads a campaign's paid units.
+type paidReader interface {
+	PaidUnits(ctx context.Context, campaign string) (int64, error)
+}
+
+// saleReader reads what Redis has left of a campaign.
+type saleReader interface {
+	Sale(ctx context.Context, campaign string) (lua.Sale, error)
+}
+
 // LiveCampaign returns the API view of a stored campaign, with what Redis has left of it and
 // its paid units.
-func LiveCampaign(ctx context.Context, st interface {
-	PaidUnits(ctx context.Context, campaign string) (int64, error)
-}, r interface {
-	Sale(ctx context.Context, campaign string) (lua.Sale, error)
-}, camp store.Campaign) (CampaignView, error) {
+func LiveCampaign(ctx context.Context, st paidReader, r saleReader, camp store.Campaign) (CampaignView, error) {
+	sc, err := readPaid(ctx, st, camp)
+	if err != nil {
+		return CampaignView{}, err
+	}
+	return saleView(ctx, r, sc)
+}
+
+// readPaid returns camp with its paid units (none without a payment window).
+func readPaid(ctx context.Context, st paidReader, camp store.Campaign) (storedCampaign, error) {
+	sc := storedCampaign{camp: camp}
+	if camp.PaymentWindowMs > 0 {
+		var err error
+		if sc.paid, err = st.PaidUnits(ctx, camp.ID); err != nil {
+			return storedCampaign{}, err
+		}
+	}
+	return sc, nil
+}
+
+// saleView is the API view of a stored campaign with what Redis has left of it.
+func saleView(ctx context.Context, r saleReader, sc storedCampaign) (CampaignView, error) {
+	camp := sc.camp
 	sale, err := r.Sale(ctx, camp.ID)
 	if err != nil {
 		return CampaignView{}, events.Wrap(events.Unavailable, err, "campaign %q is being restored; try again in a few seconds", camp.ID)
@@ -321,13 +350,7 @@ func LiveCampaign(ctx context.Context, st interface {
 	if !sale.Loaded {
 		sale.Remaining = camp.Stock - camp.Sold
 	}
-	var paid int64
-	if camp.PaymentWindowMs > 0 {
-		if paid, err = st.PaidUnits(ctx, camp.ID); err != nil {
-			return CampaignView{}, err
-		}
-	}
-	return ViewCampaign(camp, sale, paid), nil
+	return ViewCampaign(camp, sale, sc.paid), nil
 }
 
 type purchaseRequest struct {
@@ -792,6 +815,7 @@ func (s *Server) compensate(c echo.Context) error {
 	}
 	if o.Status == events.Failed || o.Status == events.Refunded {
 		s.soldOut.clear(o.CampaignID) // this process gave units back
+		s.campaigns.forget(o.CampaignID)
 	}
 	return c.JSON(http.StatusOK, ViewOrder(o))
 }

@@ -225,6 +225,7 @@ type Server struct {
 	soldOut   *soldOut
 	kafka     *breaker // fails purchases fast while Kafka is down
 	known     sync.Map // campaign ids the store knows: see notInRedis
+	campaigns *campaignCache
 	ready     readyCache
 	stopping  chan struct{} // closed when shutdown starts: event streams end
 	draining  atomic.Bool   // told to stop: /readyz says so, answers close their connections
@@ -262,6 +263,13 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 		streams:   &streamCaps{perBuyer: cfg.MaxStreamsPerBuyer, total: cfg.MaxStreams, open: map[string]int{}},
 	}
 	s.operator = &compensator.Operator{Resolver: s.resolver, Campaigns: st, Sales: r}
+	s.campaigns = newCampaignCache(func(ctx context.Context, id string) (storedCampaign, error) {
+		camp, err := st.Campaign(ctx, id)
+		if err != nil {
+			return storedCampaign{}, err
+		}
+		return readPaid(ctx, st, camp)
+	})
 	s.console = &console{s: s, subs: map[chan []byte]struct{}{}}
 	if len(cfg.Brokers) > 0 {
 		h, err := newHub(cfg.Brokers, cfg.Topics.Results, s.soldOut.clear, cfg.Logger)

@@ -1,0 +1,118 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// pageStore knows one campaign, with a payment window, and counts the reads of it; with
+// down set it fails every read.
+type pageStore struct {
+	api.Store
+	down            atomic.Bool
+	campaigns, paid atomic.Int64
+}
+
+func (s *pageStore) Campaign(_ context.Context, id string) (store.Campaign, error) {
+	s.campaigns.Add(1)
+	switch {
+	case s.down.Load():
+		return store.Campaign{}, errors.New("connection refused")
+	case id != "page":
+		return store.Campaign{}, events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
+	}
+	return store.Campaign{ID: id, Name: "Page", Stock: 100, Sold: 40, PerUserLimit: 1, PaymentWindowMs: 600_000}, nil
+}
+
+func (s *pageStore) PaidUnits(context.Context, string) (int64, error) {
+	s.paid.Add(1)
+	return 30, nil
+}
+
+// liveSale reports what Redis has left, read on every request.
+type liveSale struct {
+	api.Redis
+	remaining atomic.Int64
+}
+
+func (r *liveSale) Sale(context.Context, string) (lua.Sale, error) {
+	return lua.Sale{Loaded: true, Remaining: r.remaining.Load()}, nil
+}
+
+// TestCampaignPagePolledByACrowd: at a sale's start every buyer's page polls its campaign. The
+// store is read once a second per campaign, not once per poll, while the units left are
+// Redis's of the moment.
+func TestCampaignPagePolledByACrowd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, r := &pageStore{}, &liveSale{}
+		r.remaining.Store(60)
+		srv := api.New(api.Config{Logger: slog.New(slog.DiscardHandler)}, st, r, nil)
+		defer srv.Close()
+		get := func(id string) (int, api.CampaignView) {
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/campaigns/"+id, nil))
+			var v api.CampaignView
+			if rec.Code == http.StatusOK {
+				if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return rec.Code, v
+		}
+
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() {
+				if code, v := get("page"); code != http.StatusOK || v.Sold != 40 || v.Paid != 30 || v.Remaining != 60 {
+					t.Errorf("answered %d %+v", code, v)
+				}
+			})
+		}
+		wg.Wait()
+		if c, p := st.campaigns.Load(), st.paid.Load(); c != 1 || p != 1 {
+			t.Errorf("200 polls read the campaign %d times and its paid units %d times; want once each", c, p)
+		}
+
+		r.remaining.Store(59) // a unit sold: the next poll shows it, from Redis
+		if _, v := get("page"); v.Remaining != 59 || st.campaigns.Load() != 1 {
+			t.Errorf("remaining %d after %d store reads; want 59 from Redis, no new read", v.Remaining, st.campaigns.Load())
+		}
+		time.Sleep(time.Second)
+		if get("page"); st.campaigns.Load() != 2 {
+			t.Errorf("a second later: %d store reads, want 2", st.campaigns.Load())
+		}
+
+		// Neither a campaign not found nor a store down is kept.
+		for range 2 {
+			if code, _ := get("nope"); code != http.StatusNotFound {
+				t.Errorf("unknown campaign answered %d", code)
+			}
+		}
+		time.Sleep(time.Second)
+		st.down.Store(true)
+		if code, _ := get("page"); code != http.StatusServiceUnavailable {
+			t.Errorf("store down: answered %d, want 503", code)
+		}
+		st.down.Store(false)
+		if code, _ := get("page"); code != http.StatusOK {
+			t.Errorf("store back: answered %d, want 200 at once", code)
+		}
+		if n := st.campaigns.Load(); n != 6 {
+			t.Errorf("%d store reads; want 6: two unknown campaigns, the failed read and the one after it read anew", n)
+		}
+	})
+}
