@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lib/pq"
 )
 
 // TestRolesRefuseABadRedisURL checks that a malformed Redis URL, or one of an unknown scheme,
@@ -148,5 +152,35 @@ func TestHelpWins(t *testing.T) {
 	code := run(context.Background(), []string{"dlq", "show", "--dev", "--data-dir", dir, "1/0"}, &stdout, &stderr)
 	if code != 1 || !strings.Contains(stderr.String(), "no seckill dev is running on "+dir) {
 		t.Errorf("dlq show with its position after the flags: exit %d, stderr %q; want the flags read and the missing dev named", code, stderr.String())
+	}
+}
+
+// redisReply is an error reply of Redis's, as go-redis returns it.
+type redisReply string
+
+func (e redisReply) Error() string { return string(e) }
+func (redisReply) RedisError()     {}
+
+// TestRefusedForGood: a server that refuses us for a reason no wait changes stops the role with
+// it; a server that is down, loading or read-only is waited out.
+func TestRefusedForGood(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pq.Error{Code: "28P01", Message: "password authentication failed"}, true},
+		{&pq.Error{Code: "3D000", Message: `database "nope" does not exist`}, true},
+		{fmt.Errorf("open redis: %w", redisReply("WRONGPASS invalid username-password pair")), true},
+		{redisReply("NOAUTH Authentication required."), true},
+		{fmt.Errorf("load scripts: %w", redisReply("NOPERM User seckill has no permissions to run the 'info' command")), true},
+		{redisReply("ERR DB index is out of range"), true},
+		{&pq.Error{Code: "57P03", Message: "the database system is starting up"}, false},
+		{redisReply("LOADING Redis is loading the dataset in memory"), false},
+		{redisReply("READONLY You can't write against a read only replica."), false},
+		{errors.New("dial tcp 127.0.0.1:6379: connect: connection refused"), false},
+	} {
+		if got := refused(c.err); got != c.want {
+			t.Errorf("refused(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -70,7 +70,7 @@ func refused(err error) bool {
 	var re redis.Error
 	if errors.As(err, &re) {
 		msg := re.Error()
-		return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
+		return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "NOPERM") ||
 			strings.HasPrefix(msg, "ERR DB index is out of range")
 	}
 	return false

@@ -111,14 +111,18 @@ func newScript(src string) *redis.Script {
 // hot path never pays for a NOSCRIPT reply. Not Script.Load: queued in a pipeline it reads its
 // reply before there is one, and sets the script's hash to "", after which every EVALSHA misses
 // and falls back to a full EVAL. A server that joins later (a replica promoted by a failover)
-// gets each script from its first NOSCRIPT (scriptCall.reply).
+// gets each script from its first NOSCRIPT (scriptCall.reply). It checks too that every server
+// tells its run id, which the guard needs (runID).
 func (r *Redis) Load(ctx context.Context) error {
 	load := func(ctx context.Context, node *redis.Client) error {
 		pipe := node.Pipeline()
 		for _, src := range sources {
 			pipe.ScriptLoad(ctx, src)
 		}
-		_, err := pipe.Exec(ctx)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+		_, err := runID(ctx, node) // a user the guard cannot work with stops at start
 		return err
 	}
 	var err error

@@ -94,14 +94,18 @@ func (r *Redis) primaryOf(ctx context.Context, key string) (*redis.Client, error
 	return nil, fmt.Errorf("unsupported redis client %T", r.rdb)
 }
 
-// runID returns the run id of a server, "" if it does not report one.
+// runID returns the run id of a server, "" if it does not report one (miniredis). A user whose
+// ACL denies INFO (it is in @dangerous, which least-privilege users often lack) is an error, not
+// a server without run ids: the guard would record "" everywhere and never see a restart or a
+// failover that lost acknowledged writes.
 func runID(ctx context.Context, node *redis.Client) (string, error) {
 	info, err := node.Info(ctx, "server").Result()
 	if err != nil {
-		if errors.As(err, new(redis.Error)) {
+		var re redis.Error
+		if errors.As(err, &re) && !strings.HasPrefix(re.Error(), "NOPERM") {
 			return "", nil // a server that does not know INFO server
 		}
-		return "", fmt.Errorf("redis info: %w", err)
+		return "", fmt.Errorf("redis info server (seckill tells a restart or a failover that lost writes from the run id; the Redis user needs +info): %w", err)
 	}
 	for _, line := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
