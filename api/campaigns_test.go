@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -90,4 +91,30 @@ func wantTally(t *testing.T, m map[string]any, released, refunded, unchanged flo
 	wantField(t, m, "released", released)
 	wantField(t, m, "refunded", refunded)
 	wantField(t, m, "unchanged", unchanged)
+}
+
+// TestControlsBeforeTheStartSellNothing: a campaign closed or cancelled before its start was
+// left the window [start, start+1ms), which Redis opened: at the first millisecond of the
+// planned sale a cancelled campaign took an order its buyer stayed charged for. The window
+// is empty now, the campaign reads ended, and an extension reopens it at its planned start.
+func TestControlsBeforeTheStartSellNothing(t *testing.T) {
+	for _, control := range []string{"close", "cancel"} {
+		t.Run(control, func(t *testing.T) {
+			h := newHarness(t)
+			start := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+			h.createCampaign(t, fmt.Sprintf(`{"id": "early", "name": "Stopped early", "stock": 5, "per_user_limit": 5, "starts_at": %q}`,
+				start.Format(time.RFC3339)))
+			h.do(t, request("POST", "/v1/admin/campaigns/early/"+control, "", h.bearer()...), http.StatusOK)
+			h.fail(t, request("POST", "/v1/campaigns/early/purchases", `{"quantity": 1}`, user("ann")...), http.StatusConflict, events.Ended)
+			h.mr.SetTime(start) // Redis's clock at the first millisecond of the planned sale
+			h.fail(t, request("POST", "/v1/campaigns/early/purchases", `{"quantity": 1}`, user("bob")...), http.StatusConflict, events.Ended)
+			wantField(t, h.do(t, request("GET", "/v1/campaigns/early", ""), http.StatusOK), "state", map[string]string{"close": "ended", "cancel": "cancelled"}[control])
+			if control == "close" {
+				ends := start.Add(time.Hour).Format(time.RFC3339)
+				extended := h.do(t, request("POST", "/v1/admin/campaigns/early/extend", `{"ends_at": "`+ends+`"}`, h.bearer()...), http.StatusOK)
+				wantField(t, extended, "state", "scheduled")
+				wantField(t, extended, "starts_at", start.Format("2006-01-02T15:04:05Z"))
+			}
+		})
+	}
 }

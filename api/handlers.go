@@ -259,7 +259,7 @@ func campaignState(c store.Campaign, sale lua.Sale, now time.Time) string {
 	switch {
 	case c.CancelledAtMs > 0:
 		return stateCancelled
-	case c.EndsAtMs > 0 && ms >= c.EndsAtMs:
+	case c.Over(ms):
 		return stateEnded
 	case sale.Frozen:
 		return stateFrozen
@@ -557,7 +557,7 @@ func (s *Server) notInRedis(ctx context.Context, campaign string, notFound error
 	camp, err := s.store.Campaign(ctx, campaign)
 	switch events.ErrorCode(err) {
 	case "":
-		if camp.EndsAtMs > 0 && camp.EndsAtMs <= time.Now().UnixMilli() {
+		if camp.Over(time.Now().UnixMilli()) {
 			// Over, and its keys have left Redis: the store keeps its history.
 			return events.Errorf(events.Ended, "campaign %q has ended", campaign)
 		}

@@ -119,7 +119,7 @@ func (c *Compensator) rebuildLost(ctx context.Context, lost []string) error {
 // has the campaign. A campaign that has ended is left alone.
 func (c *Compensator) reconcile(ctx context.Context, cs []store.Campaign, now time.Time) error {
 	for _, camp := range cs {
-		if camp.OnSale || camp.EndsAtMs > 0 && camp.EndsAtMs <= now.UnixMilli() {
+		if camp.OnSale || camp.Over(now.UnixMilli()) {
 			continue
 		}
 		lc := RedisCampaign(camp)

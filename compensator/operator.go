@@ -59,10 +59,12 @@ const maxStock = 1 << 40
 func (o *Operator) Close(ctx context.Context, id string) (store.Campaign, error) {
 	return o.change(ctx, id, func(c *store.Campaign) error {
 		now := time.Now().UnixMilli()
-		if c.EndsAtMs > 0 && c.EndsAtMs <= now {
+		if c.Over(now) {
 			return errUnchanged
 		}
-		c.EndsAtMs = max(now, c.StartsAtMs+1) // an end before the start would be no window at all
+		// Before its start, the end is the start: an empty window, which Redis never opens and
+		// which Extend can widen again from the planned start.
+		c.EndsAtMs = max(now, c.StartsAtMs)
 		return nil
 	})
 }
@@ -106,8 +108,8 @@ func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (st
 		}
 		now := time.Now().UnixMilli()
 		c.CancelledAtMs = now
-		if c.EndsAtMs == 0 || c.EndsAtMs > now {
-			c.EndsAtMs = max(now, c.StartsAtMs+1)
+		if !c.Over(now) {
+			c.EndsAtMs = max(now, c.StartsAtMs) // as Close
 		}
 		return nil
 	})

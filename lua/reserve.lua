@@ -29,7 +29,10 @@ local limit = tonumber(meta[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[1])
-local open = now >= tonumber(meta[2]) and not (tonumber(meta[3]) > 0 and now >= tonumber(meta[3]))
+local starts, ends = tonumber(meta[2]), tonumber(meta[3])
+-- An end at or before the start is a sale closed before it opened: over, not yet to come.
+local over = ends > 0 and (now >= ends or ends <= starts)
+local open = now >= starts and not over
 
 local ids, users = {}, {}
 for i = 1, n do
@@ -56,7 +59,7 @@ for i = 1, n do
       reply('malformed', 0, 0, prior)
     end
   elseif not open then
-    reply(now < tonumber(meta[2]) and 'not_started' or 'ended', 0, 0)
+    reply(over and 'ended' or 'not_started', 0, 0)
   -- A quantity below one would give units back and leave a record release cannot parse.
   elseif not qty or qty < 1 or qty ~= math.floor(qty) or qty > limit then
     reply('invalid_request', 0, 0)

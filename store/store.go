@@ -177,6 +177,12 @@ type Campaign struct {
 	CancelledAtMs int64 `db:"cancelled_at_ms"`
 }
 
+// Over reports whether c's sale is over at nowMs: its end has passed, or it was closed before
+// it opened (an end at its start, the empty window Operator.Close leaves).
+func (c Campaign) Over(nowMs int64) bool {
+	return c.EndsAtMs > 0 && (c.EndsAtMs <= nowMs || c.EndsAtMs <= c.StartsAtMs)
+}
+
 // CreateCampaign inserts c; a campaign with the same id is an events.CampaignExists error.
 func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
 	_, err := s.db.NamedExecContext(ctx, `INSERT INTO campaigns
