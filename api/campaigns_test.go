@@ -118,3 +118,14 @@ func TestControlsBeforeTheStartSellNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestAddStockPastTheMaximumIsABadRequest: an add that would take the stock past its maximum is
+// the client's mistake, 400, whatever its size; not a 503 that tells the admin to retry.
+func TestAddStockPastTheMaximumIsABadRequest(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "big", "name": "Big", "stock": 5, "per_user_limit": 1}`)
+	for _, add := range []string{"1099511627776", "9223372036854775807", "9223372036854775803"} {
+		h.fail(t, request("POST", "/v1/admin/campaigns/big/stock", `{"add": `+add+`}`, h.bearer()...), http.StatusBadRequest, events.Invalid)
+	}
+	wantField(t, h.do(t, request("GET", "/v1/campaigns/big", ""), http.StatusOK), "stock", float64(5))
+}

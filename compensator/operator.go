@@ -90,7 +90,7 @@ func (o *Operator) Extend(ctx context.Context, id string, ends time.Time) (store
 // AddStock puts n more units of the campaign on sale.
 func (o *Operator) AddStock(ctx context.Context, id string, n int64) (store.Campaign, error) {
 	return o.change(ctx, id, func(c *store.Campaign) error {
-		if n < 1 || c.Stock+n > maxStock {
+		if n < 1 || n > maxStock-c.Stock { // not c.Stock+n, which wraps for an n near 2^63
 			return events.Errorf(events.Invalid, "add must be a whole number from 1 to %d", maxStock-c.Stock)
 		}
 		c.Stock += n
