@@ -1,8 +1,10 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -128,4 +130,32 @@ func TestAddStockPastTheMaximumIsABadRequest(t *testing.T) {
 		h.fail(t, request("POST", "/v1/admin/campaigns/big/stock", `{"add": `+add+`}`, h.bearer()...), http.StatusBadRequest, events.Invalid)
 	}
 	wantField(t, h.do(t, request("GET", "/v1/campaigns/big", ""), http.StatusOK), "stock", float64(5))
+}
+
+// TestCompensationOutlivesItsClient: an order's compensation runs to its end when the admin
+// stops waiting (a client timeout, a closed console tab), as the campaign controls do: half of
+// a refund is no answer.
+func TestCompensationOutlivesItsClient(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "gone", "name": "Gone", "stock": 4, "per_user_limit": 2}`)
+	id := h.buy(t, "gone", "ann", 2)
+	h.confirm(t, id)
+
+	h.gate.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.srv.Handler().ServeHTTP(rec, request("POST", "/v1/admin/orders/"+id+"/compensate", "", h.bearer()...).WithContext(ctx))
+		answered <- rec
+	}()
+	within(t, 10*time.Second, "the refund reaches Redis", func() bool { return h.gate.held.Load() > 0 })
+	cancel() // the admin's client gives up
+	h.gate.open()
+	rec := <-answered
+	t.Logf("answered the gone client: %d %s", rec.Code, rec.Body)
+	wantField(t, h.do(t, request("GET", "/v1/admin/orders/"+id, "", h.bearer()...), http.StatusOK), "status", "refunded")
+	if got := h.remaining(t, "gone"); got != 4 {
+		t.Errorf("the order is refunded in the store, yet Redis has %d units left of 4", got)
+	}
 }

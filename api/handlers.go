@@ -809,7 +809,11 @@ func (s *Server) compensate(c echo.Context) error {
 	if _, ok := events.CampaignOf(id); !ok {
 		return events.Errorf(events.OrderNotFound, "order %q not found", id)
 	}
-	o, err := s.resolver.Compensate(c.Request().Context(), id)
+	// It runs to its end whether or not the admin waits, as the campaign controls do: cut
+	// short, a refund is stored while Redis still holds its units.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), createTimeout)
+	defer cancel()
+	o, err := s.resolver.Compensate(ctx, id)
 	if err != nil {
 		return err
 	}
