@@ -142,7 +142,7 @@ func openOperator(ctx context.Context, c conn) (*compensator.Operator, deps, fun
 		Campaigns: d.store,
 		Sales:     d.redis,
 	}
-	return op, d, func() { closeProducer(producer); d.close() }, nil
+	return op, d, func() { events.FlushAndClose(producer); d.close() }, nil
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -111,7 +111,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer closeProducer(producer)
+	defer events.FlushAndClose(producer)
 	cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics, Logger: log}, st, r)
 	if err != nil {
 		return err

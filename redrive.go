@@ -173,7 +173,7 @@ func redrive(ctx context.Context, c conn, src awaited, letters []deadLetter, fix
 	if err != nil {
 		return err
 	}
-	defer closeProducer(cl)
+	defer events.FlushAndClose(cl)
 	update, stop := bench.NewProgress(os.Stderr).Track("redrive")
 	defer stop()
 	for i := 0; i < len(send); i += 500 {

@@ -127,7 +127,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer closeProducer(producer)
+	defer events.FlushAndClose(producer)
 	cfg.Brokers = c.brokerList()
 	srv := api.New(cfg, d.store, d.redis, producer)
 	defer srv.Close()
@@ -182,15 +182,6 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	defer comp.Close()
 	return runWithOps(ctx, *metricsAddr, log, d, comp.Ping, comp.Run)
-}
-
-// closeProducer delivers what the producer still holds (order announcements are handed to it
-// without waiting), for at most 10 seconds, then closes it.
-func closeProducer(cl *kgo.Client) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cl.Flush(ctx)
-	cl.Close()
 }
 
 // runWithOps runs a role beside a small server of /healthz, /readyz and /metrics.

@@ -134,8 +134,9 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 	}, nil
 }
 
-// Close closes the Kafka client.
-func (c *Compensator) Close() { c.cl.Close() }
+// Close delivers the outcomes announced and not yet acknowledged (the store holds them already,
+// so it waits at most 10 seconds), then closes the Kafka client.
+func (c *Compensator) Close() { events.FlushAndClose(c.cl) }
 
 // Ping reports whether Kafka answers.
 func (c *Compensator) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }

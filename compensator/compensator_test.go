@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
@@ -686,5 +688,55 @@ func TestRebuildHoldsTheCampaign(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCloseDeliversAnnouncements: a compensator announces outcomes without waiting for Kafka
+// (the store holds them already), so a compensator stopped right after giving units back still
+// holds the OrderFailed in its client. Close delivers it: the apis' order streams and sold-out
+// flags learn of it from the results topic. Once each: an operator's compensation of a pending
+// order announced it twice.
+func TestCloseDeliversAnnouncements(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	kafka, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kafka.Close()
+	e.brokers = kafka.ListenAddrs()
+	e.topics = kafkatest.Topics(t, e.brokers)
+	c := e.compensator(t, compensator.Config{})
+	// Kafka is slow: every produce is answered 200 ms late, so the announcements are in
+	// flight when the compensator is told to stop.
+	kafka.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kafka.KeepControl()
+		kafka.SleepControl(func() { time.Sleep(200 * time.Millisecond) })
+		return nil, nil, false
+	})
+	evs := e.reserve(t, 20, time.Hour)
+	for _, ev := range evs {
+		if _, err := c.Compensate(e.ctx, ev.OrderID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	recs, err := events.ReadTopic(ctx, e.brokers, e.topics.Results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	announced := map[string]int{}
+	for _, r := range recs {
+		e, err := events.Decode(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		announced[e.OrderID]++
+	}
+	for _, ev := range evs {
+		if n := announced[ev.OrderID]; n != 1 {
+			t.Errorf("order %s given back before Close was announced %d times, want once", ev.OrderID, n)
+		}
 	}
 }

@@ -109,7 +109,7 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 		if rerr != nil {
 			return o, rerr
 		}
-		o, err = r.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
+		return r.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
 	}
 	if err != nil {
 		return o, err

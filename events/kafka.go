@@ -248,3 +248,12 @@ func ReadTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Reco
 	})
 	return recs, nil
 }
+
+// FlushAndClose delivers what the producer still holds (order announcements are handed to it
+// without waiting), for at most 10 seconds, then closes it.
+func FlushAndClose(cl *kgo.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl.Flush(ctx)
+	cl.Close()
+}
