@@ -267,7 +267,7 @@ func TestRefusalLogLevels(t *testing.T) {
 	h := newHarness(t, func(c *api.Config) { c.Logger = slog.New(logs) })
 	h.createCampaign(t, `{"id":"l1","name":"Levels","stock":0,"per_user_limit":1}`)
 	h.createCampaign(t, `{"id":"l2","name":"Frozen","stock":5,"per_user_limit":1}`)
-	if err := h.redis.Freeze(context.Background(), "l2"); err != nil {
+	if _, err := h.redis.Freeze(context.Background(), "l2"); err != nil {
 		t.Fatal(err)
 	}
 	logs.take()

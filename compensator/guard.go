@@ -156,8 +156,8 @@ func RedisCampaign(c store.Campaign) lua.Campaign {
 type Rebuilder interface {
 	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
 	Generations(ctx context.Context, campaigns []string) (map[string]lua.Generation, error)
-	Freeze(ctx context.Context, campaigns ...string) error
-	Restore(ctx context.Context, c lua.Campaign, confirmed []lua.Reservation) error
+	Freeze(ctx context.Context, campaigns ...string) (string, error)
+	Restore(ctx context.Context, mark string, c lua.Campaign, confirmed []lua.Reservation) error
 }
 
 // Snapshotter is the part of the store a rebuild reads.
@@ -176,8 +176,14 @@ var (
 // reached Kafka, and restores each campaign's Redis state from the store: remaining = stock -
 // sold, the buyers' holdings, and the records of confirmed orders (so refunds still give stock
 // back).
+//
+// The rebuild lock keeps a second compensator out only while this one renews its lease: one
+// paused past it (a GC pause, a stalled VM) may wake up to find another rebuilding, or done. The
+// freeze's mark settles which one writes each campaign: the last to freeze, and only until it
+// restores (lua.ErrNotFrozenByThis for the other).
 func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
-	if err := c.rebuilder.Freeze(ctx, ids...); err != nil {
+	mark, err := c.rebuilder.Freeze(ctx, ids...)
+	if err != nil {
 		return err
 	}
 	// Purchases reserved before the loss may still be producing their events; once the grace
@@ -201,7 +207,7 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 			}
 			lc := RedisCampaign(h.Campaign)
 			lc.Holdings = h.Holdings
-			return c.rebuilder.Restore(ctx, lc, confirmed)
+			return c.rebuilder.Restore(ctx, mark, lc, confirmed)
 		})
 		if err != nil && events.ErrorCode(err) != events.CampaignNotFound {
 			return err

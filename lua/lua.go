@@ -28,6 +28,10 @@ var (
 	loadSrc string
 	//go:embed restore.lua
 	restoreSrc string
+	//go:embed restore_clear.lua
+	restoreClearSrc string
+	//go:embed restore_fill.lua
+	restoreFillSrc string
 	//go:embed sync.lua
 	syncSrc string
 	//go:embed trim.lua
@@ -47,6 +51,8 @@ var (
 	expiredScript = newScript(expiredSrc)
 	loadScript    = newScript(loadSrc)
 	restoreScript = newScript(restoreSrc)
+	restoreClear  = newScript(restoreClearSrc)
+	restoreFill   = newScript(restoreFillSrc)
 	syncScript    = newScript(syncSrc)
 	trimScript    = newScript(trimSrc)
 	dropScript    = newScript(dropSrc)
@@ -61,7 +67,7 @@ type Keys struct {
 	Buyers  string // hash user -> units held (pending + confirmed)
 	Res     string // hash order id -> reservation
 	Pending string // sorted set of pending order ids by deadline (ms)
-	Meta    string // hash: limit, starts_ms, ends_ms, gen (rebuild.go), and frozen while a rebuild runs
+	Meta    string // hash: limit, starts_ms, ends_ms, gen (rebuild.go), and frozen (the rebuild's mark) while a rebuild runs
 	Done    string // sorted set of released and refunded order ids by when they ended (ms)
 }
 
@@ -529,11 +535,15 @@ func callScript(ctx context.Context, rdb redis.Scripter, script *redis.Script, k
 // lost its scripts (a restart) the call is made again on rdb as an EVAL with the script's text,
 // which caches it: go-redis's Script.Run does the same, but not for calls a pipeline carried.
 func (c scriptCall) reply(ctx context.Context, rdb redis.Scripter) ([]any, error) {
-	v, err := c.cmd.Slice()
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		v, err = c.script.Eval(ctx, rdb, c.keys, c.args...).Slice()
+	return c.result(ctx, rdb).Slice()
+}
+
+// result is reply for a script whose reply is not a list.
+func (c scriptCall) result(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return c.script.Eval(ctx, rdb, c.keys, c.args...)
 	}
-	return v, err
+	return c.cmd
 }
 
 // campaignOrders are the orders of one campaign, in the order given.

@@ -1383,7 +1383,7 @@ func testSync(t *testing.T, b *backend) {
 		t.Error("Sync took a smaller stock")
 	}
 	sync(lua.Campaign{ID: newCampaignID(), Version: 1}, lua.SyncNotFound)
-	if err := b.r.Freeze(ctx, c.ID); err != nil {
+	if _, err := b.r.Freeze(ctx, c.ID); err != nil {
 		t.Fatal(err)
 	}
 	shrunk.Stock = 20

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/events"
 )
 
 // Redis is fast, not durable: a restart or a failover can lose the last writes, or all of them.
@@ -126,63 +129,92 @@ func (r *Redis) generation(ctx context.Context, meta string) (string, error) {
 	return runID(ctx, node)
 }
 
-// Freeze marks campaigns frozen: reserve refuses them (events.Unavailable) until Restore.
-func (r *Redis) Freeze(ctx context.Context, campaigns ...string) error {
+// ErrNotFrozenByThis is Restore's error when the campaign is not frozen by the rebuild that
+// restores it: a later rebuild froze it again (this one's lease ran out while it worked, and
+// the other took over), or restored it and put it back on sale. Restore then changed nothing.
+var ErrNotFrozenByThis = errors.New("not frozen by this rebuild: another rebuild took it over or restored it")
+
+// Freeze marks campaigns frozen: reserve refuses them (events.Unavailable) until Restore. It
+// returns the rebuild's mark, new at each call, which the frozen field holds and Restore must
+// be given. A later Freeze of a campaign replaces the mark: from then on only the later
+// rebuild may write it, and its Restore starts by clearing whatever the earlier one wrote.
+func (r *Redis) Freeze(ctx context.Context, campaigns ...string) (string, error) {
+	mark := events.NewID()
 	pipe := r.rdb.Pipeline()
 	for _, c := range campaigns {
-		pipe.HSet(ctx, KeysOf(c).Meta, "frozen", 1)
+		pipe.HSet(ctx, KeysOf(c).Meta, "frozen", mark)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("freeze %d campaigns: %w", len(campaigns), err)
+		return "", fmt.Errorf("freeze %d campaigns: %w", len(campaigns), err)
 	}
-	return nil
+	return mark, nil
 }
 
 // Restore replaces a frozen campaign's Redis state with c (remaining, limits, holdings) and the
 // records of its confirmed orders, then puts it back on sale. Reservations still pending in
 // Redis are dropped: the caller restores only once the store holds every order whose event
 // reached Kafka, and the store fails the others.
-func (r *Redis) Restore(ctx context.Context, c Campaign, confirmed []Reservation) error {
+//
+// mark is what Freeze returned. Each step is a script that first checks that the campaign is
+// still frozen with mark and otherwise writes nothing and fails (ErrNotFrozenByThis): a rebuild
+// paused past its lease must not wipe the sale its successor restored and buyers reserve from.
+// Only the last step lifts the mark, so a Restore that failed half way may be run again with
+// the same mark; it starts over.
+func (r *Redis) Restore(ctx context.Context, mark string, c Campaign, confirmed []Reservation) error {
 	k := KeysOf(c.ID)
-	pipe := r.rdb.Pipeline()
-	pipe.Del(ctx, k.Stock, k.Buyers, k.Res, k.Pending, k.Done)
-	const chunk = 500 // fields per HSET, so no single command blocks Redis for long
-	args := make([]any, 0, 2*chunk)
-	flush := func(key string) {
-		if len(args) > 0 {
-			pipe.HSet(ctx, key, args...)
-			args = args[:0]
-		}
+	if err := frozenBy(restoreClear.Run(ctx, r.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Res, k.Pending, k.Done}, mark)); err != nil {
+		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}
+	records := make([]any, 0, 2*len(confirmed))
 	for _, res := range confirmed {
-		args = append(args, res.OrderID, "confirmed|"+strconv.Itoa(res.Quantity)+"|0|"+res.User)
-		if len(args) == cap(args) {
-			flush(k.Res)
-		}
+		records = append(records, res.OrderID, "confirmed|"+strconv.Itoa(res.Quantity)+"|0|"+res.User)
 	}
-	flush(k.Res)
+	holdings := make([]any, 0, 2*len(c.Holdings))
 	for user, n := range c.Holdings {
 		if n > 0 {
-			args = append(args, user, n)
-		}
-		if len(args) == cap(args) {
-			flush(k.Buyers)
+			holdings = append(holdings, user, n)
 		}
 	}
-	flush(k.Buyers)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
+	// The fills commute, so they share a pipeline, whose NOSCRIPT fallback (scriptCall.result)
+	// may run one after those behind it. The clearing before them and restore.lua after them
+	// are calls of their own: out of order, they would delete the fills, or sell without them.
+	const chunk = 500 // fields per call, so no single call blocks Redis for long
+	pipe := r.rdb.Pipeline()
+	var fills []scriptCall
+	for _, h := range []struct {
+		key   string
+		pairs []any
+	}{{k.Res, records}, {k.Buyers, holdings}} {
+		for pairs := range slices.Chunk(h.pairs, 2*chunk) {
+			args := append([]any{mark}, pairs...)
+			fills = append(fills, callScript(ctx, pipe, restoreFill, []string{k.Meta, h.key}, args...))
+		}
+	}
+	pipe.Exec(ctx) // each call carries its own error
+	for _, f := range fills {
+		if err := frozenBy(f.result(ctx, r.rdb)); err != nil {
+			return fmt.Errorf("restore campaign %s: %w", c.ID, err)
+		}
 	}
 	gen, err := r.generation(ctx, k.Meta)
 	if err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}
-	n, err := restoreScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, c.args(gen)...).Int()
-	if err != nil {
+	if err := frozenBy(restoreScript.Run(ctx, r.rdb, []string{k.Stock, k.Meta}, append(c.args(gen), mark)...)); err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
 	}
+	return nil
+}
+
+// frozenBy turns the reply of a restore script into its error: 0 means the campaign is not
+// frozen by this rebuild, and the script wrote nothing.
+func frozenBy(cmd *redis.Cmd) error {
+	n, err := cmd.Int()
+	if err != nil {
+		return err
+	}
 	if n == 0 {
-		return fmt.Errorf("restore campaign %s: it was not frozen", c.ID)
+		return ErrNotFrozenByThis
 	}
 	return nil
 }
