@@ -209,6 +209,12 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 			lc.Holdings = h.Holdings
 			return c.rebuilder.Restore(ctx, mark, lc, confirmed)
 		})
+		if errors.Is(err, lua.ErrNotFrozenByThis) {
+			// Our lease ran out while we worked: the later rebuild froze every campaign we
+			// froze, and restores them. Not a failure of ours to report.
+			c.cfg.Logger.Warn("another rebuild took over; leaving the campaigns to it", "campaign", id)
+			return nil
+		}
 		if err != nil && events.ErrorCode(err) != events.CampaignNotFound {
 			return err
 		}
