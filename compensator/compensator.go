@@ -97,6 +97,11 @@ type Locker interface {
 	TryLock(ctx context.Context, name string, lease time.Duration) (*lua.Lock, error)
 }
 
+// Fencer issues the fencing tokens of lease locks.
+type Fencer interface {
+	IssueFence(ctx context.Context, name string) (store.Fence, error)
+}
+
 // Compensator consumes the dead-letter topic and runs the sweeper.
 type Compensator struct {
 	*Resolver
@@ -105,6 +110,7 @@ type Compensator struct {
 	campaigns Campaigns
 	sweeper   Sweeper
 	locker    Locker
+	fencer    Fencer
 	rebuilder Rebuilder
 	snapshots Snapshotter
 	verdicts  Verdicts
@@ -128,6 +134,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 		campaigns: st,
 		sweeper:   r,
 		locker:    r,
+		fencer:    st,
 		rebuilder: r,
 		snapshots: st,
 		verdicts:  st,
@@ -218,12 +225,10 @@ func (c *Compensator) sweep(ctx context.Context) error {
 		lock, err := c.locker.TryLock(ctx, name, lease)
 		switch {
 		case err == nil:
-			fence := store.Fence{Name: name, Token: lock.Fence}
-			c.cfg.Logger.Info("sweeping as lease holder", "fence", lock.Fence)
-			err = lock.Hold(ctx, func(ctx context.Context) error { return c.sweepWhileHeld(ctx, fence) })
+			err = lock.Hold(ctx, func(ctx context.Context) error { return c.sweepFenced(ctx, lock, name) })
 			reservationsOverdue.Set(0) // the next holder reports them: a standby's figure would be stale
 			if ctx.Err() == nil {
-				c.cfg.Logger.Warn("sweeper lease ended", "fence", lock.Fence, "err", err)
+				c.cfg.Logger.Warn("sweeper lease ended", "err", err)
 			}
 		case !errors.Is(err, lua.ErrLockHeld) && ctx.Err() == nil:
 			c.cfg.Logger.Warn("sweeper lock", "err", err)
@@ -246,13 +251,34 @@ func sweeperLease(interval time.Duration) (lease, retry time.Duration) {
 	return lease, lease / 4
 }
 
+// sweepFenced sweeps while lock (the lease called name) is held, under a fencing token the store
+// issues for this holding: the store then refuses every earlier holder's writes, even those of
+// one paused past its lease that has not noticed yet.
+func (c *Compensator) sweepFenced(ctx context.Context, lock *lua.Lock, name string) error {
+	fence, err := c.fencer.IssueFence(ctx, name)
+	if err != nil {
+		return err
+	}
+	// A pause between taking the lock and the token can let the lease pass to a holder that took
+	// its token first: this one then has the latest token and no lease, and must not act on it.
+	held, err := lock.Renew(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errors.New("the lease passed on before its fencing token was issued")
+	}
+	c.cfg.Logger.Info("sweeping as lease holder", "fence", fence.Token)
+	return c.sweepWhileHeld(ctx, fence)
+}
+
 func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) error {
 	t := time.NewTicker(c.cfg.SweepInterval)
 	defer t.Stop()
 	for {
 		n, err := c.SweepOnce(ctx, fence)
 		if errors.Is(err, store.ErrStaleFence) {
-			return err // a later holder has written: this one must stop at once
+			return err // a later holder has taken a token: this one must stop at once
 		}
 		if err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("sweep failed", "err", err)

@@ -277,23 +277,29 @@ func TestSweepers(t *testing.T) {
 		evs := e.reserve(t, 2, 10*time.Millisecond)
 		time.Sleep(50 * time.Millisecond)
 		name := e.topics.Prefix + ".sweeper"
-		paused, err := e.r.TryLock(e.ctx, name, 100*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
+		holder := func(lease time.Duration) store.Fence { // as the sweeper takes its lease
+			t.Helper()
+			if _, err := e.r.TryLock(e.ctx, name, lease); err != nil {
+				t.Fatalf("lease: %v", err)
+			}
+			f, err := e.st.IssueFence(e.ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
 		}
+		paused := holder(100 * time.Millisecond)
 		time.Sleep(200 * time.Millisecond) // a pause longer than the lease
-		successor, err := e.r.TryLock(e.ctx, name, time.Minute)
-		if err != nil {
-			t.Fatalf("lease did not pass on: %v", err)
-		}
+		successor := holder(time.Minute)
+		// The paused holder wakes up and acts on what it saw before its pause: refused, though
+		// its successor has not written yet.
 		res := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: nopProducer{}, Results: e.topics.Results}
-		if _, err := res.FailFenced(e.ctx, evs[0], events.ReasonExpired, "sweeper", store.Fence{Name: name, Token: successor.Fence}); err != nil {
-			t.Fatalf("successor's write: %v", err)
-		}
-		// The paused holder wakes up and acts on what it saw before its pause.
-		_, err = res.FailFenced(e.ctx, evs[1], events.ReasonExpired, "sweeper", store.Fence{Name: name, Token: paused.Fence})
+		_, err := res.FailFenced(e.ctx, evs[1], events.ReasonExpired, "sweeper", paused)
 		if !errors.Is(err, store.ErrStaleFence) {
 			t.Fatalf("paused holder's write: %v, want ErrStaleFence", err)
+		}
+		if _, err := res.FailFenced(e.ctx, evs[0], events.ReasonExpired, "sweeper", successor); err != nil {
+			t.Fatalf("successor's write: %v", err)
 		}
 		if _, err := e.st.Order(e.ctx, evs[1].OrderID); events.ErrorCode(err) != events.OrderNotFound {
 			t.Errorf("the stale write left a row: %v", err)

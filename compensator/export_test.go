@@ -6,3 +6,7 @@ var SweeperLease = sweeperLease
 // SetSnapshots replaces what a rebuild reads the store through, for a test to act while it
 // holds a campaign.
 func SetSnapshots(c *Compensator, s Snapshotter) { c.snapshots = s }
+
+// SetFencer replaces what the sweeper takes its fencing tokens from, for a test to act between
+// taking the lease and taking the token.
+func SetFencer(c *Compensator, f Fencer) { c.fencer = f }

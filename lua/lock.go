@@ -10,16 +10,16 @@ import (
 )
 
 // Lock is a lease lock held in Redis: one holder at a time, for a lease that its holder renews
-// while it works. Each acquisition gets a fencing token larger than every earlier one, which the
-// holder passes with its writes (store.FailOrderFenced) so that a holder that was paused past its
-// lease, and so may have been replaced, cannot act.
+// while it works. A holder that was paused past its lease, and so may have been replaced, learns
+// it only at its next renewal; where that matters, the holder takes a fencing token from the
+// store once it has the lock (store.IssueFence) and passes it with its writes, which the store
+// refuses once a later holder has taken one. The tokens are not counted here: Redis may lose a
+// counter, and the store keeps what it saw.
 type Lock struct {
 	r     *Redis
 	key   string
-	fence string
 	token string
 	lease time.Duration
-	Fence int64 // the fencing token of this acquisition
 }
 
 // ErrLockHeld is returned by TryLock when another holder has the lock.
@@ -27,16 +27,14 @@ var ErrLockHeld = errors.New("lock held by another holder")
 
 // TryLock takes the lock name for lease, or returns ErrLockHeld.
 func (r *Redis) TryLock(ctx context.Context, name string, lease time.Duration) (*Lock, error) {
-	base := "seckill:{lock:" + name + "}"
-	l := &Lock{r: r, key: base, fence: base + ":fence", token: events.NewID(), lease: lease}
-	fence, err := lockAcquire.Run(ctx, r.rdb, []string{l.key, l.fence}, l.token, lease.Milliseconds()).Int64()
+	l := &Lock{r: r, key: "seckill:{lock:" + name + "}", token: events.NewID(), lease: lease}
+	taken, err := lockAcquire.Run(ctx, r.rdb, []string{l.key}, l.token, lease.Milliseconds()).Int()
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
-	if fence == 0 {
+	if taken == 0 {
 		return nil, ErrLockHeld
 	}
-	l.Fence = fence
 	return l, nil
 }
 

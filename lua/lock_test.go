@@ -36,9 +36,6 @@ func TestLock(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryLock after release: %v", err)
 		}
-		if b.Fence <= a.Fence {
-			t.Errorf("fencing token did not grow: %d then %d", a.Fence, b.Fence)
-		}
 		// a's lease is over: it can neither renew nor free b's lock.
 		if ok, _ := a.Renew(ctx); ok {
 			t.Error("a former holder renewed its successor's lock")
@@ -53,17 +50,13 @@ func TestLock(t *testing.T) {
 	})
 
 	t.Run("expires without renewal", func(t *testing.T) {
-		c, err := r.TryLock(ctx, name, 200*time.Millisecond)
-		if err != nil {
+		if _, err := r.TryLock(ctx, name, 200*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(400 * time.Millisecond) // the holder is paused: no renewals
 		d, err := r.TryLock(ctx, name, time.Second)
 		if err != nil {
 			t.Fatalf("lock not free after its lease: %v", err)
-		}
-		if d.Fence <= c.Fence {
-			t.Errorf("fencing token did not grow: %d then %d", c.Fence, d.Fence)
 		}
 		d.Release(ctx)
 	})

@@ -41,7 +41,7 @@ var migrations = []migration{
 		bought      BIGINT NOT NULL CHECK (bought >= 0),
 		PRIMARY KEY (campaign_id, user_id)
 	);`},
-	// fences holds the latest fencing token each lease lock has written with.
+	// fences holds the latest fencing token of each lease lock: issued (IssueFence) or written with.
 	{sql: `CREATE TABLE fences (
 		name  TEXT PRIMARY KEY,
 		token BIGINT NOT NULL

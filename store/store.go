@@ -317,19 +317,39 @@ func (s *Store) FailOrder(ctx context.Context, e events.Event, reason string) (O
 	return s.FailOrderFenced(ctx, e, reason, Fence{})
 }
 
-// Fence is a fencing token from a lease lock (lua.Lock): tokens grow with every acquisition, so
-// a write carrying a token lower than one already seen comes from a holder whose lease ran out.
+// Fence is the fencing token of one holder of a lease lock (lua.Lock), issued by IssueFence:
+// tokens grow with every acquisition, so a write carrying a token lower than the latest one
+// comes from a holder whose lease ran out.
 type Fence struct {
 	Name  string // the lock's name; "" means unfenced
 	Token int64
 }
 
-// ErrStaleFence is returned by FailOrderFenced when a holder with a later token has written:
+// ErrStaleFence is returned by FailOrderFenced when a later token of its lock has been issued:
 // the caller lost its lease (a pause, a partition) and must stop acting on it.
 var ErrStaleFence = errors.New("stale fencing token: the lease passed to another holder")
 
+// IssueFence returns a fencing token for the lock name, one above every token issued for it
+// before, and records it as the latest: from then on FailOrderFenced refuses the earlier ones.
+//
+// The store issues the tokens, not Redis beside the lock, because the store is what checks them
+// and it keeps what it saw: a counter in Redis starts again at 1 when Redis loses its data (a
+// wipe, a restart without the last writes, `seckill dev` on a fresh miniredis over the same
+// SQLite file), and every holder is then refused as stale until the counter climbs back past
+// the store's. Issuing in one statement also means two holders never get the same token.
+func (s *Store) IssueFence(ctx context.Context, name string) (Fence, error) {
+	f := Fence{Name: name}
+	err := s.db.GetContext(ctx, &f.Token, s.db.Rebind(`INSERT INTO fences (name, token) VALUES (?, 1)
+		ON CONFLICT (name) DO UPDATE SET token = fences.token + 1 RETURNING token`), name)
+	if err != nil {
+		return Fence{}, fmt.Errorf("issue fence %s: %w", name, err)
+	}
+	return f, nil
+}
+
 // FailOrderFenced is FailOrder for a lock holder: in the same transaction it records f as the
-// latest token of its lock, and refuses with ErrStaleFence if a later token was recorded first.
+// latest token of its lock, and refuses with ErrStaleFence if a later token was issued or
+// recorded first.
 func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason string, f Fence) (Order, error) {
 	now := time.Now().UnixMilli()
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -419,6 +420,78 @@ func TestStore(t *testing.T) {
 			}
 			wantSold(t, s, c.ID, 2)
 			wantHoldings(t, s, c.ID, map[string]int64{"alice": 2})
+		})
+
+		t.Run("fencing tokens", func(t *testing.T) {
+			c := mustCampaign(t, s, 10, 5)
+			name := storetest.Name("lock")
+			fail := func(f store.Fence) error {
+				_, err := s.FailOrderFenced(ctx, newEvent(c.ID, "ann", 1), events.ReasonExpired, f)
+				return err
+			}
+
+			// Compensators taking the lease at once never get the same token.
+			const holders, each = 4, 5
+			tokens := make(chan int64, holders*each)
+			errs := make(chan error, holders)
+			for range holders {
+				go func() {
+					for range each {
+						f, err := s.IssueFence(ctx, name)
+						if err != nil {
+							errs <- err
+							return
+						}
+						tokens <- f.Token
+					}
+					errs <- nil
+				}()
+			}
+			for range holders {
+				if err := <-errs; err != nil {
+					t.Fatalf("IssueFence: %v", err)
+				}
+			}
+			close(tokens)
+			seen := map[int64]bool{}
+			for tok := range tokens {
+				if seen[tok] || tok < 1 || tok > holders*each {
+					t.Errorf("token %d issued twice or out of 1..%d", tok, holders*each)
+				}
+				seen[tok] = true
+			}
+
+			// Issuing a token refuses the earlier ones before its holder writes anything.
+			earlier, err := s.IssueFence(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			latest, err := s.IssueFence(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fail(earlier); !errors.Is(err, store.ErrStaleFence) {
+				t.Errorf("write with an earlier token: %v, want ErrStaleFence", err)
+			}
+			if err := fail(latest); err != nil {
+				t.Errorf("write with the latest token: %v", err)
+			}
+
+			// A token the store recorded but did not issue (a compensator from before it issued
+			// them): the next one issued is above it, never refused as stale.
+			if err := fail(store.Fence{Name: name, Token: 1000}); err != nil {
+				t.Fatal(err)
+			}
+			next, err := s.IssueFence(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next.Token != 1001 {
+				t.Errorf("issued %d after 1000 was recorded, want 1001", next.Token)
+			}
+			if err := fail(next); err != nil {
+				t.Errorf("write with the token issued after 1000: %v", err)
+			}
 		})
 
 		t.Run("refund", func(t *testing.T) {

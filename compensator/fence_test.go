@@ -1,0 +1,105 @@
+package compensator_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+)
+
+// TestSweeperAfterRedisLostItsFence: the sweeper's fencing tokens came from a counter in Redis
+// beside its lease, but the store keeps the latest token it has seen for good. When Redis lost
+// its data (a wipe, a restart without the last writes, `seckill dev` on a fresh miniredis over
+// the same SQLite file), the counter started again at 1, below the store's, and the only sweeper
+// was refused as stale at its first write; it dropped the lease and took it again one token
+// higher, and again: with the store at 1000, nothing was swept for some 1000 retries (about 10
+// minutes at the default interval), and I5 (every 202 ends within deadline + one sweep
+// interval) broke. The store issues the tokens now, and a Redis that forgot changes nothing.
+func TestSweeperAfterRedisLostItsFence(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	name := e.topics.Prefix + ".sweeper"
+
+	// A deployment that has run a while: its last sweeper released an expired reservation under
+	// token 1000, which the store recorded. This test's Redis has never seen the lock, as one
+	// that lost its data.
+	old := e.reserve(t, 1, time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	res := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: nopProducer{}, Results: e.topics.Results}
+	if _, err := res.FailFenced(e.ctx, old[0], events.ReasonExpired, "sweeper", store.Fence{Name: name, Token: 1000}); err != nil {
+		t.Fatal(err)
+	}
+
+	// One compensator, sweeping every 200ms; a reservation whose event never reached Kafka.
+	const interval = 200 * time.Millisecond
+	evs := e.reserve(t, 1, 100*time.Millisecond)
+	ctx, cancel := context.WithCancel(e.ctx)
+	c := e.compensator(t, compensator.Config{SweepInterval: interval, GuardInterval: time.Hour})
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// I5 with room to spare: deadline + interval + a whole lease (the minimum, 1s) + slack.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		r, err := e.r.Reservation(e.ctx, evs[0].OrderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State == "released" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reservation still %s 3s after its deadline: the only sweeper is refused as stale (the store's token is 1000)", r.State)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSweeperTokenIssuedAfterItsLeasePassedOn: the store issues a token after the lease is
+// taken, in a second step. A compensator paused between the two steps past its lease wakes up
+// with the latest token while another holds the lease and took its token meanwhile: it must not
+// sweep with it. (The other is refused at its first write, lets go, and the lease is taken
+// again with a later token: a lost turn, never two sweepers.)
+func TestSweeperTokenIssuedAfterItsLeasePassedOn(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	name := e.topics.Prefix + ".sweeper"
+	lockKey := "seckill:{lock:" + name + "}"
+	t.Cleanup(func() { e.r.Client().Del(context.Background(), lockKey) })
+	evs := e.reserve(t, 1, time.Millisecond)
+
+	c := e.compensator(t, compensator.Config{SweepInterval: 200 * time.Millisecond, GuardInterval: time.Hour})
+	var once sync.Once
+	compensator.SetFencer(c, fencerFunc(func(ctx context.Context, name string) (store.Fence, error) {
+		once.Do(func() {
+			// The pause: the lease runs out, and a rival takes it and its token. The rival
+			// holds on for the rest of the test, as it would while sweeping.
+			e.r.Client().Del(ctx, lockKey)
+			if _, err := e.r.TryLock(ctx, name, time.Minute); err != nil {
+				t.Errorf("rival's lease: %v", err)
+			}
+			if _, err := e.st.IssueFence(ctx, name); err != nil {
+				t.Errorf("rival's token: %v", err)
+			}
+		})
+		return e.st.IssueFence(ctx, name)
+	}))
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(time.Second) // five sweep intervals
+	if r, err := e.r.Reservation(e.ctx, evs[0].OrderID); err != nil || r.State != "pending" {
+		t.Errorf("reservation %s, %v: the compensator swept without the lease", r.State, err)
+	}
+}
+
+type fencerFunc func(ctx context.Context, name string) (store.Fence, error)
+
+func (f fencerFunc) IssueFence(ctx context.Context, name string) (store.Fence, error) {
+	return f(ctx, name)
+}
