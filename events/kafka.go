@@ -165,17 +165,36 @@ func EndOffsets(ctx context.Context, adm *kadm.Client, topic string) (kadm.Liste
 	return ends, nil
 }
 
-// LagBehind returns how many records before ends group has yet to commit: what it must still
-// do to have done everything produced before ends were read, however busy the topic is since.
-func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, group string) (int64, error) {
-	var topic string
-	ends.Each(func(o kadm.ListedOffset) { topic = o.Topic })
+// StartOffsets returns the start offsets of topic's partitions: where their oldest records
+// still kept are. Records before them are gone (retention, or kafka-delete-records), so a
+// partition whose start is its end holds nothing to read, whatever its end offset.
+func StartOffsets(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error) {
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return 0, fmt.Errorf("lag of %s on %s: start offsets: %w", group, topic, err)
+		return nil, fmt.Errorf("start offsets of %s: %w", topic, err)
+	}
+	return starts, nil
+}
+
+// startOf returns where end's partition starts in starts, or 0 if starts does not hold it.
+func startOf(starts kadm.ListedOffsets, end kadm.ListedOffset) int64 {
+	if s, ok := starts.Lookup(end.Topic, end.Partition); ok {
+		return s.Offset
+	}
+	return 0
+}
+
+// LagBehind returns how many records before ends group has yet to commit: what it must still
+// do to have done everything produced before ends were read, however busy the topic is since.
+func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, group string) (int64, error) {
+	var topic string
+	ends.Each(func(o kadm.ListedOffset) { topic = o.Topic })
+	starts, err := StartOffsets(ctx, adm, topic)
+	if err != nil {
+		return 0, fmt.Errorf("lag of %s on %s: %w", group, topic, err)
 	}
 	committed, err := adm.FetchOffsets(ctx, group)
 	if errors.Is(err, kerr.GroupIDNotFound) {
@@ -186,10 +205,7 @@ func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, g
 	}
 	var lag int64
 	ends.Each(func(end kadm.ListedOffset) {
-		at := int64(0)
-		if s, ok := starts.Lookup(end.Topic, end.Partition); ok {
-			at = s.Offset
-		}
+		at := startOf(starts, end)
 		if c, ok := committed.Lookup(end.Topic, end.Partition); ok && c.Err == nil && c.At >= at {
 			at = c.At
 		}
@@ -199,23 +215,29 @@ func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, g
 }
 
 // ReadTopic returns every record of topic, from the start of each partition to its end as it
-// was when ReadTopic began, in partition and offset order.
+// was when ReadTopic began, in partition and offset order. A partition whose records were all
+// deleted (its start is its end) is not waited for.
 func ReadTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
 	cl, err := NewClient(brokers)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	ends, err := EndOffsets(ctx, kadm.NewClient(cl), topic)
+	adm := kadm.NewClient(cl)
+	ends, err := EndOffsets(ctx, adm, topic)
+	if err != nil {
+		return nil, err
+	}
+	starts, err := StartOffsets(ctx, adm, topic)
 	if err != nil {
 		return nil, err
 	}
 	want := map[int32]int64{} // partition -> end offset still to reach
 	offsets := map[int32]kgo.Offset{}
 	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
+		if start := startOf(starts, o); o.Offset > start {
 			want[o.Partition] = o.Offset
-			offsets[o.Partition] = kgo.NewOffset().AtStart()
+			offsets[o.Partition] = kgo.NewOffset().At(start)
 		}
 	})
 	if len(want) == 0 {

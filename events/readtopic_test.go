@@ -1,0 +1,56 @@
+package events_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+)
+
+// TestReadTopicAfterRecordsDeleted: a partition whose records are all gone (retention, or an
+// operator's kafka-delete-records after handling the dead letters) has an end offset above 0
+// and nothing to read. ReadTopic, which `seckill dlq list|show|stats|redrive` runs on the DLQ,
+// must return what is left, not wait for records that no longer exist: it used to wait on
+// every partition with an end above 0, and every dlq command hung for its minute, then failed.
+// One dead letter written after the deletion is all that is left to read.
+func TestReadTopicAfterRecordsDeleted(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, brokers []string) {
+		ctx := context.Background()
+		topics := kafkatest.Topics(t, brokers)
+		produceN(t, brokers, topics.DLQ, 9)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		adm := kadm.NewClient(cl)
+		ends, err := events.EndOffsets(ctx, adm, topics.DLQ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := adm.DeleteRecords(ctx, ends.Offsets())
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Fatalf("delete records: %v", err)
+		}
+		left := &kgo.Record{Topic: topics.DLQ, Key: []byte("left"), Value: []byte("after the deletion")}
+		if err := cl.ProduceSync(ctx, left).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		recs, err := events.ReadTopic(rctx, brokers, topics.DLQ)
+		if err != nil || len(recs) != 1 || string(recs[0].Value) != string(left.Value) {
+			t.Fatalf("ReadTopic of a topic whose records were deleted = %d records, %v after %v; want the one written since and no error",
+				len(recs), err, time.Since(start).Round(time.Millisecond))
+		}
+	})
+}
