@@ -173,6 +173,9 @@ func readDeadLetter(r *kgo.Record) deadLetter {
 	l := deadLetter{rec: r, reason: events.Header(r, events.HeaderReason),
 		source: events.Header(r, events.HeaderSourceTopic) + "/" + events.Header(r, events.HeaderSourcePartition) + "/" + events.Header(r, events.HeaderSourceOffset)}
 	e, err := events.Decode(r.Value)
+	if n := events.ValueOmitted(r); n > 0 {
+		err = fmt.Errorf("no value: its %d bytes were too large for the dead-letter topic and left out", n)
+	}
 	if err != nil {
 		l.decodeErr = err
 		l.campaign, _ = events.KeyCampaign(r.Key) // so that --campaign finds it too
@@ -213,7 +216,11 @@ func (l deadLetter) print(w io.Writer, state string) {
 	if l.decodeErr != nil {
 		fmt.Fprintf(w, "decode   %v\n", l.decodeErr)
 	}
-	fmt.Fprintf(w, "key      %s\nvalue    %s\n", l.rec.Key, l.rec.Value)
+	value := string(l.rec.Value)
+	if events.ValueOmitted(l.rec) > 0 {
+		value = "(left out: the original is at " + l.source + ")"
+	}
+	fmt.Fprintf(w, "key      %s\nvalue    %s\n", l.rec.Key, value)
 }
 
 func orDash(s string) string {

@@ -96,6 +96,11 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 			handled++
 			continue
 		}
+		if n := events.ValueOmitted(l.rec); n > 0 && fix == nil {
+			// Nothing here to decode or send: say where the event is, not only that it is unreadable.
+			skip(l, fmt.Sprintf("its value (%d bytes) was too large for the dead-letter topic and left out; the original is at %s (send a corrected event with --at %s --file F)", n, l.source, at))
+			continue
+		}
 		e, err := events.Decode(l.rec.Value)
 		if fix != nil {
 			e, err = *fix, nil

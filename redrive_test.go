@@ -199,6 +199,8 @@ func TestPlanRedrive(t *testing.T) {
 		src := &kgo.Record{Topic: requested, Key: events.Key(e), Value: b, Offset: 40 + offset}
 		return readDeadLetter(events.DeadLetter("shop.orders.dlq", src, reason))
 	}
+	// A dead letter that was too large for the DLQ with its value goes without it.
+	withoutValue := func(l deadLetter) deadLetter { return readDeadLetter(events.WithoutValue(l.rec)) }
 	poison := events.ReasonPoison + ": event x: unknown version 2"
 	pending := func(n int, qty int) lua.Reservation {
 		return lua.Reservation{OrderID: fmt.Sprintf("camp.order%d", n), Campaign: "camp", User: "ann", Quantity: qty, State: "pending", Deadline: future}
@@ -227,6 +229,8 @@ func TestPlanRedrive(t *testing.T) {
 		{"handled by the compensator", letter(6, events.ReasonStoreSoldOut, event(6)), nil, "the compensator handled it (" + events.ReasonStoreSoldOut + "): order failed", false},
 		{"another quantity than reserved", letter(7, poison, event(7)), nil, "the event is ann buying 2, reservation camp.order7 is ann buying 1", false},
 		{"past its deadline", letter(8, poison, event(8)), nil, "past its deadline", false},
+		{"poison without its value", withoutValue(letter(1, poison, event(1))), nil, "was too large for the dead-letter topic and left out; the original is at " + requested + "/0/41", false},
+		{"poison without its value, corrected", withoutValue(letter(1, poison, event(1))), ptr(event(1)), "send  0/", true},
 		{"not an OrderRequested", letter(1, poison, event(1, func(e *events.Event) { e.Type = events.OrderConfirmed })), nil, "only OrderRequested events", false},
 	}
 	for _, tc := range cases {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
 
@@ -253,7 +254,40 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 	if len(out) == 0 {
 		return nil
 	}
+	return h.produce(work, stop, out)
+}
+
+// produce writes out, the results and dead letters of a batch, retrying while stop is not
+// done; each retry sends only the records not written yet, so none is announced twice.
+//
+// A dead letter Kafka refuses as too large (MESSAGE_TOO_LARGE: a garbled record that fit the
+// requested topic, plus the reason headers) would be refused on every try, and its batch
+// never committed: it goes again without its value (events.WithoutValue). A result refused
+// so is retried like any other failure: it is an event of a few hundred bytes that seckill
+// encodes, too large only for a topic whose max.message.bytes is set too low, which an
+// operator can raise while the consumer waits; dropping it would lose the announcement of an
+// order that is confirmed.
+func (h *handler) produce(work, stop context.Context, out []*kgo.Record) error {
 	return events.Retry(stop, h.cfg.Logger, "produce results", func() error {
-		return h.cl.ProduceSync(work, out...).FirstErr()
+		var failed []*kgo.Record
+		var first error
+		for _, r := range h.cl.ProduceSync(work, out...) {
+			if r.Err == nil {
+				continue
+			}
+			rec := r.Record
+			if errors.Is(r.Err, kerr.MessageTooLarge) && rec.Topic == h.cfg.Topics.DLQ && len(rec.Value) > 0 {
+				h.cfg.Logger.Warn("dead letter too large for Kafka; sending it without its value", "bytes", len(rec.Value),
+					"source_topic", events.Header(rec, events.HeaderSourceTopic), "source_partition", events.Header(rec, events.HeaderSourcePartition),
+					"source_offset", events.Header(rec, events.HeaderSourceOffset), "err", r.Err)
+				rec = events.WithoutValue(rec)
+			}
+			failed = append(failed, rec)
+			if first == nil {
+				first = r.Err
+			}
+		}
+		out = failed
+		return first
 	})
 }

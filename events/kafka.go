@@ -118,7 +118,8 @@ func Record(topic string, e Event) (*kgo.Record, error) {
 }
 
 // DeadLetter returns the DLQ record of src, which failed for reason; the headers say why and
-// where it came from, and the value is src's, byte for byte.
+// where it came from, and the value is src's, byte for byte (if Kafka refuses the letter as
+// too large, WithoutValue is the one to send).
 func DeadLetter(dlq string, src *kgo.Record, reason string) *kgo.Record {
 	return &kgo.Record{
 		Topic: dlq,
@@ -131,6 +132,29 @@ func DeadLetter(dlq string, src *kgo.Record, reason string) *kgo.Record {
 			{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
 		},
 	}
+}
+
+// WithoutValue returns the dead letter letter without its value, and with HeaderValueOmitted
+// saying how many bytes were left out; letter is not changed. It is for a dead letter Kafka
+// refused as too large (MESSAGE_TOO_LARGE): a record that fits the source topic's
+// max.message.bytes (1,048,588 by default) is too large once the reason headers are added, for
+// franz-go's 1,000,012-byte batch (kgo.ProducerBatchMaxBytes) or a DLQ topic with a lower
+// max.message.bytes, and would be refused on every try. The source headers say where the
+// original is.
+func WithoutValue(letter *kgo.Record) *kgo.Record {
+	return &kgo.Record{
+		Topic: letter.Topic,
+		Key:   letter.Key,
+		Headers: append(slices.Clip(letter.Headers),
+			kgo.RecordHeader{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(letter.Value)))}),
+	}
+}
+
+// ValueOmitted returns how many bytes of its source's value the dead letter r goes without
+// (see WithoutValue): 0 when it carries the value whole.
+func ValueOmitted(r *kgo.Record) int {
+	n, _ := strconv.Atoi(Header(r, HeaderValueOmitted))
+	return n
 }
 
 // Header returns the value of the record header key, or "".

@@ -69,6 +69,9 @@ const (
 	HeaderSourceTopic     = "seckill-source-topic"
 	HeaderSourcePartition = "seckill-source-partition"
 	HeaderSourceOffset    = "seckill-source-offset"
+	// HeaderValueOmitted is on a dead letter that goes without its source's value, which
+	// made it too large to write (see WithoutValue): how many bytes were left out.
+	HeaderValueOmitted = "seckill-value-omitted"
 )
 
 // CreateTopics creates the topics with explicit partitions and replication. Topics that exist

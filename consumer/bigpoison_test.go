@@ -1,0 +1,116 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/consumer"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// TestLargePoisonIsDeadLettered: a garbled record of 1,000,000 bytes fits Kafka's default
+// max.message.bytes (1,048,588), so a producer other than seckill's can write it to the
+// requested topic. Its dead letter is the same bytes plus the reason headers, which is more than
+// the consumer's producer takes (franz-go's 1,000,012-byte batch): the produce fails with
+// MESSAGE_TOO_LARGE on every retry. It used to be retried until the consumer stopped: no offset
+// committed, the partition blocked, and the confirmations of the orders behind it sent again on
+// every retry. The consumer must move past it: the poison in the DLQ without its value (the
+// headers say how many bytes were left out and where the original is), every offset
+// committed, and each order behind it confirmed once on the results topic.
+func TestLargePoisonIsDeadLettered(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, brokers []string) {
+		ctx := context.Background()
+		st := storetest.MustOpen(t, storetest.SQLiteURL(t))
+		campaign := storetest.Name("big")
+		now := time.Now().Add(-time.Minute)
+		if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "big", Stock: 10, PerUserLimit: 2,
+			StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+			t.Fatal(err)
+		}
+		topics := kafkatest.Topics(t, brokers)
+		other, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(2<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		recs := []*kgo.Record{{Topic: topics.Requested, Key: []byte("k"), Value: bytes.Repeat([]byte("x"), 1_000_000)}}
+		for _, user := range []string{"ann", "bob"} {
+			rec, err := events.Record(topics.Requested, orderEvent(campaign, user, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Key = []byte("k")
+			recs = append(recs, rec)
+		}
+		if err := other.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("produce the large record: %v", err)
+		}
+
+		cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, &confirmer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		runCtx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- cons.Run(runCtx) }()
+		defer func() {
+			cancel()
+			<-done
+		}()
+
+		adm := kadm.NewClient(other)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			lag, err := events.Lag(ctx, adm, topics.Requested, topics.ConsumerGroup())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lag == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 20s the consumer group still lags %d records: it cannot dead-letter the large record and commits nothing behind it", lag)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+
+		rctx, cancelRead := context.WithTimeout(ctx, 10*time.Second)
+		defer cancelRead()
+		dead, err := events.ReadTopic(rctx, brokers, topics.DLQ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) != 1 || len(dead[0].Value) != 0 || events.ValueOmitted(dead[0]) != 1_000_000 ||
+			events.Header(dead[0], events.HeaderSourceTopic) != topics.Requested || events.Header(dead[0], events.HeaderSourceOffset) != "0" {
+			for _, d := range dead {
+				t.Logf("dead letter: key %q, %d bytes of value, headers %q", d.Key, len(d.Value), d.Headers)
+			}
+			t.Fatalf("%d dead letters; want one, without its value, saying 1000000 bytes were left out of %s offset 0", len(dead), topics.Requested)
+		}
+		results, err := events.ReadTopic(rctx, brokers, topics.Results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(results) != 2 {
+			t.Errorf("%d records on the results topic; want the confirmations of ann's and bob's orders, once each", len(results))
+		}
+	})
+}
+
+func orderEvent(campaign, user string, qty int) events.Event {
+	now := time.Now().UTC()
+	return events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now,
+		OrderID: events.NewOrderID(campaign), CampaignID: campaign, UserID: user, Quantity: qty, Deadline: now.Add(time.Hour)}
+}
