@@ -324,6 +324,8 @@ func givenBackBy(status events.Status, reason string) string {
 		return "operator"
 	case reason == events.ReasonProduce:
 		return "api (produce failed)"
+	case reason == events.ReasonReleasedBeforeReplay:
+		return "unknown (released before a replay)"
 	}
 	return "dead letter (" + reason + ")"
 }

@@ -157,6 +157,7 @@ func TestGivenBackBy(t *testing.T) {
 		{events.Failed, events.ReasonOperator, "operator"},
 		{events.Failed, events.ReasonProduce, "api (produce failed)"},
 		{events.Failed, events.ReasonStoreSoldOut, "dead letter (store_sold_out)"},
+		{events.Failed, events.ReasonReleasedBeforeReplay, "unknown (released before a replay)"},
 	} {
 		if got := api.GivenBackBy(tc.status, tc.reason); got != tc.want {
 			t.Errorf("GivenBackBy(%s, %q) = %q, want %q", tc.status, tc.reason, got, tc.want)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"strconv"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
 )
 
 // From is where a replay starts: a time, or the same offset in every partition.
@@ -46,12 +49,33 @@ func (f From) offset() kgo.Offset {
 type ReplayStats struct {
 	Events int64 // events read
 	Total  int64 // events between the start and the end offsets when the replay began
+	// GivenBack counts the orders missing from the store whose reservation Redis had given back
+	// (released, refunded, expired), which the replay stored failed, refunded or expired.
+	GivenBack int64
 }
+
+// ReplayStore is the part of the store a replay writes to.
+type ReplayStore interface {
+	Persister
+	RecordGivenBack(ctx context.Context, orders []store.Order) (int, error)
+}
+
+// ReplayRedis is the part of Redis a replay reads and writes.
+type ReplayRedis interface {
+	Confirmer
+	Reservations(ctx context.Context, orderIDs []string) (map[string]lua.Reservation, error)
+}
+
+var (
+	_ ReplayStore = (*store.Store)(nil)
+	_ ReplayRedis = (*lua.Redis)(nil)
+)
 
 // Replay re-consumes the requested topic from from up to its end as of the call, outside any
 // consumer group, into the same persister as the consumer: orders already stored change
-// nothing, missing ones come back. It writes a progress line to progress every second.
-func Replay(ctx context.Context, cfg Config, from From, st Persister, r Confirmer, progress io.Writer) (ReplayStats, error) {
+// nothing, missing ones come back, as Redis last knew them (recordGivenBack). It writes a
+// progress line to progress every second.
+func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r ReplayRedis, progress io.Writer) (ReplayStats, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return ReplayStats{}, err
@@ -112,6 +136,11 @@ func Replay(ctx context.Context, cfg Config, from From, st Persister, r Confirme
 			}
 		}
 		if len(batch) > 0 {
+			n, err := recordGivenBack(ctx, cfg.Logger, st, r, batch)
+			if err != nil {
+				return stats, fmt.Errorf("replay after %d of %d events: %w", stats.Events, stats.Total, err)
+			}
+			stats.GivenBack += int64(n)
 			if err := h.handle(ctx, ctx, batch); err != nil {
 				return stats, fmt.Errorf("replay after %d of %d events: %w", stats.Events, stats.Total, err)
 			}
@@ -119,11 +148,77 @@ func Replay(ctx context.Context, cfg Config, from From, st Persister, r Confirme
 		}
 		if time.Since(last) >= time.Second {
 			last = time.Now()
-			fmt.Fprintf(progress, "replay: %d/%d events (%d%%)\n", stats.Events, stats.Total, percent(stats.Events, stats.Total))
+			fmt.Fprintf(progress, "replay: %d/%d events (%d%%), %d given back in Redis\n",
+				stats.Events, stats.Total, percent(stats.Events, stats.Total), stats.GivenBack)
 		}
 	}
-	fmt.Fprintf(progress, "replay: done, %d events\n", stats.Events)
+	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired\n",
+		stats.Events, stats.GivenBack)
 	return stats, nil
+}
+
+// givenBackAs maps the states of a reservation whose units Redis gave back to the final row the
+// store had before it lost it: its status and its reason, when Redis tells it. A failed
+// order's reason went with the row; an expired order's units are back in Redis (ReasonUnpaid);
+// a refunded row keeps the confirmed row's reason, "".
+var givenBackAs = map[string]struct {
+	status events.Status
+	reason string
+}{
+	"released": {events.Failed, events.ReasonReleasedBeforeReplay},
+	"refunded": {events.Refunded, ""},
+	"expired":  {events.Expired, events.ReasonUnpaid},
+}
+
+// recordGivenBack stores, before the persister sees the batch, its orders the store does not
+// have and whose reservation Redis has given back, and returns how many it stored.
+//
+// The persister confirms any order the store does not have. In normal operation the store
+// has every order whose units were given back, since each give-back writes the store first
+// and Redis second; a store that lost rows (restored from a backup) breaks that, and it is
+// what a replay is for. Confirming such an order again would hand a buyer told "failed" a
+// unit Redis has given back and may have sold to someone else, who is then refused
+// store_sold_out although confirmed. So Redis, whose record outlived the store's row, says
+// how the order ended, and the persister finds it final and changes nothing. An order whose
+// record Redis has trimmed (a day after it ended), or that is pending or confirmed, goes to
+// the persister as before.
+func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r ReplayRedis, recs []*kgo.Record) (int, error) {
+	evs := make([]events.Event, 0, len(recs))
+	ids := make([]string, 0, len(recs))
+	for _, rec := range recs {
+		e, err := events.Decode(rec.Value)
+		if err != nil || e.Type != events.OrderRequested {
+			continue // the persister dead-letters it
+		}
+		evs = append(evs, e)
+		ids = append(ids, e.OrderID)
+	}
+	var held map[string]lua.Reservation
+	err := events.Retry(ctx, log, "replay: read reservations", func() (err error) {
+		held, err = r.Reservations(ctx, ids)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	var orders []store.Order
+	for _, e := range evs {
+		as, ok := givenBackAs[held[e.OrderID].State]
+		if !ok {
+			continue
+		}
+		orders = append(orders, store.Order{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID, Quantity: int64(e.Quantity),
+			Status: as.status, Reason: as.reason, CreatedAtMs: e.OccurredAt.UnixMilli()})
+	}
+	if len(orders) == 0 {
+		return 0, nil
+	}
+	var n int
+	err = events.Retry(ctx, log, "replay: record given-back orders", func() (err error) {
+		n, err = st.RecordGivenBack(ctx, orders)
+		return err
+	})
+	return n, err
 }
 
 // startOffsets returns, per partition, the first offset the replay reads.

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -423,6 +424,45 @@ func (r *Redis) Reservation(ctx context.Context, orderID string) (Reservation, e
 		return Reservation{}, fmt.Errorf("read reservation %s: %w", orderID, err)
 	}
 	return parseReservation(campaign, orderID, rec)
+}
+
+// Reservations returns the reservation records of many orders by order id, in one round trip:
+// one HMGET per campaign (a campaign's keys share a hash slot), pipelined. An order Redis holds
+// no record of, or whose id names no campaign, is absent from the map.
+func (r *Redis) Reservations(ctx context.Context, orderIDs []string) (map[string]Reservation, error) {
+	orderIDs = slices.DeleteFunc(slices.Clone(orderIDs), func(id string) bool {
+		_, ok := events.CampaignOf(id)
+		return !ok
+	})
+	groups, err := byCampaign(orderIDs)
+	if err != nil {
+		return nil, err
+	}
+	pipe := r.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(groups))
+	for i, g := range groups {
+		cmds[i] = pipe.HMGet(ctx, KeysOf(g.campaign).Res, g.ids...)
+	}
+	if len(groups) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, fmt.Errorf("read %d reservations: %w", len(orderIDs), err)
+		}
+	}
+	out := make(map[string]Reservation, len(orderIDs))
+	for i, g := range groups {
+		for j, v := range cmds[i].Val() {
+			rec, ok := v.(string)
+			if !ok { // nil: no record
+				continue
+			}
+			res, err := parseReservation(g.campaign, g.ids[j], rec)
+			if err != nil {
+				return nil, err
+			}
+			out[res.OrderID] = res
+		}
+	}
+	return out, nil
 }
 
 func parseReservation(campaign, orderID, rec string) (Reservation, error) {

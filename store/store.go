@@ -375,6 +375,37 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 	return s.Order(ctx, e.OrderID)
 }
 
+// RecordGivenBack stores orders whose units were given back before the store lost their rows
+// (a restore from a backup that lacks the last minutes), each with the final status (failed,
+// refunded or expired) and reason the caller gives, unless the store holds the order already,
+// and returns how many it stored. No campaign's sold and no buyer's bought changes: they count
+// the units orders hold, and these hold none, as after RefundOrder or ExpireOrder. Replay
+// records this way what Redis says of orders the store has lost, before it persists them.
+func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (int, error) {
+	now := time.Now().UnixMilli()
+	rows := make([][]any, len(orders))
+	for i, o := range orders {
+		if o.Status != events.Failed && o.Status != events.Refunded && o.Status != events.Expired {
+			return 0, fmt.Errorf("record order %s as given back: %q is not a status that gives units back", o.OrderID, o.Status)
+		}
+		rows[i] = []any{o.OrderID, o.CampaignID, o.UserID, o.Quantity, string(o.Status), o.Reason, o.CreatedAtMs, now}
+	}
+	var n int
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms) VALUES `,
+			``, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, func(rs *sqlx.Rows) error {
+				for rs.Next() {
+					n++
+				}
+				return rs.Err()
+			})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("record %d given-back orders: %w", len(orders), err)
+	}
+	return n, nil
+}
+
 // Orders returns every order row of a campaign.
 func (s *Store) Orders(ctx context.Context, campaign string) ([]Order, error) {
 	return s.ordersOn(ctx, s.db, campaign)
