@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/labstack/echo/v4"
@@ -20,24 +18,8 @@ import (
 // least as long as the hash, 256 bits.
 const MinSecretLen = 32
 
-// maxUserLen bounds a user id: it travels in every event and reservation record.
-const maxUserLen = 128
-
 // tokenLeeway absorbs clock skew between the host that mints a token and the api.
 const tokenLeeway = 5 * time.Second
-
-// ValidUser reports whether id may name a buyer: 1 to 128 characters of valid UTF-8, none of
-// them a control, format (bidi overrides, zero-width characters), private-use or replacement
-// character. Two ids that print alike must not be two buyers, nor one id be two: "a\xffb"
-// decodes to "a\ufffdb", so the replacement character is refused too.
-func ValidUser(id string) bool {
-	if id == "" || utf8.RuneCountInString(id) > maxUserLen || !utf8.ValidString(id) {
-		return false
-	}
-	return !strings.ContainsFunc(id, func(r rune) bool {
-		return r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs)
-	})
-}
 
 // MintToken returns an HS256 JWT naming user (sub), valid for ttl from now, issued by issuer and
 // for audience when they are not empty. It is what `seckill token` prints.
@@ -45,8 +27,8 @@ func MintToken(secret []byte, issuer, audience, user string, ttl time.Duration, 
 	switch {
 	case len(secret) < MinSecretLen:
 		return "", fmt.Errorf("the JWT secret must be at least %d bytes", MinSecretLen)
-	case !ValidUser(user):
-		return "", fmt.Errorf("user %q: want 1 to %d printable characters", user, maxUserLen)
+	case !events.ValidUser(user):
+		return "", fmt.Errorf("user %q: want 1 to %d printable characters", user, events.MaxUserLen)
 	case ttl <= 0:
 		return "", fmt.Errorf("ttl %v: want a positive duration", ttl)
 	}
@@ -124,10 +106,10 @@ func (v *verifier) user(raw string) (string, error) {
 	case err != nil:
 		return "", events.Wrap(events.Unauthorized, err, "invalid bearer token")
 	}
-	// Decoding replaced invalid UTF-8 with U+FFFD, which ValidUser refuses; a sub that is not a
-	// string is no sub.
+	// Decoding replaced invalid UTF-8 with U+FFFD, which events.ValidUser refuses; a sub that is
+	// not a string is no sub.
 	sub, ok := claims["sub"].(string)
-	if !ok || !ValidUser(sub) {
+	if !ok || !events.ValidUser(sub) {
 		return "", events.Errorf(events.Unauthorized, "the bearer token's sub is not a valid user id")
 	}
 	return sub, nil
@@ -151,8 +133,8 @@ func (s *Server) identify(c echo.Context) (string, error) {
 	h := c.Request().Header
 	if s.cfg.InsecureUserHeader {
 		if vs := h.Values("X-User-ID"); len(vs) > 0 {
-			if len(vs) > 1 || !ValidUser(vs[0]) {
-				return "", events.Errorf(events.Unauthorized, "X-User-ID must be one header of 1 to %d printable characters", maxUserLen)
+			if len(vs) > 1 || !events.ValidUser(vs[0]) {
+				return "", events.Errorf(events.Unauthorized, "X-User-ID must be one header of 1 to %d printable characters", events.MaxUserLen)
 			}
 			return vs[0], nil
 		}

@@ -24,7 +24,7 @@ func FuzzDecodePurchase(f *testing.F) {
 			var qty int
 			qty, err = req.quantity()
 			if err == nil {
-				if qty < 1 || qty > maxStock {
+				if qty < 1 || qty > events.MaxUnits {
 					t.Fatalf("%q decoded to quantity %d", body, qty)
 				}
 				return
@@ -68,7 +68,7 @@ func FuzzKeyedOrderID(f *testing.F) {
 	f.Add("c1", "alice", "k")
 	f.Add("summer-sale_1", "ü\u00a0x", "8e03978e-40d5-43e8-bc93-6894a57f9324")
 	f.Fuzz(func(t *testing.T, campaign, buyer, key string) {
-		if !events.ValidCampaignID(campaign) || !ValidUser(buyer) || !validKey(key) {
+		if !events.ValidCampaignID(campaign) || !events.ValidUser(buyer) || !validKey(key) {
 			return
 		}
 		id := keyedOrderID([]byte("order-id-secret-of-at-least-32-bytes"), campaign, buyer, key)
@@ -99,7 +99,7 @@ func FuzzBuyerToken(f *testing.F) {
 			}
 			return
 		}
-		if !ValidUser(u) || raw != good {
+		if !events.ValidUser(u) || raw != good {
 			t.Fatalf("%q authenticates %q", raw, u)
 		}
 	})

@@ -171,9 +171,6 @@ const maxPaymentWindow = 7 * 24 * 3600
 // createTimeout bounds each step of a campaign's creation.
 const createTimeout = 5 * time.Second
 
-// maxStock bounds stock so that every sum of units fits Lua's doubles exactly.
-const maxStock = 1 << 40
-
 func (s *Server) createCampaign(c echo.Context) error {
 	var req campaignRequest
 	if err := decode(c, &req); err != nil {
@@ -190,10 +187,10 @@ func (s *Server) createCampaign(c echo.Context) error {
 	switch {
 	case camp.Name == "" || utf8.RuneCountInString(camp.Name) > 200 || strings.ContainsFunc(camp.Name, unicode.IsControl):
 		return events.Errorf(events.Invalid, "name must be 1 to 200 characters, none of them a control character")
-	case req.Stock == nil || *req.Stock < 0 || *req.Stock > maxStock:
-		return events.Errorf(events.Invalid, "stock must be a whole number from 0 to %d", int64(maxStock))
-	case req.PerUserLimit == nil || *req.PerUserLimit < 1 || *req.PerUserLimit > maxStock:
-		return events.Errorf(events.Invalid, "per_user_limit must be a whole number from 1 to %d", int64(maxStock))
+	case req.Stock == nil || *req.Stock < 0 || *req.Stock > events.MaxUnits:
+		return events.Errorf(events.Invalid, "stock must be a whole number from 0 to %d", int64(events.MaxUnits))
+	case req.PerUserLimit == nil || *req.PerUserLimit < 1 || *req.PerUserLimit > events.MaxUnits:
+		return events.Errorf(events.Invalid, "per_user_limit must be a whole number from 1 to %d", int64(events.MaxUnits))
 	case req.PaymentWindowSeconds != nil && (*req.PaymentWindowSeconds < 0 || *req.PaymentWindowSeconds > maxPaymentWindow):
 		return events.Errorf(events.Invalid, "payment_window_seconds must be a whole number from 0 (no payment step) to %d", maxPaymentWindow)
 	}
@@ -425,7 +422,7 @@ func quickQuantity(b []byte) (q int, ok bool) {
 }
 
 func (r purchaseRequest) quantity() (int, error) {
-	if r.Quantity == nil || *r.Quantity < 1 || *r.Quantity > maxStock {
+	if r.Quantity == nil || *r.Quantity < 1 || *r.Quantity > events.MaxUnits {
 		return 0, events.Errorf(events.Invalid, "quantity must be a whole number from 1 to the campaign's per-user limit")
 	}
 	return int(*r.Quantity), nil

@@ -52,9 +52,6 @@ type Tally struct {
 // Progress is told how many of the orders a long control has handled, and of how many.
 type Progress func(done, total int)
 
-// maxStock bounds a campaign's stock so that every sum of units fits Lua's doubles exactly.
-const maxStock = 1 << 40
-
 // Close ends the campaign's sale now. Closing an ended campaign changes nothing.
 func (o *Operator) Close(ctx context.Context, id string) (store.Campaign, error) {
 	return o.change(ctx, id, func(c *store.Campaign) error {
@@ -90,8 +87,8 @@ func (o *Operator) Extend(ctx context.Context, id string, ends time.Time) (store
 // AddStock puts n more units of the campaign on sale.
 func (o *Operator) AddStock(ctx context.Context, id string, n int64) (store.Campaign, error) {
 	return o.change(ctx, id, func(c *store.Campaign) error {
-		if n < 1 || n > maxStock-c.Stock { // not c.Stock+n, which wraps for an n near 2^63
-			return events.Errorf(events.Invalid, "add must be a whole number from 1 to %d", maxStock-c.Stock)
+		if n < 1 || n > events.MaxUnits-c.Stock { // not c.Stock+n, which wraps for an n near 2^63
+			return events.Errorf(events.Invalid, "add must be a whole number from 1 to %d", events.MaxUnits-c.Stock)
 		}
 		c.Stock += n
 		return nil

@@ -14,6 +14,12 @@ import (
 // version; a newer event is poison for an older reader and goes to the dead-letter topic.
 const Version = 1
 
+// MaxUnits bounds every count of units: a campaign's stock, its per-user limit, an order's
+// quantity. Every sum of units then fits Lua's doubles exactly, and the store's int64 and
+// bigint with room to spare. A buyer can never exceed it: the api refuses a larger quantity,
+// stock or limit, and Validate a larger quantity.
+const MaxUnits = 1 << 40
+
 // Type names an event.
 type Type string
 
@@ -85,7 +91,10 @@ func Decode(b []byte) (Event, error) {
 	return e, nil
 }
 
-// Validate reports whether the event is one this version can act on.
+// Validate reports whether the event is one this version can act on. It holds every field the
+// store keeps to the rules the api admits by (ValidUser, MaxUnits, the campaign's order ids):
+// an event the api could not have written is poison, dead-lettered by the consumer, rather
+// than a batch the store refuses on every retry.
 func (e Event) Validate() error {
 	switch {
 	case e.Type != OrderRequested && e.Type != OrderConfirmed && e.Type != OrderFailed && e.Type != OrderRefunded &&
@@ -95,8 +104,12 @@ func (e Event) Validate() error {
 		return fmt.Errorf("event: unsupported version %d (this reader knows up to %d)", e.Version, Version)
 	case e.OrderID == "" || e.CampaignID == "" || e.UserID == "":
 		return fmt.Errorf("event %s: order_id, campaign_id and user_id are required", e.EventID)
-	case e.Quantity < 1:
-		return fmt.Errorf("event %s: quantity %d < 1", e.EventID, e.Quantity)
+	case !ValidUser(e.UserID):
+		// Not quoted here: the reason travels in a dead letter's header, beside the value that
+		// holds the id already, and an id can be as long as the record.
+		return fmt.Errorf("event %s: user_id is not 1 to %d printable characters", e.EventID, MaxUserLen)
+	case e.Quantity < 1 || int64(e.Quantity) > MaxUnits:
+		return fmt.Errorf("event %s: quantity %d: want 1 to %d", e.EventID, e.Quantity, MaxUnits)
 	}
 	if c, ok := CampaignOf(e.OrderID); !ok || c != e.CampaignID {
 		return fmt.Errorf("event %s: order id %q does not belong to campaign %q", e.EventID, e.OrderID, e.CampaignID)

@@ -7,12 +7,15 @@ import (
 	"flag"
 	"fmt"
 	gojson "github.com/goccy/go-json"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/seckill/seckill/events"
 )
@@ -225,6 +228,15 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+// TestDecodeTakesTheBounds: the largest quantity and the longest user id the api admits decode.
+func TestDecodeTakesTheBounds(t *testing.T) {
+	user := strings.Repeat("😀", events.MaxUserLen)
+	e, err := events.Decode(valid(t, map[string]any{"quantity": events.MaxUnits, "user_id": user}))
+	if err != nil || e.Quantity != events.MaxUnits || e.UserID != user {
+		t.Errorf("Decode at the bounds = %+v, %v", e, err)
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -250,6 +262,15 @@ func TestDecodeRejects(t *testing.T) {
 		{"quantity 0", valid(t, map[string]any{"quantity": 0}), "quantity"},
 		{"missing quantity", valid(t, map[string]any{"quantity": nil}), "quantity"},
 		{"negative quantity", valid(t, map[string]any{"quantity": -3}), "quantity"},
+		// The store refuses what follows on every retry (PostgreSQL's text takes no NUL; a sum
+		// of quantities past int64 fails bigint), so Decode must: poison, not a stalled partition.
+		{"quantity past MaxUnits", valid(t, map[string]any{"quantity": events.MaxUnits + 1}), "quantity"},
+		{"quantity of 2^63-1", valid(t, map[string]any{"quantity": int64(math.MaxInt64)}), "quantity"},
+		{"user id with a NUL byte", valid(t, map[string]any{"user_id": "mallory\x00"}), "user_id"},
+		{"user id with a newline", valid(t, map[string]any{"user_id": "a\nb"}), "user_id"},
+		{"user id with a bidi override", valid(t, map[string]any{"user_id": "a\u202eb"}), "user_id"},
+		{"user id of invalid UTF-8", []byte(`{"type":"OrderRequested","version":1,"order_id":"c.x","campaign_id":"c","user_id":"u\ud800","quantity":1}`), "user_id"},
+		{"user id too long", valid(t, map[string]any{"user_id": strings.Repeat("a", events.MaxUserLen+1)}), "user_id"},
 		{"order id of another campaign", valid(t, map[string]any{"order_id": "c2.01jc00000000000000000000aa"}), "does not belong"},
 		{"order id without campaign", valid(t, map[string]any{"order_id": "01jc00000000000000000000aa"}), "does not belong"},
 		{"order id with campaign prefix", valid(t, map[string]any{"order_id": "c1x.01jc00000000000000000000aa"}), "does not belong"},
@@ -481,6 +502,37 @@ func FuzzDecode(f *testing.F) {
 		}
 		if !equalEvents(e, e2) {
 			t.Fatalf("round trip changed the event:\n first %+v\nsecond %+v", e, e2)
+		}
+	})
+}
+
+// TestValidUser: ids that print alike, or that decoding made alike, are refused.
+func TestValidUser(t *testing.T) {
+	for id, want := range map[string]bool{
+		"alice": true, "Zoë 42": true, "b|o:b": true, "😀": true, strings.Repeat("a", 128): true,
+		"": false, strings.Repeat("a", 129): false, "a\xffb": false,
+		"a\ufffdb": false, "a\x00b": false, "a\nb": false, "a\u202eb": false, "a\u2066b": false,
+		"a\u200bb": false, "a\ufeffb": false, "a\u200db": false, "a\ue000b": false, "a\U000F0000b": false,
+	} {
+		if got := events.ValidUser(id); got != want {
+			t.Errorf("ValidUser(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
+
+// FuzzValidUser: the printable-ASCII shortcut answers as the rule itself does.
+func FuzzValidUser(f *testing.F) {
+	for _, s := range []string{"alice", "", "a\x00b", "a\x7fb", "a\x1fb", " ", "~", "Zoë", "a\u200bb", "a\xffb",
+		strings.Repeat("a", events.MaxUserLen), strings.Repeat("a", events.MaxUserLen+1), strings.Repeat("ü", events.MaxUserLen)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		want := id != "" && utf8.RuneCountInString(id) <= events.MaxUserLen && utf8.ValidString(id) &&
+			!strings.ContainsFunc(id, func(r rune) bool {
+				return r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs)
+			})
+		if got := events.ValidUser(id); got != want {
+			t.Fatalf("ValidUser(%q) = %v, the rule says %v", id, got, want)
 		}
 	})
 }

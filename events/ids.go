@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ValidCampaignID reports whether id may name a campaign: 1 to 64 letters, digits, '-' and '_',
@@ -22,6 +24,37 @@ func ValidCampaignID(id string) bool {
 		}
 	}
 	return true
+}
+
+// MaxUserLen bounds a user id, in characters: it travels in every event and reservation record.
+const MaxUserLen = 128
+
+// ValidUser reports whether id may name a buyer: 1 to MaxUserLen characters of valid UTF-8, none
+// of them a control, format (bidi overrides, zero-width characters), private-use or replacement
+// character. Two ids that print alike must not be two buyers, nor one id be two: "a\xffb"
+// decodes to "a\ufffdb", so the replacement character is refused too. The api admits buyers by
+// it and Validate holds every event to it, so an id the store cannot take (PostgreSQL's text
+// refuses a NUL byte) is poison at the consumer, not a batch retried forever.
+func ValidUser(id string) bool {
+	// Most ids are printable ASCII, where the controls are the only class to refuse: a byte at a
+	// time they cost 10 ns, the classes' lookup 420 to 960 ns (a 19-byte id, alternating
+	// rounds), paid once per purchase and, through Validate, once per consumed event.
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c >= 0x7f {
+			return validUser(id)
+		}
+	}
+	return id != "" && len(id) <= MaxUserLen
+}
+
+// validUser is ValidUser for any id.
+func validUser(id string) bool {
+	if id == "" || utf8.RuneCountInString(id) > MaxUserLen || !utf8.ValidString(id) {
+		return false
+	}
+	return !strings.ContainsFunc(id, func(r rune) bool {
+		return r == utf8.RuneError || unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs)
+	})
 }
 
 func idByte(c byte) bool {

@@ -1,0 +1,130 @@
+package consumer_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/consumer"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// TestUnstorableEventIsPoison: an event the store could never take is poison. It goes to the
+// dead-letter topic, and the orders before and after it in the same batch are stored. Here: a
+// user id with a NUL byte (PostgreSQL's text refuses it) and a quantity whose sum with the
+// buyer's other units overflows int64 (PostgreSQL's bigint refuses it). Had Decode taken
+// them, the store would refuse their whole batch on every retry; the partition would stall and
+// every accepted order in and after that batch would fail at its deadline.
+func TestUnstorableEventIsPoison(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		poison func(campaign string) events.Event
+	}{
+		{"nul byte in user id", func(c string) events.Event { return orderEvent(c, "mallory\x00", 1) }},
+		// ann's first unit is in the same batch, so ann holds 1 when this one is decided.
+		{"quantity that overflows", func(c string) events.Event { return orderEvent(c, "ann", math.MaxInt64) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := storetest.MustOpen(t, storetest.PostgresURL(t))
+			campaign := storetest.Name("poison")
+			now := time.Now().Add(-time.Minute)
+			if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "poison", Stock: 10, PerUserLimit: 2,
+				StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+				t.Fatal(err)
+			}
+			brokers := kafkatest.Fake(t)
+			topics := kafkatest.Topics(t, brokers)
+
+			before, poison, after := orderEvent(campaign, "ann", 1), tc.poison(campaign), orderEvent(campaign, "bob", 1)
+			cl, err := events.NewClient(brokers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			var recs []*kgo.Record
+			for _, e := range []events.Event{before, poison, after} {
+				rec, err := events.Record(topics.Requested, e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec.Key = []byte("one-partition") // one partition, one batch
+				recs = append(recs, rec)
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+
+			cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, &confirmer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cons.Close()
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- cons.Run(runCtx) }()
+			defer func() {
+				cancel()
+				<-done
+			}()
+
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				_, errBefore := st.Order(ctx, before.OrderID)
+				_, errAfter := st.Order(ctx, after.OrderID)
+				if errBefore == nil && errAfter == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after 15s the buyers' orders beside the poison event are not stored (ann: %v; bob: %v): the partition is stalled", errBefore, errAfter)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if o, err := st.Order(ctx, poison.OrderID); events.ErrorCode(err) != events.OrderNotFound {
+				t.Errorf("the poison order is in the store: %+v, %v", o, err)
+			}
+			dl := deadLetters(t, brokers, topics.DLQ, 1)
+			if reason := events.Header(dl[0], events.HeaderReason); string(dl[0].Value) != string(recs[1].Value) ||
+				!strings.HasPrefix(reason, events.ReasonPoison) {
+				t.Errorf("dead letter %s (reason %q), want the poison event %s with reason %s", dl[0].Value, reason, recs[1].Value, events.ReasonPoison)
+			}
+		})
+	}
+}
+
+// deadLetters reads the first n records of the dead-letter topic, failing after 10s.
+func deadLetters(t *testing.T, brokers []string, dlq string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d dead letters after 10s", len(out), n)
+		}
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func orderEvent(campaign, user string, qty int) events.Event {
+	now := time.Now().UTC()
+	return events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now,
+		OrderID: events.NewOrderID(campaign), CampaignID: campaign, UserID: user, Quantity: qty, Deadline: now.Add(time.Hour)}
+}
