@@ -212,9 +212,12 @@ func (b *batch) decide(evs []events.Event, results []Result) (accepted []int, re
 			results[i] = Result{Status: st, Duplicate: true}
 		case c == nil:
 			results[i] = Result{Reason: string(events.CampaignNotFound)}
-		case b.held[key]+q > c.PerUserLimit:
+		// Compared with what is left, never as held+q or sold+q: a quantity near 2^63 would
+		// wrap the sum negative and pass. held, limit, sold and stock are all from 0 to
+		// 2^63-1, so neither difference wraps.
+		case q > c.PerUserLimit-b.held[key]:
 			results[i] = Result{Reason: events.ReasonStoreLimit}
-		case c.Sold+q > c.Stock:
+		case q > c.Stock-c.Sold:
 			results[i] = Result{Reason: events.ReasonStoreSoldOut}
 		default:
 			c.Sold += q
@@ -309,7 +312,8 @@ type totals struct {
 	bought                 []int64
 }
 
-// sumTotals adds up the units of the orders evs[i], i in idx.
+// sumTotals adds up the units of the orders evs[i], i in idx: orders decide accepted, whose sums
+// it bounded by their campaigns' stock and limits, so no sum wraps.
 func sumTotals(evs []events.Event, idx []int) totals {
 	sold := map[string]int64{}
 	bought := make(map[[2]string]int64, len(idx))
