@@ -156,6 +156,13 @@ func (s *Server) bulk(c echo.Context, run func(ctx context.Context) error) error
 	err := run(ctx)
 	s.soldOut.clear(c.Param("id"))
 	s.campaigns.forget(c.Param("id"))
+	if events.ErrorCode(err) == events.Internal {
+		// A dependency failed part way: the orders resolved before it stay resolved, and one
+		// may be half done (refunded in the store, its units still held in Redis). The generic
+		// answer's "changed nothing" would be false; running the control again finishes it.
+		return events.Wrap(events.Unavailable, err,
+			"a dependency failed part way; some orders may be resolved already: run this again to finish it")
+	}
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,63 @@ func TestCampaignControlsContract(t *testing.T) {
 	h.fail(t, post("stock", `{"add": 1}`, admin...), http.StatusConflict, events.CampaignCancelled)
 	h.fail(t, post("extend", `{"ends_at": "`+ends+`"}`, admin...), http.StatusConflict, events.CampaignCancelled)
 	h.fail(t, request("POST", "/v1/campaigns/ctl/purchases", `{"quantity": 1}`, user("fay")...), http.StatusConflict, events.Ended)
+}
+
+// TestInterruptedRefundIsFinishedByARerun: a refund that stopped between the store and Redis
+// (Redis failed under it) is finished by running the control again, as the README promises:
+// "run again, they finish what an interrupted run left". Until then the store counts the units
+// back and Redis still holds them, and the buyer's: conservation (I1) is broken and the units
+// are never on sale again.
+func TestInterruptedRefundIsFinishedByARerun(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "rf", "name": "Refunds", "stock": 4, "per_user_limit": 2}`)
+	id := h.buy(t, "rf", "ann", 2)
+	h.confirm(t, id)
+	admin := h.bearer()
+	refund := func() *http.Request {
+		return request("POST", "/v1/admin/campaigns/rf/compensate", `{"status": "confirmed"}`, admin...)
+	}
+
+	// The bulk refund stores the refund, then waits at Redis, which dies under it.
+	h.gate.close()
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.srv.Handler().ServeHTTP(rec, refund())
+		answered <- rec
+	}()
+	within(t, 10*time.Second, "the refund reaches Redis", func() bool { return h.gate.held.Load() > 0 })
+	h.mr.Close()
+	h.gate.open()
+	rec := <-answered
+	body := rec.Body.String()
+	if rec.Code != http.StatusServiceUnavailable || strings.Contains(body, "changed nothing") || !strings.Contains(body, "run this again") {
+		t.Errorf("the interrupted refund answered %d %s; want 503 saying that running it again finishes it, not that nothing changed", rec.Code, body)
+	}
+	if err := h.mr.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	wantField(t, h.do(t, request("GET", "/v1/admin/orders/"+id, "", admin...), http.StatusOK), "status", "refunded")
+	if got := h.remaining(t, "rf"); got != 2 {
+		t.Fatalf("after the interrupted refund Redis has %d units left; want 2, the refund's not given back yet", got)
+	}
+
+	// Run again, as the operator is told to: it finishes the refund, and counts it.
+	wantTally(t, h.do(t, refund(), http.StatusOK), 0, 1, 0)
+	if got := h.remaining(t, "rf"); got != 4 {
+		t.Errorf("after the rerun Redis has %d units left of 4; the refunded order's 2 never came back", got)
+	}
+	h.campaignShows(t, "rf", "sold", 0)
+	// The buyer's count came back with the units: ann may buy her limit again.
+	again := h.buy(t, "rf", "ann", 2)
+
+	// Finished is finished: a third run, and a cancel, find no refund left to do.
+	wantTally(t, h.do(t, refund(), http.StatusOK), 0, 0, 0)
+	wantTally(t, h.do(t, request("POST", "/v1/admin/campaigns/rf/cancel", "", admin...), http.StatusOK), 1, 0, 0)
+	wantField(t, h.do(t, request("GET", "/v1/admin/orders/"+again, "", admin...), http.StatusOK), "status", "failed")
+	if got := h.remaining(t, "rf"); got != 4 {
+		t.Errorf("after the cancel Redis has %d units left of 4", got)
+	}
 }
 
 func wantTally(t *testing.T, m map[string]any, released, refunded, unchanged float64) {

@@ -19,6 +19,7 @@ type CampaignStore interface {
 	ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, error)
 	Campaign(ctx context.Context, id string) (store.Campaign, error)
 	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
+	Refunding(ctx context.Context, campaign string) ([]store.Order, error)
 }
 
 // CampaignRedis is the part of Redis an operator's campaign controls need.
@@ -166,16 +167,18 @@ const bulkWorkers = 8
 // confirmed and paid orders (confirmed), as they are when it starts, each as Compensate would;
 // running it again changes nothing more. A reservation the consumer confirms meanwhile is left
 // confirmed (counted unchanged), unless confirmed orders are refunded too: those are read after
-// the pending ones are done.
+// the pending ones are done. Refunding also finishes the refunds an interrupted run left half
+// done (stored, their units still held in Redis), counted refunded when this run gave their
+// units back.
 func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, confirmed bool, progress Progress) (Tally, error) {
 	var t Tally
 	var done atomic.Int64
-	run := func(ids []string, total int, resolve func(ctx context.Context, id string) error) error {
+	run := func(n, total int, resolve func(ctx context.Context, i int) error) error {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(bulkWorkers)
-		for _, oid := range ids {
+		for i := range n {
 			g.Go(func() error {
-				if err := resolve(gctx, oid); err != nil {
+				if err := resolve(gctx, i); err != nil {
 					return err
 				}
 				if progress != nil {
@@ -197,13 +200,13 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 	}
 	var orders []store.Order
 	if confirmed && !pending {
-		if orders, err = o.Campaigns.Confirmed(ctx, id); err != nil {
+		if orders, err = o.refundable(ctx, id); err != nil {
 			return t, err
 		}
 	}
 	total := len(held) + len(orders)
-	err = run(held, total, func(ctx context.Context, oid string) error {
-		res, err := o.Redis.Reservation(ctx, oid)
+	err = run(len(held), total, func(ctx context.Context, i int) error {
+		res, err := o.Redis.Reservation(ctx, held[i])
 		if errors.Is(err, lua.ErrNoReservation) {
 			atomic.AddInt64(&t.Unchanged, 1) // trimmed after its release: long final
 			return nil
@@ -228,21 +231,26 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 	if pending {
 		// Read now, so that the orders the consumer confirmed while the pending ones were
 		// released are refunded too.
-		if orders, err = o.Campaigns.Confirmed(ctx, id); err != nil {
+		if orders, err = o.refundable(ctx, id); err != nil {
 			return t, err
 		}
 		total += len(orders)
 	}
-	ids := make([]string, len(orders))
-	for i, ord := range orders {
-		ids[i] = ord.OrderID
-	}
-	err = run(ids, total, func(ctx context.Context, oid string) error {
-		ord, err := o.Compensate(ctx, oid)
+	err = run(len(orders), total, func(ctx context.Context, i int) error {
+		var refunded bool
+		var err error
+		if ord := orders[i]; ord.Status == events.Refunded {
+			// Its refund was stored, and then Redis failed under it or the run stopped: the
+			// store counts its units back, Redis holds them until this gives them back.
+			refunded, err = o.refundReservation(ctx, ord, "operator")
+		} else {
+			ord, err = o.Compensate(ctx, ord.OrderID)
+			refunded = ord.Status == events.Refunded
+		}
 		if err != nil {
 			return err
 		}
-		if ord.Status == events.Refunded {
+		if refunded {
 			atomic.AddInt64(&t.Refunded, 1)
 		} else {
 			atomic.AddInt64(&t.Unchanged, 1)
@@ -250,4 +258,30 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		return nil
 	})
 	return t, err
+}
+
+// refundable returns the campaign's orders a refund of its confirmed ones resolves: those
+// confirmed or paid, and those whose refund stopped before Redis gave their units back.
+func (o *Operator) refundable(ctx context.Context, id string) ([]store.Order, error) {
+	orders, err := o.Campaigns.Confirmed(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	unfinished, err := o.Campaigns.Refunding(ctx, id)
+	if err != nil || len(unfinished) == 0 {
+		return orders, err
+	}
+	// An order refunded by another run between the two reads is in both: keep its newer row,
+	// so it is resolved and counted once.
+	newer := make(map[string]bool, len(unfinished))
+	for _, ord := range unfinished {
+		newer[ord.OrderID] = true
+	}
+	kept := orders[:0]
+	for _, ord := range orders {
+		if !newer[ord.OrderID] {
+			kept = append(kept, ord)
+		}
+	}
+	return append(kept, unfinished...), nil
 }

@@ -142,6 +142,85 @@ func TestBulkCompensateTwice(t *testing.T) {
 	}
 }
 
+// TestBulkRefundFinishesInterruptedRefunds: refunds stored whose Redis half never ran (a run
+// that Redis failed under, or that stopped) are finished by the next bulk refund, whatever
+// Redis holds of them, and counted refunded only where it gave units back.
+func TestBulkRefundFinishesInterruptedRefunds(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	op := e.operator()
+	evs := e.reserve(t, 6, time.Hour)
+	e.confirm(t, evs[:4])
+	// The consumer stopped between the store and Redis: the reservation is still pending.
+	if _, err := e.st.ConfirmOrders(e.ctx, evs[4:6]); err != nil {
+		t.Fatal(err)
+	}
+	refundInStoreOnly := func(ev events.Event) {
+		t.Helper()
+		if _, err := e.st.RefundOrder(e.ctx, ev.OrderID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refundInStoreOnly(evs[0]) // Redis: confirmed
+	refundInStoreOnly(evs[1]) // Redis: confirmed
+	refundInStoreOnly(evs[4]) // Redis: pending
+	// A refund finished in Redis whose reservation was trimmed since, not yet marked in the
+	// store (refunded before the store marked them): nothing to give back.
+	if _, err := e.r.Confirm(e.ctx, evs[5].OrderID); err != nil {
+		t.Fatal(err)
+	}
+	refundInStoreOnly(evs[5])
+	if _, err := e.r.Refund(e.ctx, evs[5].OrderID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.r.Client().HDel(e.ctx, lua.KeysOf(e.campaign).Res, evs[5].OrderID).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// evs[2:4] are refunded now, evs[0,1,4] finished; evs[5] had nothing left to do.
+	tally, err := op.CompensateCampaign(e.ctx, e.campaign, false, true, nil)
+	if err != nil || tally != (compensator.Tally{Refunded: 5, Unchanged: 1}) {
+		t.Fatalf("bulk refund: %+v, %v; want 5 refunded (3 of them finished) and 1 unchanged", tally, err)
+	}
+	if states := e.check(t, evs[:5]); states[events.Refunded] != 5 {
+		t.Errorf("states %v, want every order refunded", states)
+	}
+	for _, run := range []struct{ pending, confirmed bool }{{false, true}, {true, true}} {
+		again, err := op.CompensateCampaign(e.ctx, e.campaign, run.pending, run.confirmed, nil)
+		if err != nil || again != (compensator.Tally{}) {
+			t.Errorf("again (pending %v): %+v, %v; want nothing left to do", run.pending, again, err)
+		}
+	}
+}
+
+// TestInterruptedReleaseIsFinished: a release stored as failed whose Redis half never ran
+// keeps its reservation pending in Redis, so it needs no list of its own: the sweeper finishes
+// it at its deadline, and a bulk release (or a cancel) before that.
+func TestInterruptedReleaseIsFinished(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	op := e.operator()
+	due := e.reserve(t, 1, time.Millisecond)
+	later := e.reserve(t, 1, time.Hour)
+	for _, ev := range append(due, later...) {
+		if _, err := e.st.FailOrder(e.ctx, ev, events.ReasonOperator); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // past the first one's deadline
+	if _, err := e.compensator(t, compensator.Config{}).SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.r.Reservation(e.ctx, due[0].OrderID); err != nil || res.State != "released" {
+		t.Errorf("after a sweep the failed order's reservation is %+v, %v; want released", res, err)
+	}
+	tally, err := op.CompensateCampaign(e.ctx, e.campaign, true, false, nil)
+	if err != nil || tally != (compensator.Tally{Released: 1}) {
+		t.Errorf("bulk release: %+v, %v; want the one still pending released", tally, err)
+	}
+	if states := e.check(t, append(due, later...)); states[events.Failed] != 2 {
+		t.Errorf("states %v, want both failed", states)
+	}
+}
+
 // TestAddStockDuringCrowd adds stock twice while buyers race for it: every unit is sold once,
 // none more, and the added units are sold too.
 func TestAddStockDuringCrowd(t *testing.T) {

@@ -22,6 +22,7 @@ type Store interface {
 	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
 	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
 	MarkUnpaid(ctx context.Context, orderID string) error
+	MarkRefunded(ctx context.Context, orderID string) error
 }
 
 // Redis is the part of Redis the compensator needs.
@@ -86,13 +87,15 @@ func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, sourc
 		return o, err
 	case events.Refunded:
 		// A refund that stopped between the store and Redis; finish it.
-		return o, r.refundReservation(ctx, o, source)
+		_, err := r.refundReservation(ctx, o, source)
+		return o, err
 	case events.Expired:
 		// An expiry that stopped between the store and Redis, or a reservation made again
 		// under the id of an order that expired long ago (its record trimmed after the
 		// retention or lost with Redis, and the Idempotency-Key's record with it, so the key
 		// came back as new): either way its units go back, once.
-		return o, r.giveBack(ctx, o, r.Redis.Expire, source, "expired", events.OrderExpired)
+		_, err := r.giveBack(ctx, o, r.Redis.Expire, source, "expired", events.OrderExpired)
+		return o, err
 	}
 	return o, nil
 }
@@ -153,7 +156,7 @@ func (r *Resolver) Expire(ctx context.Context, orderID string, now time.Time) (s
 		return o, err
 	}
 	failpoint.Inject(failpoint.CompensatorMidExpiry)
-	if err := r.giveBack(ctx, o, r.Redis.Expire, "payment_window", "expired", events.OrderExpired); err != nil {
+	if _, err := r.giveBack(ctx, o, r.Redis.Expire, "payment_window", "expired", events.OrderExpired); err != nil {
 		return o, err
 	}
 	if err := r.Store.MarkUnpaid(ctx, o.OrderID); err != nil {
@@ -168,29 +171,37 @@ func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, erro
 	if err != nil {
 		return o, err
 	}
-	return o, r.refundReservation(ctx, o, "operator")
+	_, err = r.refundReservation(ctx, o, "operator")
+	return o, err
 }
 
-// refundReservation gives a refunded order's units back in Redis, once, and announces it.
-func (r *Resolver) refundReservation(ctx context.Context, o store.Order, source string) error {
-	return r.giveBack(ctx, o, r.Redis.Refund, source, "refunded", events.OrderRefunded)
+// refundReservation gives a refunded order's units back in Redis, once, announces it, and then
+// records in the store that they are back, so that Store.Refunding lists a refund until this
+// has run to its end. It reports whether this call gave the units back.
+func (r *Resolver) refundReservation(ctx context.Context, o store.Order, source string) (bool, error) {
+	changed, err := r.giveBack(ctx, o, r.Redis.Refund, source, "refunded", events.OrderRefunded)
+	if err != nil {
+		return changed, err
+	}
+	return changed, r.Store.MarkRefunded(ctx, o.OrderID)
 }
 
 // giveBack moves a stored order's confirmed reservation on with move (which gives its units
-// back, once), counts it as changed under source, and announces t.
+// back, once), counts it as changed under source, and announces t. It reports whether move
+// gave the units back (false: an earlier call did, or Redis no longer has the reservation).
 func (r *Resolver) giveBack(ctx context.Context, o store.Order, move func(context.Context, string) (lua.Outcome, error),
-	source, changed string, t events.Type) error {
+	source, changed string, t events.Type) (bool, error) {
 	// Confirm first: if the consumer stopped between the store and Redis, the reservation is
 	// still pending, and only a confirmed one moves on.
 	if _, err := r.Redis.Confirm(ctx, o.OrderID); err != nil {
-		return err
+		return false, err
 	}
 	out, err := move(ctx, o.OrderID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	compensations.WithLabelValues(source, outcome(out, changed)).Inc()
-	return r.publish(ctx, orderEvent(o).New(t, time.Now()))
+	return out.Changed, r.publish(ctx, orderEvent(o).New(t, time.Now()))
 }
 
 func (r *Resolver) publish(ctx context.Context, e events.Event) error {

@@ -159,14 +159,15 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 
 // givenBackAs maps the states of a reservation whose units Redis gave back to the final row the
 // store had before it lost it: its status and its reason, when Redis tells it. A failed
-// order's reason went with the row; an expired order's units are back in Redis (ReasonUnpaid);
-// a refunded row keeps the confirmed row's reason, "".
+// order's reason went with the row; a refunded or expired order's units are back in Redis, and
+// its reason says so (ReasonOperator, ReasonUnpaid), as the compensator records it once Redis
+// has them (an empty reason is a refund still to finish).
 var givenBackAs = map[string]struct {
 	status events.Status
 	reason string
 }{
 	"released": {events.Failed, events.ReasonReleasedBeforeReplay},
-	"refunded": {events.Refunded, ""},
+	"refunded": {events.Refunded, events.ReasonOperator},
 	"expired":  {events.Expired, events.ReasonUnpaid},
 }
 

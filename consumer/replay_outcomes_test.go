@@ -126,7 +126,7 @@ func testReplayAfterLoss(t *testing.T, st *store.Store) {
 			reason string
 		}{
 			{ann, events.Failed, events.ReasonReleasedBeforeReplay},
-			{bob, events.Refunded, ""},
+			{bob, events.Refunded, events.ReasonOperator},
 			{cy, events.Expired, events.ReasonUnpaid},
 			{dee, events.Confirmed, ""},
 		} {

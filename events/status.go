@@ -18,7 +18,7 @@ const (
 // Reasons an order failed, carried in OrderFailed events, DLQ headers and order rows.
 const (
 	ReasonExpired      = "expired"        // the sweeper released a reservation past its deadline
-	ReasonOperator     = "operator"       // an operator compensated the order
+	ReasonOperator     = "operator"       // an operator compensated the order (a refunded one: once its units are back in Redis)
 	ReasonProduce      = "produce_failed" // the api could not hand the event to Kafka
 	ReasonStoreSoldOut = "store_sold_out" // the store's conditional stock update refused it
 	ReasonStoreLimit   = "store_limit_exceeded"

@@ -25,7 +25,7 @@ func TestRecordGivenBack(t *testing.T) {
 			return store.Order{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID, Quantity: int64(e.Quantity),
 				Status: st, Reason: reason, CreatedAtMs: e.OccurredAt.UnixMilli()}
 		}
-		orders := []store.Order{row(failed, events.Failed, events.ReasonReleasedBeforeReplay), row(refunded, events.Refunded, ""),
+		orders := []store.Order{row(failed, events.Failed, events.ReasonReleasedBeforeReplay), row(refunded, events.Refunded, events.ReasonOperator),
 			row(expired, events.Expired, events.ReasonUnpaid), row(kept, events.Failed, events.ReasonReleasedBeforeReplay),
 			row(failed, events.Failed, events.ReasonReleasedBeforeReplay)} // a redelivered event: one row
 

@@ -460,6 +460,28 @@ func (s *Store) confirmedOn(ctx context.Context, q sqlx.QueryerContext, campaign
 	return os, nil
 }
 
+// Refunding returns the refunded orders of a campaign whose units may not be back in Redis:
+// their reason is still "" until MarkRefunded, so a refund that stopped between the store and
+// Redis is listed until it is finished. The orders_refunding index keeps the finished ones out
+// of the read, however many a cancelled campaign has.
+func (s *Store) Refunding(ctx context.Context, campaign string) ([]Order, error) {
+	var os []Order
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status = 'refunded' AND reason = ''`), campaign)
+	if err != nil {
+		return nil, fmt.Errorf("unfinished refunds of %s: %w", campaign, err)
+	}
+	return os, nil
+}
+
+// MarkRefunded records that a refunded order's units are back in Redis.
+func (s *Store) MarkRefunded(ctx context.Context, orderID string) error {
+	_, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE orders SET reason = ? WHERE order_id = ? AND status = 'refunded'`), events.ReasonOperator, orderID)
+	if err != nil {
+		return fmt.Errorf("mark order %s refunded: %w", orderID, err)
+	}
+	return nil
+}
+
 // Held is what a campaign holds in the store at one moment: the campaign (its sold), its
 // buyers' units, and its orders that hold units, confirmed or paid.
 type Held struct {
@@ -502,7 +524,8 @@ func (s *Store) WhileHeld(ctx context.Context, campaign string, fn func(Held) er
 
 // RefundOrder moves a confirmed or paid order to refunded and takes its units off the campaign's
 // and the buyer's totals, once. It returns the order's row; an order in another state is
-// returned unchanged.
+// returned unchanged. The refunded row's reason stays "" until MarkRefunded says its units are
+// back in Redis.
 func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) {
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var campaign string
@@ -518,7 +541,7 @@ func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) 
 			return err
 		}
 		var o Order
-		err = tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'refunded', updated_at_ms = ?
+		err = tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'refunded', reason = '', updated_at_ms = ?
 			WHERE order_id = ? AND status IN ('confirmed', 'paid') RETURNING *`), time.Now().UnixMilli(), orderID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil

@@ -522,6 +522,49 @@ func TestStore(t *testing.T) {
 			wantHoldings(t, s, c.ID, map[string]int64{"alice": 3})
 		})
 
+		t.Run("a refund is listed until its units are back in redis", func(t *testing.T) {
+			c := mustCampaign(t, s, 10, 3)
+			a, b, kept := newEvent(c.ID, "alice", 2), newEvent(c.ID, "bob", 1), newEvent(c.ID, "carol", 1)
+			wantResults(t, confirm(t, s, a, b, kept), confirmed, confirmed, confirmed)
+			for _, e := range []events.Event{a, b} {
+				if _, err := s.RefundOrder(ctx, e.OrderID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantRefunding := func(want ...string) {
+				t.Helper()
+				got, err := s.Refunding(ctx, c.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids := map[string]bool{}
+				for _, o := range got {
+					ids[o.OrderID] = o.Status == events.Refunded
+				}
+				if len(got) != len(want) {
+					t.Errorf("Refunding = %d orders %v, want %v", len(got), ids, want)
+				}
+				for _, id := range want {
+					if !ids[id] {
+						t.Errorf("Refunding misses the refunded order %s (got %v)", id, ids)
+					}
+				}
+			}
+			wantRefunding(a.OrderID, b.OrderID)
+			if err := s.MarkRefunded(ctx, a.OrderID); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.MarkRefunded(ctx, kept.OrderID); err != nil { // not refunded: untouched
+				t.Fatal(err)
+			}
+			wantRefunding(b.OrderID)
+			wantStatus(t, s, kept.OrderID, events.Confirmed)
+			if o := wantStatus(t, s, a.OrderID, events.Refunded); o.Reason != events.ReasonOperator {
+				t.Errorf("a refund whose units are back has reason %q, want %q", o.Reason, events.ReasonOperator)
+			}
+			wantSold(t, s, c.ID, 1) // marking moves no units
+		})
+
 		t.Run("refund of a failed order", func(t *testing.T) {
 			c := mustCampaign(t, s, 10, 2)
 			e := newEvent(c.ID, "alice", 2)
