@@ -112,3 +112,10 @@ func backlog(t *testing.T, name string, n int) (*store.Store, string, []string, 
 	}
 	return st, campaign, brokers, topics
 }
+
+// orderEvent is a new OrderRequested of qty units of campaign for user, due in an hour.
+func orderEvent(campaign, user string, qty int) events.Event {
+	now := time.Now().UTC()
+	return events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now,
+		OrderID: events.NewOrderID(campaign), CampaignID: campaign, UserID: user, Quantity: qty, Deadline: now.Add(time.Hour)}
+}

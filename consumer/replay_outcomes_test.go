@@ -146,9 +146,3 @@ func testReplayAfterLoss(t *testing.T, st *store.Store) {
 		}
 	}
 }
-
-func orderEvent(campaign, user string, qty int) events.Event {
-	now := time.Now().UTC()
-	return events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now,
-		OrderID: events.NewOrderID(campaign), CampaignID: campaign, UserID: user, Quantity: qty, Deadline: now.Add(time.Hour)}
-}
