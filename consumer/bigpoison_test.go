@@ -3,8 +3,6 @@ package consumer_test
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -56,19 +54,7 @@ func TestLargePoisonIsDeadLettered(t *testing.T) {
 			t.Fatalf("produce the large record: %v", err)
 		}
 
-		cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, &confirmer{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cons.Close()
-		runCtx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- cons.Run(runCtx) }()
-		defer func() {
-			cancel()
-			<-done
-		}()
+		runConsumer(t, consumer.Config{Brokers: brokers, Topics: topics}, st)
 
 		adm := kadm.NewClient(other)
 		deadline := time.Now().Add(20 * time.Second)

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -118,4 +119,25 @@ func orderEvent(campaign, user string, qty int) events.Event {
 	now := time.Now().UTC()
 	return events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now,
 		OrderID: events.NewOrderID(campaign), CampaignID: campaign, UserID: user, Quantity: qty, Deadline: now.Add(time.Hour)}
+}
+
+// runConsumer runs a consumer of cfg (logging nowhere unless cfg says) over st until the test
+// ends, then stops it and waits for it.
+func runConsumer(t *testing.T, cfg consumer.Config, st consumer.Persister) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cons, err := consumer.New(cfg, st, &confirmer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		cons.Close()
+	})
 }

@@ -2,8 +2,6 @@ package consumer_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -64,19 +62,7 @@ func TestUnstorableEventIsPoison(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics,
-				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st, &confirmer{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cons.Close()
-			runCtx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- cons.Run(runCtx) }()
-			defer func() {
-				cancel()
-				<-done
-			}()
+			runConsumer(t, consumer.Config{Brokers: brokers, Topics: topics}, st)
 
 			deadline := time.Now().Add(15 * time.Second)
 			for {

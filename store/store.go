@@ -475,9 +475,15 @@ func (s *Store) Refunding(ctx context.Context, campaign string) ([]Order, error)
 
 // MarkRefunded records that a refunded order's units are back in Redis.
 func (s *Store) MarkRefunded(ctx context.Context, orderID string) error {
-	_, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE orders SET reason = ? WHERE order_id = ? AND status = 'refunded'`), events.ReasonOperator, orderID)
+	return s.markBack(ctx, orderID, events.Refunded, events.ReasonOperator)
+}
+
+// markBack records that order orderID, of status, has its units back in Redis: its reason,
+// empty until then, becomes reason.
+func (s *Store) markBack(ctx context.Context, orderID string, status events.Status, reason string) error {
+	_, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE orders SET reason = ? WHERE order_id = ? AND status = ?`), reason, orderID, string(status))
 	if err != nil {
-		return fmt.Errorf("mark order %s refunded: %w", orderID, err)
+		return fmt.Errorf("mark order %s %s with its units back: %w", orderID, status, err)
 	}
 	return nil
 }
@@ -656,11 +662,7 @@ func (s *Store) ExpireOrder(ctx context.Context, orderID string, now time.Time) 
 
 // MarkUnpaid records that an expired order's units are back in Redis.
 func (s *Store) MarkUnpaid(ctx context.Context, orderID string) error {
-	_, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE orders SET reason = ? WHERE order_id = ? AND status = 'expired'`), events.ReasonUnpaid, orderID)
-	if err != nil {
-		return fmt.Errorf("mark order %s unpaid: %w", orderID, err)
-	}
-	return nil
+	return s.markBack(ctx, orderID, events.Expired, events.ReasonUnpaid)
 }
 
 // PaidUnits returns the units of a campaign's paid orders.
