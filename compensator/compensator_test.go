@@ -746,3 +746,38 @@ func TestCloseDeliversAnnouncements(t *testing.T) {
 		}
 	}
 }
+
+// TestRebuildOfACampaignLeftFrozen: a rebuild that froze a campaign and died before restoring it
+// (killed, or paused past its lease after its successor had restored the campaign, then
+// killed) left it frozen, and the guard never looked again: its run id was not the lost one,
+// so buyers were answered "being restored" for good. A frozen campaign with the rebuild lock
+// free is rebuilt like a lost one.
+func TestRebuildOfACampaignLeftFrozen(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	evs := e.reserve(t, 2, time.Hour)
+	e.confirm(t, evs)
+	if _, err := e.r.Freeze(e.ctx, e.campaign); err != nil { // and the rebuild that froze it is gone
+		t.Fatal(err)
+	}
+	c := e.compensator(t, compensator.Config{RebuildGrace: time.Millisecond})
+	if err := c.CheckRedis(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	gens, err := e.r.Generations(e.ctx, []string{e.campaign})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gens[e.campaign]; g.Frozen || g.Lost() {
+		t.Fatalf("after a guard round: %+v; want it restored and on sale", g)
+	}
+	var sold int64
+	for _, ev := range evs {
+		sold += int64(ev.Quantity)
+	}
+	if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != 10-sold {
+		t.Errorf("remaining %d, %v; want %d: the confirmed orders' units stay sold", left, err, 10-sold)
+	}
+	if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Minute); err != nil {
+		t.Errorf("a purchase after the guard round: %v", err)
+	}
+}

@@ -55,19 +55,15 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 	}
 	gens, genErr := c.rebuilder.Generations(ctx, watched)
 	var lost []string
-	frozen := 0
 	for _, id := range watched {
-		g, ok := gens[id]
-		if ok && g.Lost() {
+		if g, ok := gens[id]; ok && unsellable(g) {
 			lost = append(lost, id)
 		}
-		// A lost campaign is counted too: the rebuild below freezes it, then may wait minutes
-		// for the consumer, and this round's figure is the one scraped meanwhile.
-		if ok && (g.Frozen || g.Lost()) {
-			frozen++
-		}
 	}
-	campaignsFrozen.Set(float64(frozen)) // before the rebuild: a rebuild that hangs stays counted
+	// A lost campaign is counted too: the rebuild below freezes it, then may wait minutes for
+	// the consumer, and this round's figure is the one scraped meanwhile. Set before the
+	// rebuild: a rebuild that hangs stays counted.
+	campaignsFrozen.Set(float64(len(lost)))
 	var rebuildErr error
 	if len(lost) > 0 {
 		rebuildErr = c.rebuildLost(ctx, lost)
@@ -75,8 +71,15 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 	return errors.Join(genErr, rebuildErr, c.reconcile(ctx, cs, now))
 }
 
-// rebuildLost rebuilds the campaigns whose data Redis may have lost, unless another compensator
-// is rebuilding already.
+// unsellable reports whether a campaign needs a rebuild before it sells again: its data may be
+// lost, or it is frozen. Only the holder of the rebuild lock freezes, and holds the lock until
+// it restores, so a campaign found frozen with the lock free was left by a rebuild that died (or
+// was paused past its lease) between its Freeze and its Restore: it would stay frozen for good,
+// as nothing else restores it and its run id is no longer the lost one.
+func unsellable(g lua.Generation) bool { return g.Lost() || g.Frozen }
+
+// rebuildLost rebuilds the campaigns whose data Redis may have lost, or that a rebuild left
+// frozen, unless another compensator is rebuilding already.
 func (c *Compensator) rebuildLost(ctx context.Context, lost []string) error {
 	lock, err := c.locker.TryLock(ctx, c.cfg.Topics.Prefix+".rebuild", 10*time.Second)
 	if errors.Is(err, lua.ErrLockHeld) {
@@ -91,15 +94,18 @@ func (c *Compensator) rebuildLost(ctx context.Context, lost []string) error {
 		if err != nil {
 			return err
 		}
-		lost = slices.DeleteFunc(lost, func(id string) bool { return !gens[id].Lost() })
+		lost = slices.DeleteFunc(lost, func(id string) bool { return !unsellable(gens[id]) })
 		if len(lost) == 0 {
 			return nil
 		}
-		g := gens[lost[0]]
-		if !g.Exists {
+		switch g := gens[lost[0]]; {
+		case !g.Exists:
 			c.cfg.Logger.Info("redis lacks campaigns that are on sale (a first start, or a redis that lost its data): rebuilding them from the store",
 				"campaigns", len(lost), "run_id", g.Server)
-		} else {
+		case !g.Lost():
+			c.cfg.Logger.Warn("campaigns left frozen by a rebuild that stopped half way: rebuilding them from the store",
+				"campaigns", len(lost))
+		default:
 			c.cfg.Logger.Warn("redis restarted or failed over since these campaigns were written: freezing them to rebuild them from the store",
 				"campaigns", len(lost), "run_id", g.Server, "was", g.Recorded)
 		}
