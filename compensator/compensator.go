@@ -73,10 +73,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Campaigns lists the campaigns the sweeper visits.
+// Campaigns lists the campaigns the sweeper visits, and the orders it finishes.
 type Campaigns interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	ExpiringOrders(ctx context.Context, now time.Time, limit int) ([]store.Order, error)
+	Refunding(ctx context.Context, campaign string) ([]store.Order, error)
 }
 
 // Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
@@ -327,6 +328,19 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 				return n, err
 			}
 			if _, err := c.FailFenced(ctx, reservationEvent(res), events.ReasonExpired, "sweeper", fence); err != nil {
+				return n, err
+			}
+			n++
+		}
+		// A refund that stopped between the store and Redis (an operator's control cut short,
+		// a compensator killed mid-cancel) holds its units until someone runs the control
+		// again; the sweeper gives them back. Finishing one twice gives nothing twice.
+		refunds, err := c.campaigns.Refunding(ctx, camp.ID)
+		if err != nil {
+			return n, err
+		}
+		for _, o := range refunds {
+			if _, err := c.refundReservation(ctx, o, "sweeper"); err != nil {
 				return n, err
 			}
 			n++

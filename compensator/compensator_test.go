@@ -781,3 +781,27 @@ func TestRebuildOfACampaignLeftFrozen(t *testing.T) {
 		t.Errorf("a purchase after the guard round: %v", err)
 	}
 }
+
+// TestSweeperFinishesInterruptedRefunds: a refund that stopped between the store and Redis (an
+// operator's control cut short, a compensator killed mid-cancel) held its units and the buyer's
+// count until someone ran the control again. The sweeper gives them back, once.
+func TestSweeperFinishesInterruptedRefunds(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	evs := e.reserve(t, 3, time.Hour)
+	e.confirm(t, evs)
+	if _, err := e.st.RefundOrder(e.ctx, evs[0].OrderID); err != nil { // and Redis never heard of it
+		t.Fatal(err)
+	}
+	c := e.compensator(t, compensator.Config{})
+	for range 2 {
+		if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if states := e.check(t, evs); states[events.Refunded] != 1 || states[events.Confirmed] != 2 {
+		t.Errorf("after two sweeps: %v; want the interrupted refund finished, the others confirmed", states)
+	}
+	if o, err := e.st.Order(e.ctx, evs[0].OrderID); err != nil || o.Reason != events.ReasonOperator {
+		t.Errorf("the refunded order = %+v, %v; want its units marked back (reason %q)", o, err, events.ReasonOperator)
+	}
+}
