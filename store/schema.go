@@ -98,7 +98,9 @@ var migrations = []migration{
 		);`},
 	// A refunded order's reason is "" until its units are back in Redis (Store.MarkRefunded),
 	// as an expired order's is: this index lists a campaign's unfinished refunds without a scan
-	// of its finished ones. Orders refunded before it have "" too, so each is finished (or found
-	// finished) once by the next cancel or bulk compensation of its campaign.
-	{sql: `CREATE INDEX orders_refunding ON orders (campaign_id) WHERE status = 'refunded' AND reason = '';`},
+	// of its finished ones. Orders refunded before it have "" too, and are taken as finished:
+	// else the first sweeps after an upgrade would go through every refund ever made, each
+	// announced again.
+	{sql: `UPDATE orders SET reason = 'operator' WHERE status = 'refunded' AND reason = '';
+		CREATE INDEX orders_refunding ON orders (campaign_id) WHERE status = 'refunded' AND reason = '';`},
 }
