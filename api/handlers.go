@@ -525,19 +525,27 @@ func (s *Server) purchase(c echo.Context) error {
 		o, ferr := s.resolver.Fail(fctx, ev, events.ReasonProduce, "api")
 		cancel()
 		switch {
-		case ferr != nil:
-			// The event may still reach the consumer: the sweeper settles the order at its
-			// deadline, confirmed or released. A retry with the same key produces it again.
-			s.cfg.Logger.Error("cancel after failed produce; the sweeper settles the order at its deadline", "order_id", orderID, "err", ferr)
-			s.forget(ctx, idem)
-			return events.Wrap(events.Unavailable, ferr, "order %s could not be queued and its outcome is not known yet: "+
-				"it is placed or cancelled by %s (GET /v1/orders/%[1]s says which)", orderID, res.Deadline.UTC().Format(time.RFC3339))
-		case o.Status != events.Failed:
+		case o.Status == events.Failed:
+			// Failed for good in the store, whatever Redis did: the consumer never confirms a
+			// failed order, so a retry must hear "cancelled" too, not queue it again.
+			if ferr != nil {
+				s.cfg.Logger.Warn("order cancelled; its units come back at its deadline (the sweeper), as Redis did not take the release",
+					"order_id", orderID, "err", ferr)
+			} else {
+				s.soldOut.clear(campaign) // units are back on sale
+			}
+			return s.cancelled(c, idem, orderID)
+		case o.Status != "":
 			// The record reached Kafka after all, and the consumer stored the order first.
 			return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
 		}
-		s.soldOut.clear(campaign) // units are back on sale
-		return s.cancelled(c, idem, orderID)
+		// The store could not be written: the event may still reach the consumer, and the
+		// sweeper settles the order at its deadline, confirmed or released. A retry with the
+		// same key produces it again.
+		s.cfg.Logger.Error("cancel after failed produce; the sweeper settles the order at its deadline", "order_id", orderID, "err", ferr)
+		s.forget(ctx, idem)
+		return events.Wrap(events.Unavailable, ferr, "order %s could not be queued and its outcome is not known yet: "+
+			"it is placed or cancelled by %s (GET /v1/orders/%[1]s says which)", orderID, res.Deadline.UTC().Format(time.RFC3339))
 	}
 	failpoint.Inject(failpoint.APIAfterProduce)
 	reservedCount.Inc()

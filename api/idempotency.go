@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 )
 
 // Idempotency-Key follows the IETF httpapi draft "The Idempotency-Key HTTP Header Field" with
@@ -122,6 +123,7 @@ func keyedOrder(orderID string) bool {
 type idemRecord struct {
 	rdb     redis.Scripter
 	key     string // the Redis key
+	res     string // the campaign's reservation records (lua.Keys.Res)
 	fp      string // the request's fingerprint
 	orderID string
 	lease   time.Duration
@@ -135,6 +137,7 @@ func (s *Server) idemRecord(campaign, buyer, key string, fingerprint []byte) *id
 	return &idemRecord{
 		rdb:     s.redis.Client(),
 		key:     idemKey(campaign, suffix),
+		res:     lua.KeysOf(campaign).Res,
 		fp:      hex.EncodeToString(sum[:16]),
 		orderID: orderID,
 		lease:   s.cfg.IdempotencyLease,
@@ -161,7 +164,7 @@ func (r *idemRecord) begin(ctx context.Context, peek bool) (idemState, error) {
 	if peek {
 		op = "peek"
 	}
-	v, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key}, op, r.fp, r.lease.Milliseconds(), r.ttl.Milliseconds()).Slice()
+	v, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key, r.res}, op, r.fp, r.lease.Milliseconds(), r.ttl.Milliseconds(), r.orderID).Slice()
 	if err != nil {
 		return idemState{}, fmt.Errorf("idempotency record of %s: %w", r.orderID, err)
 	}

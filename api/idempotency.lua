@@ -1,9 +1,10 @@
 -- idempotency: the record of one Idempotency-Key of one buyer (see api/idempotency.go). It lives
 -- under its campaign's hash tag, so it runs in the slot of the campaign's other keys.
 -- KEYS: 1 the record, a hash: fp (the request's fingerprint), lease_ms (while the first request
---       runs), then status, ctype and body (its answer, once it has one)
+--       runs), then status, ctype and body (its answer, once it has one); 2 (begin, peek) the
+--       campaign's reservation records (lua.Keys.Res)
 -- ARGV: 1 op, 2 fingerprint, then
---   begin, peek: 3 lease in ms, 4 time to live of the record in ms
+--   begin, peek: 3 lease in ms, 4 time to live of the record in ms, 5 the key's order id
 --   finish: 3 status, 4 content type, 5 body
 --   abort: nothing more
 -- Returns {outcome, ...}:
@@ -11,8 +12,10 @@
 --          stopped without an answer; its lease ran out and is now the caller's), "done" with
 --          status, content type and body, "busy" with the ms left on the lease, or "mismatch"
 --          (the key was used with another request)
---   peek:  as begin, but "absent" and "stale" where begin would say "new" and "retry"; it writes
---          nothing
+--   peek:  as begin, but "absent" and "stale" where begin would say "new" and "retry", and it
+--          writes nothing; except that with no record but a reservation of the key's order (the
+--          record was forgotten while the order's outcome was not known), it begins: the
+--          purchase goes on and the reserve script tells what became of that order
 --   finish, abort: "ok"
 local op = ARGV[1]
 local rec = redis.call('HMGET', KEYS[1], 'fp', 'lease_ms', 'status', 'ctype', 'body')
@@ -35,7 +38,7 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if not rec[1] then
-  if op == 'peek' then
+  if op == 'peek' and redis.call('HEXISTS', KEYS[2], ARGV[5]) == 0 then
     return {'absent'}
   end
   redis.call('HSET', KEYS[1], 'fp', ARGV[2], 'lease_ms', now + tonumber(ARGV[3]))

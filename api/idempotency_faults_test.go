@@ -1,0 +1,135 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/api/apitest"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// flakyProducer fails every produce while fail is set; with deliver, the record reaches Kafka
+// all the same and only its acknowledgement is lost.
+type flakyProducer struct {
+	api.Producer
+	fail, deliver atomic.Bool
+}
+
+func (p *flakyProducer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	switch {
+	case !p.fail.Load():
+		p.Producer.Produce(ctx, r, promise)
+	case p.deliver.Load():
+		p.Producer.Produce(ctx, r, func(r *kgo.Record, _ error) { promise(r, errors.New("acknowledgement lost")) })
+	default:
+		promise(r, errors.New("broker down"))
+	}
+}
+
+// flakyRedis fails Release while failRelease is set (a timeout, a failover).
+type flakyRedis struct {
+	*lua.Redis
+	failRelease atomic.Bool
+}
+
+func (r *flakyRedis) Release(ctx context.Context, orderID string) (lua.Outcome, error) {
+	if r.failRelease.Load() {
+		return lua.Outcome{}, errors.New("i/o timeout")
+	}
+	return r.Redis.Release(ctx, orderID)
+}
+
+// downStore cannot fail orders (the database is unreachable).
+type downStore struct{ *store.Store }
+
+func (downStore) FailOrderFenced(context.Context, events.Event, string, store.Fence) (store.Order, error) {
+	return store.Order{}, errors.New("connection refused")
+}
+
+// replica starts another api on the harness's dependencies (its own breaker and sold-out flag).
+func (h *harness) replica(t *testing.T, st api.Store, r api.Redis, p api.Producer) *api.Server {
+	t.Helper()
+	s := api.New(h.cfg, st, r, p)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestKeyedRetryOfAnOrderFailedInTheStore: the produce failed, the api failed the order in the
+// store, and only Redis's release failed. The order is failed for good (the consumer never
+// confirms a failed order), so the buyer is told it was cancelled, and so is a retry of the key
+// at another api. The key used to be forgotten as if the outcome were unknown: the retry found
+// the reservation still pending, produced it again and answered 202 for an order that would
+// never be confirmed.
+func TestKeyedRetryOfAnOrderFailedInTheStore(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "rf", "name": "Release fails", "stock": 5, "per_user_limit": 5}`)
+	p := &flakyProducer{Producer: newProducer(t, h.brokers)}
+	rd := &flakyRedis{Redis: h.redis}
+	p.fail.Store(true)
+	rd.failRelease.Store(true)
+	first := apitest.Serve(t, h.spec, h.replica(t, h.store, rd, p).Handler(), keyed("rf", "alice", "k-1", `{"quantity": 1}`))
+	if first.Code != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d %s", first.Code, first.Body)
+	}
+	id := api.KeyedOrderID(h.srv, "rf", "alice", "k-1")
+	if o, err := h.store.Order(context.Background(), id); err != nil || o.Status != events.Failed {
+		t.Fatalf("the store has %+v, %v; want it failed", o, err)
+	}
+
+	// Kafka and Redis are back; the buyer retries with the same key (here at another api).
+	p.fail.Store(false)
+	rd.failRelease.Store(false)
+	again := apitest.Serve(t, h.spec, h.replica(t, h.store, rd, p).Handler(), keyed("rf", "alice", "k-1", `{"quantity": 1}`))
+	o, err := h.store.Order(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Code == http.StatusAccepted && o.Status == events.Failed {
+		t.Errorf("the retry answered %d %s for order %s, which the store holds %s: it will never be confirmed",
+			again.Code, strings.TrimSpace(again.Body.String()), id, o.Status)
+	}
+}
+
+// TestKeyedRetryOfAnUnsettledOrderWhileSoldOut: the produce's acknowledgement was lost and the
+// store could not fail the order, so its outcome is not known and the key is forgotten: "the
+// retry queues that order again" (README). Once this api had seen the campaign sold out (the
+// order's own reservation holding the last unit), its fast path peeked at the key, found no
+// record and answered 409 sold_out without asking Redis; the consumer then confirmed the order
+// the buyer had been told they could not have. A key with no record whose order holds a
+// reservation goes on now, and the reserve script answers for that order.
+func TestKeyedRetryOfAnUnsettledOrderWhileSoldOut(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "so", "name": "Sold out", "stock": 1, "per_user_limit": 1}`)
+	p := &flakyProducer{Producer: newProducer(t, h.brokers)}
+	p.fail.Store(true)
+	p.deliver.Store(true)
+	first := apitest.Serve(t, h.spec, h.replica(t, downStore{h.store}, h.redis, p).Handler(), keyed("so", "alice", "k-1", `{"quantity": 1}`))
+	if first.Code != http.StatusServiceUnavailable || !strings.Contains(first.Body.String(), "not known yet") {
+		t.Fatalf("first: %d %s", first.Code, first.Body)
+	}
+	id := api.KeyedOrderID(h.srv, "so", "alice", "k-1")
+
+	other := h.replica(t, h.store, h.redis, newProducer(t, h.brokers))
+	bob := apitest.Serve(t, h.spec, other.Handler(), request("POST", "/v1/campaigns/so/purchases", `{"quantity": 1}`, user("bob")...))
+	if bob.Code != http.StatusConflict {
+		t.Fatalf("bob: %d %s", bob.Code, bob.Body)
+	}
+	again := apitest.Serve(t, h.spec, other.Handler(), keyed("so", "alice", "k-1", `{"quantity": 1}`))
+	h.confirm(t, id) // the event reached Kafka after all: the consumer confirms it
+	o, err := h.store.Order(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Code != http.StatusAccepted {
+		t.Errorf("the retry answered %d %s; its order %s is %s", again.Code, strings.TrimSpace(again.Body.String()), id, o.Status)
+	}
+}
