@@ -112,7 +112,13 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 		if rerr != nil {
 			return o, rerr
 		}
-		return r.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
+		// Fail announces what it did; a refund is still due when the consumer stored the
+		// order first, between our read and the write.
+		o, err = r.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
+		if err != nil || (o.Status != events.Confirmed && o.Status != events.Paid) {
+			return o, err
+		}
+		return r.refund(ctx, o)
 	}
 	if err != nil {
 		return o, err
