@@ -2,7 +2,9 @@ package events_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -32,5 +34,24 @@ func TestWithoutValue(t *testing.T) {
 	}
 	if len(letter.Headers) != headers || len(letter.Value) != 1_000_000 {
 		t.Errorf("the refused letter was changed: %d headers, %d bytes of value", len(letter.Headers), len(letter.Value))
+	}
+}
+
+// TestDeadLetterBoundsItsReasonAndKey: a reason quotes the event's ids, which a garbled record
+// may make as large as itself; the header is cut to a kilobyte of valid UTF-8, and a letter
+// without its value drops a key as large, so that it always fits.
+func TestDeadLetterBoundsItsReasonAndKey(t *testing.T) {
+	src := &kgo.Record{Topic: "shop.orders.requested", Key: bytes.Repeat([]byte("k"), 500_000), Value: []byte("x")}
+	reason := "poison: order id " + strings.Repeat("é\\x7f", 400_000)
+	letter := events.DeadLetter("shop.orders.dlq", src, reason)
+	got := events.Header(letter, events.HeaderReason)
+	if len(got) > 1024 || !utf8.ValidString(got) || !strings.HasPrefix(got, "poison: order id é") || !strings.HasSuffix(got, "…") {
+		t.Errorf("reason header of %d bytes (valid UTF-8: %v), starting %.30q; want at most 1024, cut with …", len(got), utf8.ValidString(got), got)
+	}
+	if small := events.WithoutValue(letter); len(small.Key) != 0 {
+		t.Errorf("WithoutValue kept a key of %d bytes", len(small.Key))
+	}
+	if short := events.DeadLetter("shop.orders.dlq", src, events.ReasonPoison); events.Header(short, events.HeaderReason) != events.ReasonPoison {
+		t.Errorf("a short reason was changed: %q", events.Header(short, events.HeaderReason))
 	}
 }

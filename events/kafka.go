@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,7 +127,7 @@ func DeadLetter(dlq string, src *kgo.Record, reason string) *kgo.Record {
 		Key:   src.Key,
 		Value: src.Value,
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderReason, Value: []byte(reason)},
+			{Key: HeaderReason, Value: []byte(clip(reason, maxReason))},
 			{Key: HeaderSourceTopic, Value: []byte(src.Topic)},
 			{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(int(src.Partition)))},
 			{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
@@ -142,12 +143,30 @@ func DeadLetter(dlq string, src *kgo.Record, reason string) *kgo.Record {
 // max.message.bytes, and would be refused on every try. The source headers say where the
 // original is.
 func WithoutValue(letter *kgo.Record) *kgo.Record {
+	key := letter.Key
+	if len(key) > maxReason { // a garbled key may be as large as the value
+		key = nil
+	}
 	return &kgo.Record{
 		Topic: letter.Topic,
-		Key:   letter.Key,
+		Key:   key,
 		Headers: append(slices.Clip(letter.Headers),
 			kgo.RecordHeader{Key: HeaderValueOmitted, Value: []byte(strconv.Itoa(len(letter.Value)))}),
 	}
+}
+
+// maxReason bounds a dead letter's reason (and the key WithoutValue keeps): a reason quotes
+// the event's ids, which a garbled record may make as large as itself, four times over once
+// quoted, and the letter must fit without its value.
+const maxReason = 1024
+
+// clip returns s cut to at most n bytes, marked with "…" when cut; a character the cut split is
+// dropped.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
 }
 
 // ValueOmitted returns how many bytes of its source's value the dead letter r goes without
