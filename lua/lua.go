@@ -428,7 +428,8 @@ func (r *Redis) Reservation(ctx context.Context, orderID string) (Reservation, e
 
 // Reservations returns the reservation records of many orders by order id, in one round trip:
 // one HMGET per campaign (a campaign's keys share a hash slot), pipelined. An order Redis holds
-// no record of, or whose id names no campaign, is absent from the map.
+// no record of, whose id names no campaign, or whose record is malformed is absent from the map:
+// one bad record must not hide the others (the scripts leave such a record alone too).
 func (r *Redis) Reservations(ctx context.Context, orderIDs []string) (map[string]Reservation, error) {
 	orderIDs = slices.DeleteFunc(slices.Clone(orderIDs), func(id string) bool {
 		_, ok := events.CampaignOf(id)
@@ -455,11 +456,9 @@ func (r *Redis) Reservations(ctx context.Context, orderIDs []string) (map[string
 			if !ok { // nil: no record
 				continue
 			}
-			res, err := parseReservation(g.campaign, g.ids[j], rec)
-			if err != nil {
-				return nil, err
+			if res, err := parseReservation(g.campaign, g.ids[j], rec); err == nil {
+				out[res.OrderID] = res
 			}
-			out[res.OrderID] = res
 		}
 	}
 	return out, nil

@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 )
 
 // TestReservations: the many-order read that replay makes per batch answers, for orders of two
 // campaigns in one call, what Reservation answers for each alone, and leaves out the orders
-// Redis has no record of and the ids that name no campaign.
+// Redis has no record of, the ids that name no campaign and a malformed record (which failed
+// the whole read, and stalled a replay for good).
 func TestReservations(t *testing.T) {
 	for _, be := range []struct {
 		name string
@@ -30,7 +32,11 @@ func TestReservations(t *testing.T) {
 				t.Fatal(err)
 			}
 			unknown := events.NewOrderID(two)
-			got, err := b.r.Reservations(ctx, append(ids, unknown, "not an order id"))
+			malformed := reserve(t, b.r, two, "bob", 1, time.Minute).OrderID
+			if err := b.r.Client().HSet(ctx, lua.KeysOf(two).Res, malformed, "pending|1|soon|bob").Err(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.r.Reservations(ctx, append(ids, unknown, "not an order id", malformed))
 			if err != nil {
 				t.Fatal(err)
 			}
