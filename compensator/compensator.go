@@ -100,7 +100,7 @@ type Locker interface {
 
 // Fencer issues the fencing tokens of lease locks.
 type Fencer interface {
-	IssueFence(ctx context.Context, name string) (store.Fence, error)
+	IssueFence(ctx context.Context, name string, floor int64) (store.Fence, error)
 }
 
 // Compensator consumes the dead-letter topic and runs the sweeper.
@@ -256,7 +256,7 @@ func sweeperLease(interval time.Duration) (lease, retry time.Duration) {
 // issues for this holding: the store then refuses every earlier holder's writes, even those of
 // one paused past its lease that has not noticed yet.
 func (c *Compensator) sweepFenced(ctx context.Context, lock *lua.Lock, name string) error {
-	fence, err := c.fencer.IssueFence(ctx, name)
+	fence, err := c.fencer.IssueFence(ctx, name, lock.Count)
 	if err != nil {
 		return err
 	}

@@ -279,10 +279,11 @@ func TestSweepers(t *testing.T) {
 		name := e.topics.Prefix + ".sweeper"
 		holder := func(lease time.Duration) store.Fence { // as the sweeper takes its lease
 			t.Helper()
-			if _, err := e.r.TryLock(e.ctx, name, lease); err != nil {
+			lock, err := e.r.TryLock(e.ctx, name, lease)
+			if err != nil {
 				t.Fatalf("lease: %v", err)
 			}
-			f, err := e.st.IssueFence(e.ctx, name)
+			f, err := e.st.IssueFence(e.ctx, name, lock.Count)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -73,19 +73,20 @@ func TestSweeperTokenIssuedAfterItsLeasePassedOn(t *testing.T) {
 
 	c := e.compensator(t, compensator.Config{SweepInterval: 200 * time.Millisecond, GuardInterval: time.Hour})
 	var once sync.Once
-	compensator.SetFencer(c, fencerFunc(func(ctx context.Context, name string) (store.Fence, error) {
+	compensator.SetFencer(c, fencerFunc(func(ctx context.Context, name string, floor int64) (store.Fence, error) {
 		once.Do(func() {
 			// The pause: the lease runs out, and a rival takes it and its token. The rival
 			// holds on for the rest of the test, as it would while sweeping.
 			e.r.Client().Del(ctx, lockKey)
-			if _, err := e.r.TryLock(ctx, name, time.Minute); err != nil {
-				t.Errorf("rival's lease: %v", err)
+			lock, err := e.r.TryLock(ctx, name, time.Minute)
+			if err != nil {
+				t.Fatalf("rival's lease: %v", err)
 			}
-			if _, err := e.st.IssueFence(ctx, name); err != nil {
+			if _, err := e.st.IssueFence(ctx, name, lock.Count); err != nil {
 				t.Errorf("rival's token: %v", err)
 			}
 		})
-		return e.st.IssueFence(ctx, name)
+		return e.st.IssueFence(ctx, name, floor)
 	}))
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
@@ -98,8 +99,8 @@ func TestSweeperTokenIssuedAfterItsLeasePassedOn(t *testing.T) {
 	}
 }
 
-type fencerFunc func(ctx context.Context, name string) (store.Fence, error)
+type fencerFunc func(ctx context.Context, name string, floor int64) (store.Fence, error)
 
-func (f fencerFunc) IssueFence(ctx context.Context, name string) (store.Fence, error) {
-	return f(ctx, name)
+func (f fencerFunc) IssueFence(ctx context.Context, name string, floor int64) (store.Fence, error) {
+	return f(ctx, name, floor)
 }

@@ -20,6 +20,9 @@ type Lock struct {
 	key   string
 	token string
 	lease time.Duration
+	// Count is how many times the lock was taken, by Redis's count (which a Redis that lost
+	// data restarts): the floor of the fencing token the store issues for this holding.
+	Count int64
 }
 
 // ErrLockHeld is returned by TryLock when another holder has the lock.
@@ -28,13 +31,14 @@ var ErrLockHeld = errors.New("lock held by another holder")
 // TryLock takes the lock name for lease, or returns ErrLockHeld.
 func (r *Redis) TryLock(ctx context.Context, name string, lease time.Duration) (*Lock, error) {
 	l := &Lock{r: r, key: "seckill:{lock:" + name + "}", token: events.NewID(), lease: lease}
-	taken, err := lockAcquire.Run(ctx, r.rdb, []string{l.key}, l.token, lease.Milliseconds()).Int()
+	n, err := lockAcquire.Run(ctx, r.rdb, []string{l.key, l.key + ":fence"}, l.token, lease.Milliseconds()).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
-	if taken == 0 {
+	if n == 0 {
 		return nil, ErrLockHeld
 	}
+	l.Count = n
 	return l, nil
 }
 

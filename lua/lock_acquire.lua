@@ -1,10 +1,12 @@
 -- lock_acquire: take a lease lock if it is free, in one step: SET NX PX makes acquisition and
--- expiry one command. No fencing counter here: Redis may lose it, so the store issues the
--- tokens (store.IssueFence).
--- KEYS: 1 lock
+-- expiry one command, and counts the acquisition. The count is the floor of the fencing token
+-- the store issues (store.IssueFence), not the token: Redis may lose it, and the store may not.
+-- It keeps the tokens above those of a compensator from before the store issued them, which
+-- took the count itself as its token (a rolling upgrade runs both).
+-- KEYS: 1 lock, 2 its count of acquisitions
 -- ARGV: 1 holder token, 2 lease in ms
--- Returns 1 when taken, or 0 when another holder has the lock.
+-- Returns the count when taken, or 0 when another holder has the lock.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
+  return redis.call('INCR', KEYS[2])
 end
 return 0

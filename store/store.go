@@ -330,17 +330,24 @@ type Fence struct {
 var ErrStaleFence = errors.New("stale fencing token: the lease passed to another holder")
 
 // IssueFence returns a fencing token for the lock name, one above every token issued for it
-// before, and records it as the latest: from then on FailOrderFenced refuses the earlier ones.
+// before and at least floor, and records it as the latest: from then on FailOrderFenced refuses
+// the earlier ones. floor is the lock's count of acquisitions in Redis (lua.Lock.Count): a
+// compensator from before the store issued tokens took that count as its token, and during a
+// rolling upgrade a new holder's token must still be above it.
 //
 // The store issues the tokens, not Redis beside the lock, because the store is what checks them
 // and it keeps what it saw: a counter in Redis starts again at 1 when Redis loses its data (a
 // wipe, a restart without the last writes, `seckill dev` on a fresh miniredis over the same
 // SQLite file), and every holder is then refused as stale until the counter climbs back past
 // the store's. Issuing in one statement also means two holders never get the same token.
-func (s *Store) IssueFence(ctx context.Context, name string) (Fence, error) {
+func (s *Store) IssueFence(ctx context.Context, name string, floor int64) (Fence, error) {
+	greatest := "GREATEST"
+	if s.sqlite {
+		greatest = "MAX" // SQLite's max of many arguments
+	}
 	f := Fence{Name: name}
-	err := s.db.GetContext(ctx, &f.Token, s.db.Rebind(`INSERT INTO fences (name, token) VALUES (?, 1)
-		ON CONFLICT (name) DO UPDATE SET token = fences.token + 1 RETURNING token`), name)
+	err := s.db.GetContext(ctx, &f.Token, s.db.Rebind(`INSERT INTO fences (name, token) VALUES (?, ?)
+		ON CONFLICT (name) DO UPDATE SET token = `+greatest+`(fences.token + 1, excluded.token) RETURNING token`), name, max(floor, 1))
 	if err != nil {
 		return Fence{}, fmt.Errorf("issue fence %s: %w", name, err)
 	}

@@ -437,7 +437,7 @@ func TestStore(t *testing.T) {
 			for range holders {
 				go func() {
 					for range each {
-						f, err := s.IssueFence(ctx, name)
+						f, err := s.IssueFence(ctx, name, 0)
 						if err != nil {
 							errs <- err
 							return
@@ -462,11 +462,11 @@ func TestStore(t *testing.T) {
 			}
 
 			// Issuing a token refuses the earlier ones before its holder writes anything.
-			earlier, err := s.IssueFence(ctx, name)
+			earlier, err := s.IssueFence(ctx, name, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			latest, err := s.IssueFence(ctx, name)
+			latest, err := s.IssueFence(ctx, name, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -482,7 +482,7 @@ func TestStore(t *testing.T) {
 			if err := fail(store.Fence{Name: name, Token: 1000}); err != nil {
 				t.Fatal(err)
 			}
-			next, err := s.IssueFence(ctx, name)
+			next, err := s.IssueFence(ctx, name, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -491,6 +491,14 @@ func TestStore(t *testing.T) {
 			}
 			if err := fail(next); err != nil {
 				t.Errorf("write with the token issued after 1000: %v", err)
+			}
+
+			// The floor (Redis's count of the lock's acquisitions, which compensators from before
+			// the store issued tokens took as theirs) lifts the token; the next goes on above it.
+			for _, c := range []struct{ floor, want int64 }{{5000, 5000}, {0, 5001}, {10, 5002}} {
+				if f, err := s.IssueFence(ctx, name, c.floor); err != nil || f.Token != c.want {
+					t.Errorf("IssueFence with floor %d = %d, %v; want %d", c.floor, f.Token, err, c.want)
+				}
 			}
 		})
 
