@@ -30,11 +30,13 @@ func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), createTimeout)
 	defer cancel()
 	camp, err := do(ctx, id)
+	// Even a control that answers an error may have changed the campaign (stored, with its Redis
+	// step behind): this api's next answers read it anew.
+	s.soldOut.clear(id) // added stock is on sale here at once, at the other apis within SoldOutTTL
+	s.campaigns.forget(id)
 	if err != nil {
 		return err
 	}
-	s.soldOut.clear(id) // added stock is on sale here at once, at the other apis within SoldOutTTL
-	s.campaigns.forget(id)
 	view, err := s.viewCampaign(ctx, camp)
 	if err != nil {
 		return err
