@@ -3,15 +3,18 @@ package api_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/api/apitest"
+	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
@@ -131,5 +134,58 @@ func TestKeyedRetryOfAnUnsettledOrderWhileSoldOut(t *testing.T) {
 	}
 	if again.Code != http.StatusAccepted {
 		t.Errorf("the retry answered %d %s; its order %s is %s", again.Code, strings.TrimSpace(again.Body.String()), id, o.Status)
+	}
+}
+
+// TestKeyedRetryOfACancelledOrderAfterRedisLoss: the first purchase could not be queued, so its
+// order was cancelled (503, remembered under its key) and the store holds it failed. Then Redis
+// lost its data, and the compensator's guard rebuilt the campaign from the store. The rebuild
+// restored the records of confirmed orders only, so the key's record and the order's released
+// record were both gone: the retry derived the same order id from the key, reserved it anew and
+// answered 202 for an order the store holds failed, its units held until the sweeper gave them
+// back at the deadline. Redis keeps an ended order's record for the retention exactly so that a
+// retry finds it ended; the rebuild now restores those records too.
+func TestKeyedRetryOfACancelledOrderAfterRedisLoss(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "rl", "name": "Redis lost", "stock": 5, "per_user_limit": 5}`)
+	p := &flakyProducer{Producer: newProducer(t, h.brokers)}
+	p.fail.Store(true)
+	first := apitest.Serve(t, h.spec, h.replica(t, h.store, h.redis, p).Handler(), keyed("rl", "alice", "k-1", `{"quantity": 2}`))
+	if first.Code != http.StatusServiceUnavailable || !strings.Contains(first.Body.String(), "was cancelled") {
+		t.Fatalf("first: %d %s", first.Code, first.Body)
+	}
+	ctx := context.Background()
+	id := api.KeyedOrderID(h.srv, "rl", "alice", "k-1")
+	if o, err := h.store.Order(ctx, id); err != nil || o.Status != events.Failed {
+		t.Fatalf("the store has %+v, %v; want it failed", o, err)
+	}
+
+	// Redis loses its data; the guard's round rebuilds the campaign from the store.
+	h.mr.FlushAll()
+	comp, err := compensator.New(compensator.Config{Brokers: h.brokers, Topics: h.topics, RebuildGrace: time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler)}, h.store, h.redis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(comp.Close)
+	if err := comp.CheckRedis(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.remaining(t, "rl"); got != 5 {
+		t.Fatalf("remaining after the rebuild: %d, want 5", got)
+	}
+
+	p.fail.Store(false)
+	again := apitest.Serve(t, h.spec, h.replica(t, h.store, h.redis, p).Handler(), keyed("rl", "alice", "k-1", `{"quantity": 2}`))
+	o, err := h.store.Order(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Code != http.StatusServiceUnavailable || !strings.Contains(again.Body.String(), "was cancelled") {
+		t.Errorf("the retry answered %d %s for order %s, which the store holds %s; want it told cancelled",
+			again.Code, strings.TrimSpace(again.Body.String()), id, o.Status)
+	}
+	if got := h.remaining(t, "rl"); got != 5 {
+		t.Errorf("remaining after the retry: %d, want 5 (the cancelled order's units taken again)", got)
 	}
 }

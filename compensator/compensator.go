@@ -26,10 +26,10 @@ type Config struct {
 	// SweepInterval is how often the sweeper looks for reservations past their deadline.
 	// Default: 5s.
 	SweepInterval time.Duration
-	// Retention is how long Redis keeps what it no longer sells from: the records of released
-	// and refunded reservations (which a retry of an Idempotency-Key finds; keep it at least
-	// the api's idempotency TTL), and an ended campaign's keys after its end. The store keeps
-	// the history. Default: 24h.
+	// Retention is how long Redis keeps what it no longer sells from: the records of released,
+	// refunded and expired reservations (which a retry of an Idempotency-Key finds, and a
+	// rebuild restores; keep it at least the api's idempotency TTL), and an ended campaign's
+	// keys after its end. The store keeps the history. Default: 24h.
 	Retention time.Duration
 	// GuardInterval is how often the compensator checks that Redis still has its data.
 	// Default: 1s.

@@ -163,7 +163,7 @@ type Rebuilder interface {
 	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
 	Generations(ctx context.Context, campaigns []string) (map[string]lua.Generation, error)
 	Freeze(ctx context.Context, campaigns ...string) (string, error)
-	Restore(ctx context.Context, mark string, c lua.Campaign, confirmed []lua.Reservation) error
+	Restore(ctx context.Context, mark string, c lua.Campaign, records []lua.Reservation) error
 }
 
 // Snapshotter is the part of the store a rebuild reads.
@@ -180,8 +180,9 @@ var (
 
 // Rebuild freezes the campaigns ids, waits until the store holds every order whose event
 // reached Kafka, and restores each campaign's Redis state from the store: remaining = stock -
-// sold, the buyers' holdings, and the records of confirmed orders (so refunds still give stock
-// back).
+// sold, the buyers' holdings, the records of confirmed orders (so refunds still give stock
+// back), and those of the orders that ended within the retention (so a keyed retry of one finds
+// it ended instead of reserving its units again).
 //
 // The rebuild lock keeps a second compensator out only while this one renews its lease: one
 // paused past it (a GC pause, a stalled VM) may wake up to find another rebuilding, or done. The
@@ -207,13 +208,9 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 	// on the restored sale, not on the frozen one the restore then overwrites.
 	for _, id := range ids {
 		err := c.snapshots.WhileHeld(ctx, id, func(h store.Held) error {
-			confirmed := make([]lua.Reservation, len(h.Orders))
-			for i, o := range h.Orders {
-				confirmed[i] = lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity)}
-			}
 			lc := RedisCampaign(h.Campaign)
 			lc.Holdings = h.Holdings
-			return c.rebuilder.Restore(ctx, mark, lc, confirmed)
+			return c.rebuilder.Restore(ctx, mark, lc, c.records(h, time.Now()))
 		})
 		if errors.Is(err, lua.ErrNotFrozenByThis) {
 			// Our lease ran out while we worked: the later rebuild froze every campaign we
@@ -226,6 +223,29 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// records are the reservation records Redis keeps of what h holds at now: one per confirmed or
+// paid order, and one per order that gave its units back within the retention, in the state
+// release.lua left it in. Those that ended earlier Redis had trimmed already.
+func (c *Compensator) records(h store.Held, now time.Time) []lua.Reservation {
+	cutoff := now.Add(-c.cfg.Retention).UnixMilli()
+	out := make([]lua.Reservation, 0, len(h.Orders)+len(h.Ended))
+	for _, o := range h.Orders {
+		out = append(out, lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity), State: "confirmed"})
+	}
+	for _, o := range h.Ended {
+		if o.UpdatedAtMs < cutoff {
+			continue
+		}
+		state := string(o.Status) // refunded and expired records are named as their orders
+		if o.Status == events.Failed {
+			state = "released"
+		}
+		out = append(out, lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity),
+			State: state, Ended: time.UnixMilli(o.UpdatedAtMs)})
+	}
+	return out
 }
 
 // waitConsumed waits until the consumer group has committed every OrderRequested event produced

@@ -92,8 +92,8 @@ func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, sourc
 	case events.Expired:
 		// An expiry that stopped between the store and Redis, or a reservation made again
 		// under the id of an order that expired long ago (its record trimmed after the
-		// retention or lost with Redis, and the Idempotency-Key's record with it, so the key
-		// came back as new): either way its units go back, once.
+		// retention, and the Idempotency-Key's record with it, so the key came back as new):
+		// either way its units go back, once.
 		_, err := r.giveBack(ctx, o, r.Redis.Expire, source, "expired", events.OrderExpired)
 		return o, err
 	}

@@ -33,6 +33,8 @@ var (
 	restoreClearSrc string
 	//go:embed restore_fill.lua
 	restoreFillSrc string
+	//go:embed restore_ended.lua
+	restoreEndedSrc string
 	//go:embed sync.lua
 	syncSrc string
 	//go:embed trim.lua
@@ -54,6 +56,7 @@ var (
 	restoreScript = newScript(restoreSrc)
 	restoreClear  = newScript(restoreClearSrc)
 	restoreFill   = newScript(restoreFillSrc)
+	restoreEnded  = newScript(restoreEndedSrc)
 	syncScript    = newScript(syncSrc)
 	trimScript    = newScript(trimSrc)
 	dropScript    = newScript(dropSrc)
@@ -69,7 +72,7 @@ type Keys struct {
 	Res     string // hash order id -> reservation
 	Pending string // sorted set of pending order ids by deadline (ms)
 	Meta    string // hash: limit, starts_ms, ends_ms, gen (rebuild.go), and frozen (the rebuild's mark) while a rebuild runs
-	Done    string // sorted set of released and refunded order ids by when they ended (ms)
+	Done    string // sorted set of released, refunded and expired order ids by when they ended (ms)
 }
 
 // All returns every key of the campaign.
@@ -237,6 +240,9 @@ type Reservation struct {
 	Quantity int
 	State    string // pending, confirmed (also of a paid order), released, refunded, expired
 	Deadline time.Time
+	// Ended is when a released, refunded or expired reservation ended, which Restore writes
+	// in the done set (trim.lua drops the record a retention after it). Zero when read back.
+	Ended time.Time
 }
 
 // Reserve takes qty units of campaign for user under orderID, holding them until ttl has passed

@@ -228,7 +228,7 @@ func checkRebuilt(tb testing.TB, rdb redis.Cmdable, campaign string, stock, limi
 		case "confirmed":
 			taken += r.Qty
 			held[r.User] += r.Qty
-		case "released", "refunded":
+		case "released", "refunded", "expired":
 		default:
 			tb.Errorf("order %s has unknown state %q", id, r.State)
 		}
@@ -324,6 +324,7 @@ func TestScripts(t *testing.T) {
 		{"ExpiredListsPastDeadline", testExpired},
 		{"MalformedRecord", testMalformedRecord},
 		{"TrimKeepsRedisBounded", testTrim},
+		{"RestoreKeepsEndedRecordsForTheRetention", testRestoreEnded},
 		{"DropEndedCampaign", testDrop},
 		{"SyncAppliesEachVersionOnce", testSync},
 	}
@@ -1319,6 +1320,72 @@ func testTrim(t *testing.T, b *backend) {
 	b.r.Release(ctx, res.OrderID)
 	if n, err := b.r.Trim(ctx, id, time.Hour, 1000); err != nil || n != 0 {
 		t.Errorf("trim inside the retention dropped %d (%v)", n, err)
+	}
+}
+
+// testRestoreEnded: a rebuild restores the records of orders that gave their units back as
+// release.lua leaves them (a retry of one finds it ended, and takes nothing), each in the done
+// set by when it ended, so the trim drops it once the retention has passed, as it would have
+// without the loss. They hold nothing: remaining and the buyers are the store's figures.
+func testRestoreEnded(t *testing.T, b *backend) {
+	ctx := context.Background()
+	c := lua.Campaign{Remaining: 10, Stock: 10, Limit: 5, StartsAt: b.now().Add(-time.Hour)}
+	c.ID = load(t, b.r, c)
+	k := lua.KeysOf(c.ID)
+	now := b.now()
+	order := func(user string, qty int, state string, ago time.Duration) lua.Reservation {
+		res := lua.Reservation{OrderID: events.NewOrderID(c.ID), User: user, Quantity: qty, State: state}
+		if state != "confirmed" {
+			res.Ended = now.Add(-ago)
+		}
+		return res
+	}
+	kept := order("alice", 2, "confirmed", 0)
+	released := order("bob", 1, "released", 2*time.Hour)
+	refunded := order("carol", 1, "refunded", 10*time.Minute)
+	expired := order("dave", 2, "expired", time.Minute)
+	records := []lua.Reservation{kept, released, refunded, expired}
+
+	mark := freeze(t, b.r, c.ID)
+	if err := b.r.Restore(ctx, mark, c, []lua.Reservation{{OrderID: events.NewOrderID(c.ID), User: "erin", Quantity: 1, State: "pending"}}); err == nil {
+		t.Error("Restore of a pending record: no error")
+	}
+	rebuilt := c
+	rebuilt.Remaining, rebuilt.Holdings = 8, map[string]int64{"alice": 2}
+	restore(t, b.r, mark, rebuilt, records)
+	recs := checkRebuilt(t, b.rdb, c.ID, 10, 5, nil)
+	for _, res := range records {
+		if want := (record{State: res.State, Qty: int64(res.Quantity), User: res.User}); recs[res.OrderID] != want {
+			t.Errorf("restored record of %s = %+v, want %+v", res.OrderID, recs[res.OrderID], want)
+		}
+		score, err := b.rdb.ZScore(ctx, k.Done, res.OrderID).Result()
+		switch {
+		case res.State == "confirmed" && !errors.Is(err, redis.Nil):
+			t.Errorf("the confirmed order is in the done set (%v, %v)", score, err)
+		case res.State != "confirmed" && (err != nil || int64(score) != res.Ended.UnixMilli()):
+			t.Errorf("%s order's done score %v (%v), want when it ended, %d", res.State, score, err, res.Ended.UnixMilli())
+		}
+	}
+	again, err := b.r.Reserve(ctx, c.ID, released.OrderID, "bob", 1, time.Minute)
+	if err != nil || again.State != "released" {
+		t.Errorf("a retry of the released order: %+v %v, want its released record", again, err)
+	}
+	wantRemaining(t, b.r, c.ID, 8)
+
+	// Each trim drops the records that ended longer ago than its retention; the confirmed stays.
+	for _, step := range []struct {
+		retention time.Duration
+		gone      lua.Reservation
+	}{{time.Hour, released}, {5 * time.Minute, refunded}, {30 * time.Second, expired}} {
+		if n, err := b.r.Trim(ctx, c.ID, step.retention, 1000); err != nil || n != 1 {
+			t.Errorf("trim with a retention of %v dropped %d (%v), want the %s record", step.retention, n, err, step.gone.State)
+		}
+		if b.rdb.HExists(ctx, k.Res, step.gone.OrderID).Val() {
+			t.Errorf("the %s record outlived a trim with a retention of %v", step.gone.State, step.retention)
+		}
+	}
+	if s := readState(t, b.rdb, c.ID); len(s.Res) != 1 || s.Res[kept.OrderID] == "" {
+		t.Errorf("after the trims the records are %v, want the confirmed one only", s.Res)
 	}
 }
 

@@ -151,23 +151,36 @@ func (r *Redis) Freeze(ctx context.Context, campaigns ...string) (string, error)
 }
 
 // Restore replaces a frozen campaign's Redis state with c (remaining, limits, holdings) and the
-// records of its confirmed orders, then puts it back on sale. Reservations still pending in
-// Redis are dropped: the caller restores only once the store holds every order whose event
-// reached Kafka, and the store fails the others.
+// reservation records of its orders, then puts it back on sale. A confirmed record (a paid
+// order's too) is what a refund or an expiry gives units back through. A released, refunded or
+// expired one goes in the done set by when it Ended, as release.lua leaves it, so that a keyed
+// retry of its order finds it ended instead of reserving anew, until trim.lua drops it after
+// the retention; it adds nothing to remaining or holdings. Reservations still pending in Redis
+// are dropped: the caller restores only once the store holds every order whose event reached
+// Kafka, and the store fails the others.
 //
 // mark is what Freeze returned. Each step is a script that first checks that the campaign is
 // still frozen with mark and otherwise writes nothing and fails (ErrNotFrozenByThis): a rebuild
 // paused past its lease must not wipe the sale its successor restored and buyers reserve from.
 // Only the last step lifts the mark, so a Restore that failed half way may be run again with
 // the same mark; it starts over.
-func (r *Redis) Restore(ctx context.Context, mark string, c Campaign, confirmed []Reservation) error {
+func (r *Redis) Restore(ctx context.Context, mark string, c Campaign, records []Reservation) error {
 	k := KeysOf(c.ID)
+	// The store keeps no reservation's deadline, and nothing reads one once it is not pending.
+	var confirmed, ended []any
+	for _, res := range records {
+		rec := res.State + "|" + strconv.Itoa(res.Quantity) + "|0|" + res.User
+		switch res.State {
+		case "confirmed":
+			confirmed = append(confirmed, res.OrderID, rec)
+		case "released", "refunded", "expired":
+			ended = append(ended, res.OrderID, rec, res.Ended.UnixMilli())
+		default:
+			return fmt.Errorf("restore campaign %s: order %s: no record to restore in state %q", c.ID, res.OrderID, res.State)
+		}
+	}
 	if err := frozenBy(restoreClear.Run(ctx, r.rdb, []string{k.Meta, k.Stock, k.Buyers, k.Res, k.Pending, k.Done}, mark)); err != nil {
 		return fmt.Errorf("restore campaign %s: %w", c.ID, err)
-	}
-	records := make([]any, 0, 2*len(confirmed))
-	for _, res := range confirmed {
-		records = append(records, res.OrderID, "confirmed|"+strconv.Itoa(res.Quantity)+"|0|"+res.User)
 	}
 	holdings := make([]any, 0, 2*len(c.Holdings))
 	for user, n := range c.Holdings {
@@ -178,16 +191,21 @@ func (r *Redis) Restore(ctx context.Context, mark string, c Campaign, confirmed 
 	// The fills commute, so they share a pipeline, whose NOSCRIPT fallback (scriptCall.result)
 	// may run one after those behind it. The clearing before them and restore.lua after them
 	// are calls of their own: out of order, they would delete the fills, or sell without them.
-	const chunk = 500 // fields per call, so no single call blocks Redis for long
+	const chunk = 500 // records or holdings per call, so no single call blocks Redis for long
 	pipe := r.rdb.Pipeline()
 	var fills []scriptCall
-	for _, h := range []struct {
-		key   string
-		pairs []any
-	}{{k.Res, records}, {k.Buyers, holdings}} {
-		for pairs := range slices.Chunk(h.pairs, 2*chunk) {
-			args := append([]any{mark}, pairs...)
-			fills = append(fills, callScript(ctx, pipe, restoreFill, []string{k.Meta, h.key}, args...))
+	for _, f := range []struct {
+		script *redis.Script
+		keys   []string
+		args   []any
+		width  int // arguments per record or holding
+	}{
+		{restoreFill, []string{k.Meta, k.Res}, confirmed, 2},
+		{restoreFill, []string{k.Meta, k.Buyers}, holdings, 2},
+		{restoreEnded, []string{k.Meta, k.Res, k.Done}, ended, 3},
+	} {
+		for args := range slices.Chunk(f.args, f.width*chunk) {
+			fills = append(fills, callScript(ctx, pipe, f.script, f.keys, append([]any{mark}, args...)...))
 		}
 	}
 	pipe.Exec(ctx) // each call carries its own error

@@ -60,7 +60,7 @@ func TestRestoreAfterAnotherRestore(t *testing.T) {
 				// The store confirmed alice's order: both rebuilds read the same figures.
 				rebuilt := c
 				rebuilt.Remaining, rebuilt.Holdings = 8, map[string]int64{"alice": 2}
-				confirmed := []lua.Reservation{{OrderID: held.OrderID, User: "alice", Quantity: 2}}
+				confirmed := []lua.Reservation{{OrderID: held.OrderID, User: "alice", Quantity: 2, State: "confirmed"}}
 				wantNotFrozenByThis(t, b.r.Restore(t.Context(), paused, rebuilt, confirmed))
 				assertUnchanged(t, b.rdb, c.ID, before, "the paused rebuild's Restore of a campaign its successor froze")
 				_, err := b.r.Reserve(t.Context(), c.ID, events.NewOrderID(c.ID), "bob", 1, time.Minute)
@@ -94,7 +94,7 @@ func TestRestoreAfterAnotherRestore(t *testing.T) {
 				mark := freeze(t, b.r, c.ID)
 				rebuilt := c
 				rebuilt.Remaining, rebuilt.Holdings = 8, map[string]int64{"alice": 2}
-				confirmed := []lua.Reservation{{OrderID: held.OrderID, User: "alice", Quantity: 2}}
+				confirmed := []lua.Reservation{{OrderID: held.OrderID, User: "alice", Quantity: 2, State: "confirmed"}}
 
 				// The connection breaks on the last step, the one that puts the sale back.
 				broken := redis.NewClient(b.rdb.Options())

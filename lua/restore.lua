@@ -1,6 +1,7 @@
 -- restore: put a frozen campaign back on sale with the remaining stock and limits rebuilt from
 -- the store. The buyers and reservation records were written beforehand (restore_clear.lua,
--- restore_fill.lua), while the campaign was frozen and so could not be sold from.
+-- restore_fill.lua, restore_ended.lua), while the campaign was frozen and so could not be sold
+-- from.
 -- KEYS: 1 stock, 2 meta
 -- ARGV: 1 remaining, 2 per-user limit, 3 starts (ms), 4 ends (ms, 0 = open-ended), 5 the run id
 -- of the server (rebuild.go: the campaign's generation), 6 stock (total units), 7 the store's

@@ -1,8 +1,8 @@
--- trim: drop the records of reservations that ended (released, refunded) longer ago than the
--- retention, by Redis's clock, at most ARGV[2] of them. A record is kept that long so that a
--- retry of the same Idempotency-Key finds its order cancelled instead of reserving anew; after
--- it, the store holds the history. Confirmed records stay while the campaign lives: a refund
--- gives units back through them.
+-- trim: drop the records of reservations that ended (released, refunded, expired) longer ago
+-- than the retention, by Redis's clock, at most ARGV[2] of them. A record is kept that long so
+-- that a retry of the same Idempotency-Key finds its order cancelled instead of reserving anew
+-- (a rebuild writes it back after a loss); after it, the store holds the history. Confirmed
+-- records stay while the campaign lives: a refund gives units back through them.
 -- KEYS: 1 res, 2 done
 -- ARGV: 1 retention (ms), 2 most records to drop
 -- Returns how many records it dropped.

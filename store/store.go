@@ -496,11 +496,15 @@ func (s *Store) markBack(ctx context.Context, orderID string, status events.Stat
 }
 
 // Held is what a campaign holds in the store at one moment: the campaign (its sold), its
-// buyers' units, and its orders that hold units, confirmed or paid.
+// buyers' units, its orders that hold units, confirmed or paid, and those that gave theirs
+// back.
 type Held struct {
 	Campaign Campaign
 	Holdings map[string]int64
 	Orders   []Order
+	// Ended are the orders that ended with their units back on sale: failed, refunded or
+	// expired. A rebuild restores their records, which a keyed retry of such an order finds.
+	Ended []Order
 }
 
 // WhileHeld reads what campaign holds and runs fn with it while holding the campaign's lock, so
@@ -530,6 +534,10 @@ func (s *Store) WhileHeld(ctx context.Context, campaign string, fn func(Held) er
 		}
 		if h.Orders, err = s.confirmedOn(ctx, tx, campaign); err != nil {
 			return err
+		}
+		err = tx.SelectContext(ctx, &h.Ended, tx.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status IN ('failed', 'refunded', 'expired')`), campaign)
+		if err != nil {
+			return fmt.Errorf("ended orders of %s: %w", campaign, err)
 		}
 		return fn(h)
 	})

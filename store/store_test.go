@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -613,6 +614,58 @@ func TestStore(t *testing.T) {
 			}
 			wantHoldings(t, s, c.ID, want)
 			wantHoldings(t, s, other.ID, map[string]int64{"user-0": 4})
+		})
+
+		// A rebuild restores Redis from what WhileHeld reads: the orders that hold units, and
+		// those that gave them back, whose records a keyed retry must find.
+		t.Run("while held", func(t *testing.T) {
+			c := store.Campaign{ID: storetest.Name("held"), Name: "held", Stock: 10, PerUserLimit: 5,
+				StartsAtMs: time.Now().Add(-time.Minute).UnixMilli(), CreatedAtMs: time.Now().UnixMilli(), PaymentWindowMs: 60_000}
+			if err := s.CreateCampaign(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			other := mustCampaign(t, s, 10, 5)
+			kept, paid := newEvent(c.ID, "ann", 1), newEvent(c.ID, "ann", 1)
+			refunded, expired, failed := newEvent(c.ID, "bob", 2), newEvent(c.ID, "cat", 1), newEvent(c.ID, "dan", 3)
+			otherFailed := newEvent(other.ID, "ann", 1)
+			confirm(t, s, kept, paid, refunded, expired)
+			if _, _, err := s.PayOrder(ctx, paid.OrderID, "pay-1", time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.RefundOrder(ctx, refunded.OrderID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.ExpireOrder(ctx, expired.OrderID, time.Now().Add(2*time.Minute)); err != nil { // not paid in its window
+				t.Fatal(err)
+			}
+			for _, e := range []events.Event{failed, otherFailed} {
+				if _, err := s.FailOrder(ctx, e, events.ReasonProduce); err != nil {
+					t.Fatal(err)
+				}
+			}
+			statuses := func(os []store.Order) map[string]events.Status {
+				m := map[string]events.Status{}
+				for _, o := range os {
+					m[o.OrderID] = o.Status
+				}
+				return m
+			}
+			err := s.WhileHeld(ctx, c.ID, func(h store.Held) error {
+				if h.Campaign.Sold != 2 || !maps.Equal(h.Holdings, map[string]int64{"ann": 2}) {
+					t.Errorf("held: sold %d, holdings %v; want 2, ann's 2", h.Campaign.Sold, h.Holdings)
+				}
+				if got, want := statuses(h.Orders), map[string]events.Status{kept.OrderID: events.Confirmed, paid.OrderID: events.Paid}; !maps.Equal(got, want) {
+					t.Errorf("held orders %v, want %v", got, want)
+				}
+				if got, want := statuses(h.Ended), map[string]events.Status{refunded.OrderID: events.Refunded, expired.OrderID: events.Expired,
+					failed.OrderID: events.Failed}; !maps.Equal(got, want) {
+					t.Errorf("ended orders %v, want %v", got, want)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 		})
 	})
 }
