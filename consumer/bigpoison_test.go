@@ -12,7 +12,6 @@ import (
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
-	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
 )
 
@@ -29,12 +28,7 @@ func TestLargePoisonIsDeadLettered(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, brokers []string) {
 		ctx := context.Background()
 		st := storetest.MustOpen(t, storetest.SQLiteURL(t))
-		campaign := storetest.Name("big")
-		now := time.Now().Add(-time.Minute)
-		if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "big", Stock: 10, PerUserLimit: 2,
-			StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-			t.Fatal(err)
-		}
+		campaign := openCampaign(t, st, "big", 10, 2, false)
 		topics := kafkatest.Topics(t, brokers)
 		other, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(2<<20))
 		if err != nil {
@@ -56,21 +50,7 @@ func TestLargePoisonIsDeadLettered(t *testing.T) {
 
 		runConsumer(t, consumer.Config{Brokers: brokers, Topics: topics}, st)
 
-		adm := kadm.NewClient(other)
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			lag, err := events.Lag(ctx, adm, topics.Requested, topics.ConsumerGroup())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if lag == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 20s the consumer group still lags %d records: it cannot dead-letter the large record and commits nothing behind it", lag)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitCommitted(t, kadm.NewClient(other), topics, "it cannot dead-letter the large record and commits nothing behind it")
 
 		rctx, cancelRead := context.WithTimeout(ctx, 10*time.Second)
 		defer cancelRead()

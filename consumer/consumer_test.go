@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
@@ -86,12 +88,8 @@ func backlog(t *testing.T, name string, n int) (*store.Store, string, []string, 
 	t.Helper()
 	ctx := context.Background()
 	st := storetest.MustOpen(t, storetest.SQLiteURL(t))
-	campaign := storetest.Name(name)
+	campaign := openCampaign(t, st, name, int64(n), 1, false)
 	now := time.Now().Add(-time.Minute)
-	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: name, Stock: int64(n), PerUserLimit: 1,
-		StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-		t.Fatal(err)
-	}
 	brokers := kafkatest.Fake(t)
 	topics := kafkatest.Topics(t, brokers)
 	cl, err := events.NewClient(brokers)
@@ -140,4 +138,35 @@ func runConsumer(t *testing.T, cfg consumer.Config, st consumer.Persister) {
 		<-done
 		cons.Close()
 	})
+}
+
+// openCampaign stores a campaign of stock units, limit per buyer, on sale since a minute ago
+// (onSale: put on sale in Redis too), and returns its id.
+func openCampaign(t *testing.T, st *store.Store, prefix string, stock, limit int64, onSale bool) string {
+	t.Helper()
+	campaign := storetest.Name(prefix)
+	start := time.Now().Add(-time.Minute).UnixMilli()
+	if err := st.CreateCampaign(context.Background(), store.Campaign{ID: campaign, Name: prefix, Stock: stock, PerUserLimit: limit,
+		StartsAtMs: start, CreatedAtMs: start, OnSale: onSale}); err != nil {
+		t.Fatal(err)
+	}
+	return campaign
+}
+
+// waitCommitted waits up to 20 s until the consumer group has committed every record of the
+// requested topic; stuck says what it means if it does not.
+func waitCommitted(t *testing.T, adm *kadm.Client, topics events.Topics, stuck string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		lag, err := events.Lag(context.Background(), adm, topics.Requested, topics.ConsumerGroup())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lag == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20s the consumer group still lags %d records: %s", lag, stuck)
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -12,7 +11,6 @@ import (
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
-	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
 )
 
@@ -25,12 +23,7 @@ func TestPoisonWithALargeReasonIsDeadLettered(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, brokers []string) {
 		ctx := context.Background()
 		st := storetest.MustOpen(t, storetest.SQLiteURL(t))
-		campaign := storetest.Name("reason")
-		now := time.Now().Add(-time.Minute)
-		if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "r", Stock: 10, PerUserLimit: 2,
-			StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-			t.Fatal(err)
-		}
+		campaign := openCampaign(t, st, "reason", 10, 2, false)
 		topics := kafkatest.Topics(t, brokers)
 		other, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 		if err != nil {
@@ -52,20 +45,6 @@ func TestPoisonWithALargeReasonIsDeadLettered(t *testing.T) {
 
 		runConsumer(t, consumer.Config{Brokers: brokers, Topics: topics}, st)
 
-		adm := kadm.NewClient(other)
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			lag, err := events.Lag(ctx, adm, topics.Requested, topics.ConsumerGroup())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if lag == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 20s the consumer group still lags %d records: the 300 kB poison record blocks its partition", lag)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitCommitted(t, kadm.NewClient(other), topics, "the 300 kB poison record blocks its partition")
 	})
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
-	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
 )
 
@@ -34,12 +33,7 @@ func TestUnstorableEventIsPoison(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			st := storetest.MustOpen(t, storetest.PostgresURL(t))
-			campaign := storetest.Name("poison")
-			now := time.Now().Add(-time.Minute)
-			if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "poison", Stock: 10, PerUserLimit: 2,
-				StartsAtMs: now.UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-				t.Fatal(err)
-			}
+			campaign := openCampaign(t, st, "poison", 10, 2, false)
 			brokers := kafkatest.Fake(t)
 			topics := kafkatest.Topics(t, brokers)
 
