@@ -82,9 +82,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	status := ErrorStatusCode(body.Error.Code)
 	s.logRefusal(c, status, err, ours && e.Cause == nil)
-	if status == http.StatusServiceUnavailable && c.Response().Header().Get("Retry-After") == "" {
-		retryAfter(c, 2*time.Second)
-	}
+	retryIfUnavailable(c, status)
 	if werr := c.JSON(status, body); werr != nil {
 		s.cfg.Logger.Warn("write error response", "err", werr)
 	}
@@ -107,4 +105,13 @@ func (s *Server) logRefusal(c echo.Context, status int, err error, expected bool
 	}
 	s.cfg.Logger.Log(ctx, level, "request refused", "method", c.Request().Method,
 		"path", c.Request().URL.Path, "status", status, "err", err)
+}
+
+// retryIfUnavailable sets Retry-After on a 503 that has none yet: every 503 says when to come
+// back, whether the error handler writes it, a purchase answers it itself (an order cancelled
+// after a failed produce), or a key replays it.
+func retryIfUnavailable(c echo.Context, status int) {
+	if status == http.StatusServiceUnavailable && c.Response().Header().Get("Retry-After") == "" {
+		retryAfter(c, 2*time.Second)
+	}
 }

@@ -662,6 +662,7 @@ func (s *Server) cancelled(c echo.Context, idem *idemRecord, orderID string) err
 
 // answer writes v as the JSON answer and, for a keyed purchase, remembers its exact bytes.
 func (s *Server) answer(c echo.Context, idem *idemRecord, status int, v any) error {
+	retryIfUnavailable(c, status)
 	if idem == nil {
 		return c.JSON(status, v)
 	}

@@ -212,5 +212,6 @@ func (r *idemRecord) abort(ctx context.Context) error {
 // replay answers with a stored answer.
 func replay(c echo.Context, st idemState) error {
 	c.Response().Header().Set("Idempotent-Replayed", "true")
+	retryIfUnavailable(c, st.status)
 	return c.Blob(st.status, st.ctype, st.body)
 }

@@ -182,13 +182,16 @@ func TestIdempotencyKeyWhenKafkaFails(t *testing.T) {
 	if first.Code != http.StatusServiceUnavailable {
 		t.Fatalf("purchase with Kafka down: %d %s", first.Code, first.Body)
 	}
+	if first.Header().Get("Retry-After") == "" { // as every 503 (README)
+		t.Errorf("the cancelled order's 503 has no Retry-After")
+	}
 	if got := h.remaining(t, "ikf"); got != 5 {
 		t.Errorf("remaining %d after the cancelled order, want 5", got)
 	}
 	// The key names the cancelled order for good: the retry is told so, byte for byte.
 	again := h.serve(t, keyed("ikf", "alice", "k-1", `{"quantity": 2}`))
-	if again.Code != first.Code || again.Body.String() != first.Body.String() {
-		t.Errorf("retry answered %d %s, first %d %s", again.Code, again.Body, first.Code, first.Body)
+	if again.Code != first.Code || again.Body.String() != first.Body.String() || again.Header().Get("Retry-After") == "" {
+		t.Errorf("retry answered %d %s (Retry-After %q), first %d %s", again.Code, again.Body, again.Header().Get("Retry-After"), first.Code, first.Body)
 	}
 	// Even once the record is gone, the order's id finds it cancelled and reserves nothing.
 	h.mr.FastForward(25 * time.Hour)
