@@ -8,6 +8,7 @@ import (
 	_ "embed"
 	"encoding/base32"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -126,6 +127,7 @@ type idemRecord struct {
 	res     string // the campaign's reservation records (lua.Keys.Res)
 	fp      string // the request's fingerprint
 	orderID string
+	owner   string // this request's id: only the holder of the lease finishes or aborts
 	lease   time.Duration
 	ttl     time.Duration
 }
@@ -140,6 +142,7 @@ func (s *Server) idemRecord(campaign, buyer, key string, fingerprint []byte) *id
 		res:     lua.KeysOf(campaign).Res,
 		fp:      hex.EncodeToString(sum[:16]),
 		orderID: orderID,
+		owner:   events.NewID(),
 		lease:   s.cfg.IdempotencyLease,
 		ttl:     s.cfg.IdempotencyTTL,
 	}
@@ -164,7 +167,7 @@ func (r *idemRecord) begin(ctx context.Context, peek bool) (idemState, error) {
 	if peek {
 		op = "peek"
 	}
-	v, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key, r.res}, op, r.fp, r.lease.Milliseconds(), r.ttl.Milliseconds(), r.orderID).Slice()
+	v, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key, r.res}, op, r.fp, r.lease.Milliseconds(), r.ttl.Milliseconds(), r.orderID, r.owner).Slice()
 	if err != nil {
 		return idemState{}, fmt.Errorf("idempotency record of %s: %w", r.orderID, err)
 	}
@@ -192,19 +195,29 @@ func (r *idemRecord) begin(ctx context.Context, peek bool) (idemState, error) {
 	return st, nil
 }
 
+// errLeaseLost is finish's and abort's error when a retry took the record over: this request
+// outlived its lease, and the retry's answer is the one to remember.
+var errLeaseLost = errors.New("the Idempotency-Key's lease passed to a retry")
+
 // finish stores the answer, which every retry will get.
 func (r *idemRecord) finish(ctx context.Context, status int, ctype string, body []byte) error {
-	err := idempotencyScript.Run(ctx, r.rdb, []string{r.key}, "finish", r.fp, status, ctype, body).Err()
-	if err != nil {
-		return fmt.Errorf("store the answer of %s: %w", r.orderID, err)
-	}
-	return nil
+	out, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key}, "finish", r.fp, status, ctype, body, r.owner).StringSlice()
+	return r.held("store the answer", out, err)
 }
 
 // abort forgets a record that has no answer, so that a retry runs again.
 func (r *idemRecord) abort(ctx context.Context) error {
-	if err := idempotencyScript.Run(ctx, r.rdb, []string{r.key}, "abort", r.fp).Err(); err != nil {
-		return fmt.Errorf("forget the key of %s: %w", r.orderID, err)
+	out, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key}, "abort", r.fp, r.owner).StringSlice()
+	return r.held("forget the key", out, err)
+}
+
+// held turns finish's or abort's reply into its error.
+func (r *idemRecord) held(what string, out []string, err error) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s of %s: %w", what, r.orderID, err)
+	case len(out) > 0 && out[0] == "lost":
+		return fmt.Errorf("%s of %s: %w", what, r.orderID, errLeaseLost)
 	}
 	return nil
 }
