@@ -655,8 +655,8 @@ type racingStore struct {
 	wg     *sync.WaitGroup
 }
 
-func (s racingStore) WhileHeld(ctx context.Context, campaign string, fn func(store.Held) error) error {
-	return s.Store.WhileHeld(ctx, campaign, func(h store.Held) error {
+func (s racingStore) WhileHeld(ctx context.Context, campaign string, endedSince time.Time, fn func(store.Held) error) error {
+	return s.Store.WhileHeld(ctx, campaign, endedSince, func(h store.Held) error {
 		done := make(chan struct{})
 		s.wg.Go(func() { defer close(done); s.during() })
 		select {

@@ -169,7 +169,7 @@ type Rebuilder interface {
 // Snapshotter is the part of the store a rebuild reads.
 type Snapshotter interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
-	WhileHeld(ctx context.Context, campaign string, fn func(store.Held) error) error
+	WhileHeld(ctx context.Context, campaign string, endedSince time.Time, fn func(store.Held) error) error
 	MarkOnSale(ctx context.Context, id string) error
 }
 
@@ -207,10 +207,12 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 	// store holds its lock: an expiry, a refund or a cancel of it that commits meanwhile lands
 	// on the restored sale, not on the frozen one the restore then overwrites.
 	for _, id := range ids {
-		err := c.snapshots.WhileHeld(ctx, id, func(h store.Held) error {
+		// Redis trims an ended order's record a retention after it ended: those before are not
+		// restored.
+		err := c.snapshots.WhileHeld(ctx, id, time.Now().Add(-c.cfg.Retention), func(h store.Held) error {
 			lc := RedisCampaign(h.Campaign)
 			lc.Holdings = h.Holdings
-			return c.rebuilder.Restore(ctx, mark, lc, c.records(h, time.Now()))
+			return c.rebuilder.Restore(ctx, mark, lc, records(h))
 		})
 		if errors.Is(err, lua.ErrNotFrozenByThis) {
 			// Our lease ran out while we worked: the later rebuild froze every campaign we
@@ -225,19 +227,15 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 	return nil
 }
 
-// records are the reservation records Redis keeps of what h holds at now: one per confirmed or
-// paid order, and one per order that gave its units back within the retention, in the state
-// release.lua left it in. Those that ended earlier Redis had trimmed already.
-func (c *Compensator) records(h store.Held, now time.Time) []lua.Reservation {
-	cutoff := now.Add(-c.cfg.Retention).UnixMilli()
+// records are the reservation records Redis keeps of what h holds: one per confirmed or paid
+// order, and one per order that gave its units back (h holds those that ended within the
+// retention: Redis had trimmed the others), in the state release.lua left it in.
+func records(h store.Held) []lua.Reservation {
 	out := make([]lua.Reservation, 0, len(h.Orders)+len(h.Ended))
 	for _, o := range h.Orders {
 		out = append(out, lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity), State: "confirmed"})
 	}
 	for _, o := range h.Ended {
-		if o.UpdatedAtMs < cutoff {
-			continue
-		}
 		state := string(o.Status) // refunded and expired records are named as their orders
 		if o.Status == events.Failed {
 			state = "released"

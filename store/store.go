@@ -502,8 +502,9 @@ type Held struct {
 	Campaign Campaign
 	Holdings map[string]int64
 	Orders   []Order
-	// Ended are the orders that ended with their units back on sale: failed, refunded or
-	// expired. A rebuild restores their records, which a keyed retry of such an order finds.
+	// Ended are the orders that ended with their units back on sale (failed, refunded or
+	// expired) since WhileHeld's endedSince. A rebuild restores their records, which a keyed
+	// retry of such an order finds.
 	Ended []Order
 }
 
@@ -511,8 +512,10 @@ type Held struct {
 // that no change of the campaign commits between the read and fn's end: an expiry, a refund, a
 // cancel or a batch of orders waits, then lands on what fn wrote. A Redis rebuild writes Redis
 // in fn: otherwise a change committed after the read would be undone by the restore (its units
-// given back in the store, taken again in Redis, for good).
-func (s *Store) WhileHeld(ctx context.Context, campaign string, fn func(Held) error) error {
+// given back in the store, taken again in Redis, for good). Of the orders that gave their units
+// back it reads those that ended since endedSince only: a campaign's whole history of failures
+// is not read under its lock for the few a rebuild restores.
+func (s *Store) WhileHeld(ctx context.Context, campaign string, endedSince time.Time, fn func(Held) error) error {
 	return s.inTx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := s.lockCampaign(ctx, tx, campaign); errors.Is(err, sql.ErrNoRows) {
 			return events.Errorf(events.CampaignNotFound, "campaign %q not found", campaign)
@@ -535,7 +538,8 @@ func (s *Store) WhileHeld(ctx context.Context, campaign string, fn func(Held) er
 		if h.Orders, err = s.confirmedOn(ctx, tx, campaign); err != nil {
 			return err
 		}
-		err = tx.SelectContext(ctx, &h.Ended, tx.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status IN ('failed', 'refunded', 'expired')`), campaign)
+		err = tx.SelectContext(ctx, &h.Ended, tx.Rebind(`SELECT * FROM orders
+			WHERE campaign_id = ? AND status IN ('failed', 'refunded', 'expired') AND updated_at_ms >= ?`), campaign, endedSince.UnixMilli())
 		if err != nil {
 			return fmt.Errorf("ended orders of %s: %w", campaign, err)
 		}

@@ -650,7 +650,7 @@ func TestStore(t *testing.T) {
 				}
 				return m
 			}
-			err := s.WhileHeld(ctx, c.ID, func(h store.Held) error {
+			err := s.WhileHeld(ctx, c.ID, time.Time{}, func(h store.Held) error {
 				if h.Campaign.Sold != 2 || !maps.Equal(h.Holdings, map[string]int64{"ann": 2}) {
 					t.Errorf("held: sold %d, holdings %v; want 2, ann's 2", h.Campaign.Sold, h.Holdings)
 				}
@@ -660,6 +660,16 @@ func TestStore(t *testing.T) {
 				if got, want := statuses(h.Ended), map[string]events.Status{refunded.OrderID: events.Refunded, expired.OrderID: events.Expired,
 					failed.OrderID: events.Failed}; !maps.Equal(got, want) {
 					t.Errorf("ended orders %v, want %v", got, want)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Ended since a moment to come: none of them, the orders that hold units all the same.
+			err = s.WhileHeld(ctx, c.ID, time.Now().Add(time.Hour), func(h store.Held) error {
+				if len(h.Ended) != 0 || len(h.Orders) != 2 {
+					t.Errorf("held since an hour from now: %d ended, %d orders; want 0 and 2", len(h.Ended), len(h.Orders))
 				}
 				return nil
 			})
