@@ -31,9 +31,8 @@ func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id
 	defer cancel()
 	camp, err := do(ctx, id)
 	// Even a control that answers an error may have changed the campaign (stored, with its Redis
-	// step behind): this api's next answers read it anew.
-	s.soldOut.clear(id) // added stock is on sale here at once, at the other apis within SoldOutTTL
-	s.campaigns.forget(id)
+	// step behind).
+	s.changed(id)
 	if err != nil {
 		return err
 	}
@@ -156,8 +155,7 @@ func (s *Server) bulk(c echo.Context, run func(ctx context.Context) error) error
 	// An error here means the connection cannot take a later deadline (a test's recorder).
 	_ = http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(bulkTimeout))
 	err := run(ctx)
-	s.soldOut.clear(c.Param("id"))
-	s.campaigns.forget(c.Param("id"))
+	s.changed(c.Param("id"))
 	if events.ErrorCode(err) == events.Internal {
 		// A dependency failed part way: the orders resolved before it stay resolved, and one
 		// may be half done (refunded in the store, its units still held in Redis). The generic
@@ -179,4 +177,12 @@ func (s *Server) adminOrder(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, o)
+}
+
+// changed drops what this api keeps of campaign id, which a control or a compensation through it
+// has changed: its sold-out flag (units given back or added are on sale here at once, at the
+// other apis within SoldOutTTL) and its cached view (campaignTTL).
+func (s *Server) changed(id string) {
+	s.soldOut.clear(id)
+	s.campaigns.forget(id)
 }

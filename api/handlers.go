@@ -824,8 +824,7 @@ func (s *Server) compensate(c echo.Context) error {
 		return err
 	}
 	if o.Status == events.Failed || o.Status == events.Refunded {
-		s.soldOut.clear(o.CampaignID) // this process gave units back
-		s.campaigns.forget(o.CampaignID)
+		s.changed(o.CampaignID) // this process gave units back
 	}
 	return c.JSON(http.StatusOK, ViewOrder(o))
 }
