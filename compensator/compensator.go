@@ -77,7 +77,7 @@ func (c Config) Validate() error {
 type Campaigns interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	ExpiringOrders(ctx context.Context, now time.Time, limit int) ([]store.Order, error)
-	Refunding(ctx context.Context, campaign string) ([]store.Order, error)
+	UnfinishedRefunds(ctx context.Context, limit int) ([]store.Order, error)
 }
 
 // Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
@@ -332,19 +332,19 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 			}
 			n++
 		}
-		// A refund that stopped between the store and Redis (an operator's control cut short,
-		// a compensator killed mid-cancel) holds its units until someone runs the control
-		// again; the sweeper gives them back. Finishing one twice gives nothing twice.
-		refunds, err := c.campaigns.Refunding(ctx, camp.ID)
-		if err != nil {
+	}
+	// A refund that stopped between the store and Redis (an operator's control cut short, a
+	// compensator killed mid-cancel) holds its units until someone runs the control again; the
+	// sweeper gives them back, a page per sweep. Finishing one twice gives nothing twice.
+	refunds, err := c.campaigns.UnfinishedRefunds(ctx, 1000)
+	if err != nil {
+		return n, err
+	}
+	for _, o := range refunds {
+		if _, err := c.refundReservation(ctx, o, "sweeper"); err != nil {
 			return n, err
 		}
-		for _, o := range refunds {
-			if _, err := c.refundReservation(ctx, o, "sweeper"); err != nil {
-				return n, err
-			}
-			n++
-		}
+		n++
 	}
 	// A page per sweep, as above.
 	unpaid, err := c.campaigns.ExpiringOrders(ctx, now, 1000)

@@ -480,6 +480,17 @@ func (s *Store) Refunding(ctx context.Context, campaign string) ([]Order, error)
 	return os, nil
 }
 
+// UnfinishedRefunds returns up to limit refunded orders of any campaign whose units are not
+// back in Redis yet (their reason is still ""), from the orders_refunding index.
+func (s *Store) UnfinishedRefunds(ctx context.Context, limit int) ([]Order, error) {
+	var os []Order
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE status = 'refunded' AND reason = '' LIMIT ?`), limit)
+	if err != nil {
+		return nil, fmt.Errorf("unfinished refunds: %w", err)
+	}
+	return os, nil
+}
+
 // MarkRefunded records that a refunded order's units are back in Redis.
 func (s *Store) MarkRefunded(ctx context.Context, orderID string) error {
 	return s.markBack(ctx, orderID, events.Refunded, events.ReasonOperator)

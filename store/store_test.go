@@ -567,6 +567,18 @@ func TestStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantRefunding(b.OrderID)
+			// The sweeper's page, of every campaign (other stories' refunds may be in it too).
+			all, err := s.UnfinishedRefunds(ctx, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed := map[string]bool{}
+			for _, o := range all {
+				listed[o.OrderID] = true
+			}
+			if !listed[b.OrderID] || listed[a.OrderID] || listed[kept.OrderID] {
+				t.Errorf("UnfinishedRefunds lists b %v, a %v, kept %v; want b only of the three", listed[b.OrderID], listed[a.OrderID], listed[kept.OrderID])
+			}
 			wantStatus(t, s, kept.OrderID, events.Confirmed)
 			if o := wantStatus(t, s, a.OrderID, events.Refunded); o.Reason != events.ReasonOperator {
 				t.Errorf("a refund whose units are back has reason %q, want %q", o.Reason, events.ReasonOperator)
