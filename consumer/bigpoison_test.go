@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
@@ -30,27 +27,11 @@ func TestLargePoisonIsDeadLettered(t *testing.T) {
 		st := storetest.MustOpen(t, storetest.SQLiteURL(t))
 		campaign := openCampaign(t, st, "big", 10, 2, false)
 		topics := kafkatest.Topics(t, brokers)
-		other, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(2<<20))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer other.Close()
-		recs := []*kgo.Record{{Topic: topics.Requested, Key: []byte("k"), Value: bytes.Repeat([]byte("x"), 1_000_000)}}
-		for _, user := range []string{"ann", "bob"} {
-			rec, err := events.Record(topics.Requested, orderEvent(campaign, user, 1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec.Key = []byte("k")
-			recs = append(recs, rec)
-		}
-		if err := other.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			t.Fatalf("produce the large record: %v", err)
-		}
+		adm := produceBehindPoison(t, brokers, topics, bytes.Repeat([]byte("x"), 1_000_000), campaign, "ann", "bob")
 
 		runConsumer(t, consumer.Config{Brokers: brokers, Topics: topics}, st)
 
-		waitCommitted(t, kadm.NewClient(other), topics, "it cannot dead-letter the large record and commits nothing behind it")
+		waitCommitted(t, adm, topics, "it cannot dead-letter the large record and commits nothing behind it")
 
 		rctx, cancelRead := context.WithTimeout(ctx, 10*time.Second)
 		defer cancelRead()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
@@ -169,4 +170,29 @@ func waitCommitted(t *testing.T, adm *kadm.Client, topics events.Topics, stuck s
 			t.Fatalf("after 20s the consumer group still lags %d records: %s", lag, stuck)
 		}
 	}
+}
+
+// produceBehindPoison writes poison to the requested topic and then an order of campaign for
+// each of users, all on one partition, as a producer other than seckill's could (one that takes
+// records of up to 2 MB), and returns an admin client of the same brokers.
+func produceBehindPoison(t *testing.T, brokers []string, topics events.Topics, poison []byte, campaign string, users ...string) *kadm.Client {
+	t.Helper()
+	other, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(2<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	recs := []*kgo.Record{{Topic: topics.Requested, Key: []byte("k"), Value: poison}}
+	for _, user := range users {
+		rec, err := events.Record(topics.Requested, orderEvent(campaign, user, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Key = []byte("k")
+		recs = append(recs, rec)
+	}
+	if err := other.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatalf("produce the poison record and the orders behind it: %v", err)
+	}
+	return kadm.NewClient(other)
 }
