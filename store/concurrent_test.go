@@ -329,3 +329,95 @@ func TestRefundRacesRedelivery(t *testing.T) {
 		wantSold(t, s, c.ID, int64(3*(n/4)*2))
 	})
 }
+
+// TestFailOrderBesideBatchDecision has the sweeper fail an order of a batch after the batch has
+// read which of its orders the store holds and before it inserts them: the batch must not count
+// the failed order's unit as taken and refuse a neighbour as sold out while that unit is free. A test
+// transaction's uncommitted row of the batch's first order holds the batch at its insert, after
+// its decision, for as long as the test needs. PostgreSQL only: SQLite runs one transaction at
+// a time (one connection per store, one writer per file, and a transaction whose reads are
+// older than another's commit cannot write), so a fail cannot land inside a batch there.
+func TestFailOrderBesideBatchDecision(t *testing.T) {
+	s := storetest.MustOpen(t, storetest.PostgresURL(t))
+	ctx := context.Background()
+	c := mustCampaign(t, s, 2, 1)
+	first, failing, next := newEvent(c.ID, "user-a", 1), newEvent(c.ID, "user-b", 1), newEvent(c.ID, "user-c", 1)
+	mustValid(t, first, failing, next)
+
+	hold, err := s.DB().BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback()
+	var holdPid int
+	if err := hold.Get(&holdPid, `SELECT pg_backend_pid()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(`INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
+		VALUES ($1, $2, $3, 1, 'failed', 'test', 0, 0)`, first.OrderID, first.CampaignID, first.UserID); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		results             []store.Result
+		failed              store.Order
+		batchErr, failErr   error
+		batchDone, failDone = make(chan struct{}), make(chan struct{})
+	)
+	defer func() { hold.Rollback(); <-batchDone }()
+	go func() {
+		defer close(batchDone)
+		results, batchErr = s.ConfirmOrders(ctx, []events.Event{first, failing, next})
+	}()
+	batchPid := blockedBy(t, s, holdPid, batchDone)
+	if batchPid == 0 {
+		t.Fatalf("the batch ended before its insert: %+v, %v", results, batchErr)
+	}
+	fence, err := s.IssueFence(ctx, "sweeper-"+c.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(failDone)
+		failed, failErr = s.FailOrderFenced(ctx, failing, events.ReasonExpired, fence)
+	}()
+	// The sweeper's fail either ends, or waits for the batch: both are what it may do.
+	blockedBy(t, s, batchPid, failDone)
+	if err := hold.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	<-batchDone
+	<-failDone
+	if batchErr != nil || failErr != nil {
+		t.Fatalf("ConfirmOrders: %v; FailOrderFenced: %v", batchErr, failErr)
+	}
+
+	checkTotals(t, s, c)
+	if results[1].Status != failed.Status {
+		t.Errorf("the batch says %s is %+v, the sweeper's fail returned %s", failing.OrderID, results[1], failed.Status)
+	}
+	if got := sold(t, s, c.ID); results[2].Reason == events.ReasonStoreSoldOut && got < c.Stock {
+		t.Errorf("the batch refused %s as sold out with %d of %d units sold (%s is %s)", next.OrderID, got, c.Stock, failing.OrderID, failed.Status)
+	}
+	t.Logf("batch %+v; the sweeper's fail returned %s", results, failed.Status)
+}
+
+// blockedBy waits until a backend of the test server waits for a lock that backend pid holds,
+// and returns its pid, or 0 if done closes first (what was to wait ended instead).
+func blockedBy(t *testing.T, s *store.Store, pid int, done <-chan struct{}) int {
+	t.Helper()
+	for {
+		var waiter int
+		if err := s.DB().Get(&waiter, `SELECT COALESCE(MAX(pid), 0) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid); err != nil {
+			t.Fatalf("who waits for backend %d: %v", pid, err)
+		}
+		if waiter != 0 {
+			return waiter
+		}
+		select {
+		case <-done:
+			return 0
+		case <-time.After(time.Millisecond): // the next look
+		}
+	}
+}

@@ -24,9 +24,9 @@ import (
 // The batch costs a fixed handful of statements, whatever its size: lock its campaigns, read its
 // known orders and its buyers' totals, decide in Go, insert the new rows in one statement, and
 // write one conditional update per campaign and one upsert of the buyers' totals. Every write
-// that changes sold or bought holds its campaign's row lock (taken here in id order, and by
-// RefundOrder), so the decisions cannot race; the conditional update stays as the second line
-// of defence.
+// that changes sold or bought, or fails an order, holds its campaign's row lock (taken here in
+// id order, and by RefundOrder and FailOrderFenced), so the decisions cannot race; the
+// conditional update stays as the second line of defence.
 //
 // On PostgreSQL a batch first goes the optimistic way (confirmOptimistic), which skips the two
 // reads, and only a batch that finds it was wrong is done again as above; the batches after it
@@ -55,7 +55,7 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 		if err := s.insertConfirmed(ctx, tx, b, evs, accepted, results); err != nil {
 			return err
 		}
-		// Orders the compensator stored meanwhile are duplicates now, adding nothing.
+		// Orders stored meanwhile without the campaign lock are duplicates now, adding nothing.
 		inserted := slices.DeleteFunc(slices.Clone(accepted), func(i int) bool { return results[i].Duplicate })
 		if err := s.addTotals(ctx, tx, sumTotals(evs, inserted)); err != nil {
 			return err
@@ -241,9 +241,9 @@ func (b *batch) payBy(evs []events.Event, accepted []int, now int64) []int64 {
 	return out
 }
 
-// insertConfirmed inserts the accepted orders. A row that conflicts was inserted by the
-// compensator between loadBatch and now (it fails orders without the campaign lock): that order
-// becomes a duplicate with the compensator's status and takes nothing from the totals.
+// insertConfirmed inserts the accepted orders. A row that conflicts was inserted between
+// loadBatch and now by a writer that does not take the campaign lock (RecordGivenBack): that
+// order becomes a duplicate with that writer's status and takes nothing from the totals.
 func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, b *batch, evs []events.Event, accepted []int, results []Result) error {
 	now := time.Now().UnixMilli()
 	payBy := b.payBy(evs, accepted, now)

@@ -357,9 +357,19 @@ func (s *Store) IssueFence(ctx context.Context, name string, floor int64) (Fence
 // FailOrderFenced is FailOrder for a lock holder: in the same transaction it records f as the
 // latest token of its lock, and refuses with ErrStaleFence if a later token was issued or
 // recorded first.
+//
+// It writes under the campaign's lock, as ConfirmOrders decides: a batch that has read its
+// orders then stores them before this fail is stored, and this one returns the confirmed row.
+// Without the lock the failed row could land between a batch's read and its insert, and the
+// batch, having counted the order's units as taken, would refuse a neighbour as sold out while
+// those units were free.
 func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason string, f Fence) (Order, error) {
 	now := time.Now().UnixMilli()
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		// An unknown campaign has no row to lock, and no batch confirms its orders.
+		if _, err := s.lockCampaign(ctx, tx, e.CampaignID); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		if f.Name != "" {
 			n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO fences (name, token) VALUES (?, ?)
 				ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE fences.token <= excluded.token`), f.Name, f.Token))
