@@ -330,76 +330,97 @@ func TestRefundRacesRedelivery(t *testing.T) {
 	})
 }
 
-// TestFailOrderBesideBatchDecision has the sweeper fail an order of a batch after the batch has
-// read which of its orders the store holds and before it inserts them: the batch must not count
-// the failed order's unit as taken and refuse a neighbour as sold out while that unit is free. A test
-// transaction's uncommitted row of the batch's first order holds the batch at its insert, after
-// its decision, for as long as the test needs. PostgreSQL only: SQLite runs one transaction at
-// a time (one connection per store, one writer per file, and a transaction whose reads are
-// older than another's commit cannot write), so a fail cannot land inside a batch there.
-func TestFailOrderBesideBatchDecision(t *testing.T) {
-	s := storetest.MustOpen(t, storetest.PostgresURL(t))
-	ctx := context.Background()
-	c := mustCampaign(t, s, 2, 1)
-	first, failing, next := newEvent(c.ID, "user-a", 1), newEvent(c.ID, "user-b", 1), newEvent(c.ID, "user-c", 1)
-	mustValid(t, first, failing, next)
+// TestGivenBackBesideBatchDecision ends an order of a batch, its units given back, after the
+// batch has read which of its orders the store holds and before it inserts them: the batch must
+// not count that order's unit as taken and refuse a neighbour as sold out while the unit is
+// free. A test transaction's uncommitted row of the batch's first order holds the batch at its
+// insert, after its decision, for as long as the test needs. The order ends as the sweeper fails
+// it, and as a replay records it given back. PostgreSQL only: SQLite runs one transaction at a
+// time (one connection per store, one writer per file, and a transaction whose reads are older
+// than another's commit cannot write), so an order cannot end inside a batch there.
+func TestGivenBackBesideBatchDecision(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error)
+	}{
+		{"sweeper fails it", func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error) {
+			fence, err := s.IssueFence(ctx, "sweeper-"+e.CampaignID, 1)
+			if err != nil {
+				return "", err
+			}
+			o, err := s.FailOrderFenced(ctx, e, events.ReasonExpired, fence)
+			return o.Status, err
+		}},
+		{"replay records it given back", func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error) {
+			if _, err := s.RecordGivenBack(ctx, []store.Order{{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID,
+				Quantity: int64(e.Quantity), Status: events.Failed, Reason: "released_before_replay", CreatedAtMs: e.OccurredAt.UnixMilli()}}); err != nil {
+				return "", err
+			}
+			o, err := s.Order(ctx, e.OrderID)
+			return o.Status, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := storetest.MustOpen(t, storetest.PostgresURL(t))
+			ctx := context.Background()
+			c := mustCampaign(t, s, 2, 1)
+			first, ending, next := newEvent(c.ID, "user-a", 1), newEvent(c.ID, "user-b", 1), newEvent(c.ID, "user-c", 1)
+			mustValid(t, first, ending, next)
 
-	hold, err := s.DB().BeginTxx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Rollback()
-	var holdPid int
-	if err := hold.Get(&holdPid, `SELECT pg_backend_pid()`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := hold.Exec(`INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
-		VALUES ($1, $2, $3, 1, 'failed', 'test', 0, 0)`, first.OrderID, first.CampaignID, first.UserID); err != nil {
-		t.Fatal(err)
-	}
+			hold, err := s.DB().BeginTxx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hold.Rollback()
+			var holdPid int
+			if err := hold.Get(&holdPid, `SELECT pg_backend_pid()`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := hold.Exec(`INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms)
+				VALUES ($1, $2, $3, 1, 'failed', 'test', 0, 0)`, first.OrderID, first.CampaignID, first.UserID); err != nil {
+				t.Fatal(err)
+			}
 
-	var (
-		results             []store.Result
-		failed              store.Order
-		batchErr, failErr   error
-		batchDone, failDone = make(chan struct{}), make(chan struct{})
-	)
-	defer func() { hold.Rollback(); <-batchDone }()
-	go func() {
-		defer close(batchDone)
-		results, batchErr = s.ConfirmOrders(ctx, []events.Event{first, failing, next})
-	}()
-	batchPid := blockedBy(t, s, holdPid, batchDone)
-	if batchPid == 0 {
-		t.Fatalf("the batch ended before its insert: %+v, %v", results, batchErr)
-	}
-	fence, err := s.IssueFence(ctx, "sweeper-"+c.ID, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(failDone)
-		failed, failErr = s.FailOrderFenced(ctx, failing, events.ReasonExpired, fence)
-	}()
-	// The sweeper's fail either ends, or waits for the batch: both are what it may do.
-	blockedBy(t, s, batchPid, failDone)
-	if err := hold.Rollback(); err != nil {
-		t.Fatal(err)
-	}
-	<-batchDone
-	<-failDone
-	if batchErr != nil || failErr != nil {
-		t.Fatalf("ConfirmOrders: %v; FailOrderFenced: %v", batchErr, failErr)
-	}
+			var (
+				results            []store.Result
+				ended              events.Status
+				batchErr, endErr   error
+				batchDone, endDone = make(chan struct{}), make(chan struct{})
+			)
+			defer func() { hold.Rollback(); <-batchDone }()
+			go func() {
+				defer close(batchDone)
+				results, batchErr = s.ConfirmOrders(ctx, []events.Event{first, ending, next})
+			}()
+			batchPid := blockedBy(t, s, holdPid, batchDone)
+			if batchPid == 0 {
+				t.Fatalf("the batch ended before its insert: %+v, %v", results, batchErr)
+			}
+			go func() {
+				defer close(endDone)
+				ended, endErr = tc.end(ctx, s, ending)
+			}()
+			// The order's end either is stored now, or waits for the batch: both are what it may do.
+			blockedBy(t, s, batchPid, endDone)
+			if err := hold.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			<-batchDone
+			<-endDone
+			if batchErr != nil || endErr != nil {
+				t.Fatalf("ConfirmOrders: %v; the order's end: %v", batchErr, endErr)
+			}
 
-	checkTotals(t, s, c)
-	if results[1].Status != failed.Status {
-		t.Errorf("the batch says %s is %+v, the sweeper's fail returned %s", failing.OrderID, results[1], failed.Status)
+			checkTotals(t, s, c)
+			if results[1].Status != ended {
+				t.Errorf("the batch says %s is %+v, the store then holds it %s", ending.OrderID, results[1], ended)
+			}
+			if got := sold(t, s, c.ID); results[2].Reason == events.ReasonStoreSoldOut && got < c.Stock {
+				t.Errorf("the batch refused %s as sold out with %d of %d units sold (%s is %s)", next.OrderID, got, c.Stock, ending.OrderID, ended)
+			}
+			t.Logf("batch %+v; then %s", results, ended)
+		})
 	}
-	if got := sold(t, s, c.ID); results[2].Reason == events.ReasonStoreSoldOut && got < c.Stock {
-		t.Errorf("the batch refused %s as sold out with %d of %d units sold (%s is %s)", next.OrderID, got, c.Stock, failing.OrderID, failed.Status)
-	}
-	t.Logf("batch %+v; the sweeper's fail returned %s", results, failed.Status)
 }
 
 // blockedBy waits until a backend of the test server waits for a lock that backend pid holds,

@@ -24,9 +24,9 @@ import (
 // The batch costs a fixed handful of statements, whatever its size: lock its campaigns, read its
 // known orders and its buyers' totals, decide in Go, insert the new rows in one statement, and
 // write one conditional update per campaign and one upsert of the buyers' totals. Every write
-// that changes sold or bought, or fails an order, holds its campaign's row lock (taken here in
-// id order, and by RefundOrder and FailOrderFenced), so the decisions cannot race; the
-// conditional update stays as the second line of defence.
+// that changes sold or bought, or ends an order, holds its campaign's row lock (taken here in id
+// order, and by RefundOrder, ExpireOrder, FailOrderFenced and RecordGivenBack), so the decisions
+// cannot race; the conditional update stays as the second line of defence.
 //
 // On PostgreSQL a batch first goes the optimistic way (confirmOptimistic), which skips the two
 // reads, and only a batch that finds it was wrong is done again as above; the batches after it
@@ -55,7 +55,7 @@ func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result
 		if err := s.insertConfirmed(ctx, tx, b, evs, accepted, results); err != nil {
 			return err
 		}
-		// Orders stored meanwhile without the campaign lock are duplicates now, adding nothing.
+		// An order stored meanwhile, which the campaign lock should prevent, is a duplicate now, adding nothing.
 		inserted := slices.DeleteFunc(slices.Clone(accepted), func(i int) bool { return results[i].Duplicate })
 		if err := s.addTotals(ctx, tx, sumTotals(evs, inserted)); err != nil {
 			return err
@@ -149,11 +149,9 @@ type batch struct {
 func (s *Store) loadBatch(ctx context.Context, tx *sqlx.Tx, evs []events.Event, campaignsOnly bool) (*batch, error) {
 	campaignIDs := distinct(evs, func(e events.Event) string { return e.CampaignID })
 	orderIDs := func() []string { return distinct(evs, func(e events.Event) string { return e.OrderID }) }
-	sort.Strings(campaignIDs) // row locks in one order across batches: no deadlocks
 	b := &batch{campaigns: map[string]*Campaign{}, existing: make(map[string]events.Status), held: make(map[[2]string]int64, len(evs))}
 
 	var (
-		cs    []Campaign
 		known []struct {
 			ID     string        `db:"order_id"`
 			Status events.Status `db:"status"`
@@ -164,11 +162,8 @@ func (s *Store) loadBatch(ctx context.Context, tx *sqlx.Tx, evs []events.Event, 
 			Bought   int64  `db:"bought"`
 		}
 	)
-	lock := " FOR UPDATE" // the campaigns' row locks, in id order (SQLite has one writer at a time)
-	if s.sqlite {
-		lock = ""
-	}
-	if err := s.selectIn(ctx, tx, &cs, `SELECT * FROM campaigns WHERE id IN (?) ORDER BY id`+lock, campaignIDs); err != nil {
+	cs, err := s.lockCampaigns(ctx, tx, campaignIDs)
+	if err != nil {
 		return nil, err
 	}
 	if !campaignsOnly {
@@ -190,6 +185,20 @@ func (s *Store) loadBatch(ctx context.Context, tx *sqlx.Tx, evs []events.Event, 
 		b.held[[2]string{h.Campaign, h.User}] = h.Bought
 	}
 	return b, nil
+}
+
+// lockCampaigns reads the campaigns ids (repeats allowed) and, on PostgreSQL, holds their row
+// locks until tx ends, taken in id order so that two transactions locking several campaigns
+// never deadlock (SQLite has one writer at a time).
+func (s *Store) lockCampaigns(ctx context.Context, tx *sqlx.Tx, ids []string) ([]Campaign, error) {
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	lock := " FOR UPDATE"
+	if s.sqlite {
+		lock = ""
+	}
+	var cs []Campaign
+	err := s.selectIn(ctx, tx, &cs, `SELECT * FROM campaigns WHERE id IN (?) ORDER BY id`+lock, ids)
+	return cs, err
 }
 
 // decide fills results for the events the store refuses or knows already, and returns the
@@ -242,8 +251,9 @@ func (b *batch) payBy(evs []events.Event, accepted []int, now int64) []int64 {
 }
 
 // insertConfirmed inserts the accepted orders. A row that conflicts was inserted between
-// loadBatch and now by a writer that does not take the campaign lock (RecordGivenBack): that
-// order becomes a duplicate with that writer's status and takes nothing from the totals.
+// loadBatch and now, which every writer of orders prevents by taking the campaign lock: should
+// one not, that order becomes a duplicate with that writer's status and takes nothing from the
+// totals.
 func (s *Store) insertConfirmed(ctx context.Context, tx *sqlx.Tx, b *batch, evs []events.Event, accepted []int, results []Result) error {
 	now := time.Now().UnixMilli()
 	payBy := b.payBy(evs, accepted, now)

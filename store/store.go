@@ -397,11 +397,15 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 // refunded or expired) and reason the caller gives, unless the store holds the order already,
 // and returns how many it stored. No campaign's sold and no buyer's bought changes: they count
 // the units orders hold, and these hold none, as after RefundOrder or ExpireOrder. Replay
-// records this way what Redis says of orders the store has lost, before it persists them.
+// records this way what Redis says of orders the store has lost, before it persists them. It
+// writes under the campaigns' locks, as FailOrderFenced does and for the same reason: a consumer's
+// batch deciding the same order meanwhile would count its units as taken.
 func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (int, error) {
 	now := time.Now().UnixMilli()
 	rows := make([][]any, len(orders))
+	campaigns := make([]string, len(orders))
 	for i, o := range orders {
+		campaigns[i] = o.CampaignID
 		if o.Status != events.Failed && o.Status != events.Refunded && o.Status != events.Expired {
 			return 0, fmt.Errorf("record order %s as given back: %q is not a status that gives units back", o.OrderID, o.Status)
 		}
@@ -409,6 +413,9 @@ func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (int, error
 	}
 	var n int
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := s.lockCampaigns(ctx, tx, campaigns); err != nil {
+			return err
+		}
 		return s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms) VALUES `,
 			``, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, func(rs *sqlx.Rows) error {
 				for rs.Next() {
