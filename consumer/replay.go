@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -52,12 +53,21 @@ type ReplayStats struct {
 	// GivenBack counts the orders missing from the store whose reservation Redis had given back
 	// (released, refunded, expired), which the replay stored failed, refunded or expired.
 	GivenBack int64
+	// CaughtUp counts the orders the store held confirmed or paid whose reservation Redis had
+	// refunded or expired, which the replay refunded or expired in the store (catchUp).
+	CaughtUp int64
 }
 
-// ReplayStore is the part of the store a replay writes to.
+// ReplayStore is the part of the store a replay reads and writes.
 type ReplayStore interface {
 	Persister
 	RecordGivenBack(ctx context.Context, orders []store.Order) (int, error)
+	Campaigns(ctx context.Context) ([]store.Campaign, error)
+	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
+	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
+	MarkRefunded(ctx context.Context, orderID string) error
+	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
+	MarkUnpaid(ctx context.Context, orderID string) error
 }
 
 // ReplayRedis is the part of Redis a replay reads and writes.
@@ -73,13 +83,21 @@ var (
 
 // Replay re-consumes the requested topic from from up to its end as of the call, outside any
 // consumer group, into the same persister as the consumer: orders already stored change
-// nothing, missing ones come back, as Redis last knew them (recordGivenBack). It writes a
-// progress line to progress every second.
+// nothing, missing ones come back, as Redis last knew them (recordGivenBack). Before that, the
+// orders the store holds confirmed or paid that Redis has refunded or expired since are moved
+// on (catchUp). It writes a progress line to progress every second.
 func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r ReplayRedis, progress io.Writer) (ReplayStats, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return ReplayStats{}, err
 	}
+	var stats ReplayStats
+	caughtUp, err := catchUp(ctx, cfg, st, r, progress)
+	stats.CaughtUp = int64(caughtUp)
+	if err != nil {
+		return stats, fmt.Errorf("replay: %d orders caught up, then: %w", caughtUp, err)
+	}
+	fmt.Fprintf(progress, "replay: %d orders the store held confirmed or paid were refunded or expired in Redis since, and are so in the store now\n", caughtUp)
 	cl, err := events.NewClient(cfg.Brokers,
 		kgo.ConsumeTopics(cfg.Topics.Requested),
 		kgo.ConsumeResetOffset(from.offset()),
@@ -98,7 +116,6 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	if err != nil {
 		return ReplayStats{}, err
 	}
-	var stats ReplayStats
 	remaining := map[int32]int64{} // partition -> end offset still to reach
 	ends.Each(func(o kadm.ListedOffset) {
 		start := starts[o.Partition]
@@ -152,8 +169,8 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 				stats.Events, stats.Total, percent(stats.Events, stats.Total), stats.GivenBack)
 		}
 	}
-	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired\n",
-		stats.Events, stats.GivenBack)
+	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired\n",
+		stats.Events, stats.GivenBack, stats.CaughtUp)
 	return stats, nil
 }
 
@@ -162,13 +179,103 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 // order's reason went with the row; a refunded or expired order's units are back in Redis, and
 // its reason says so (ReasonOperator, ReasonUnpaid), as the compensator records it once Redis
 // has them (an empty reason is a refund still to finish).
+//
+// move and mark are what the compensator did to the order in the store when the order was
+// confirmed or paid there: the transition, then the note that its units are back in Redis.
+// A failed order was never confirmed, so released has none.
 var givenBackAs = map[string]struct {
 	status events.Status
 	reason string
+	move   func(st ReplayStore, ctx context.Context, orderID string) (store.Order, error)
+	mark   func(st ReplayStore, ctx context.Context, orderID string) error
 }{
-	"released": {events.Failed, events.ReasonReleasedBeforeReplay},
-	"refunded": {events.Refunded, events.ReasonOperator},
-	"expired":  {events.Expired, events.ReasonUnpaid},
+	"released": {events.Failed, events.ReasonReleasedBeforeReplay, nil, nil},
+	"refunded": {events.Refunded, events.ReasonOperator, ReplayStore.RefundOrder, ReplayStore.MarkRefunded},
+	// Redis expired it, so its pay_by had passed by the compensator's clock, and has by ours
+	// unless the two clocks disagree; then the order stays confirmed here and the sweeper
+	// expires it once past its pay_by, its units already back in Redis.
+	"expired": {events.Expired, events.ReasonUnpaid, func(st ReplayStore, ctx context.Context, id string) (store.Order, error) {
+		return st.ExpireOrder(ctx, id, time.Now())
+	}, ReplayStore.MarkUnpaid},
+}
+
+// catchUp moves on the orders the store holds confirmed or paid whose reservation Redis has
+// refunded or expired, with the store's own transitions (RefundOrder, ExpireOrder, then the
+// mark that their units are back), and returns how many it moved. It writes a progress line to
+// progress every second.
+//
+// Each refund and expiry writes the store first and Redis second, so in normal operation Redis
+// is never ahead of the store; a store restored from a backup taken before the refund or the
+// expiry is, and the persister finds the order stored and changes nothing. The store would then
+// count the order's units as sold while Redis has them back on sale, and the buyer's allowance
+// as spent. Redis's record tells how the order ended. This is done for every campaign before
+// any event is persisted, not per replayed event: the order's purchase may precede the replay's
+// start, and the units these orders hold in the store must be free before a later buyer's
+// order, which may have taken them in Redis, comes through the persister.
+//
+// Only the store's forward transitions are used, so an order the store holds in a later state
+// is left alone, and a second replay finds nothing to do. A paid order is confirmed in Redis:
+// nothing here tells of a payment.
+func catchUp(ctx context.Context, cfg Config, st ReplayStore, r ReplayRedis, progress io.Writer) (int, error) {
+	var cs []store.Campaign
+	err := events.Retry(ctx, cfg.Logger, "replay: read campaigns", func() (err error) {
+		cs, err = st.Campaigns(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	n, last := 0, time.Now()
+	for i, c := range cs {
+		if time.Since(last) >= time.Second {
+			last = time.Now()
+			fmt.Fprintf(progress, "replay: catching up, campaign %d of %d, %d orders moved on\n", i+1, len(cs), n)
+		}
+		var held []store.Order
+		err := events.Retry(ctx, cfg.Logger, "replay: read confirmed orders", func() (err error) {
+			held, err = st.Confirmed(ctx, c.ID)
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+		for page := range slices.Chunk(held, cfg.BatchSize) {
+			ids := make([]string, len(page))
+			for i, o := range page {
+				ids[i] = o.OrderID
+			}
+			var res map[string]lua.Reservation
+			err := events.Retry(ctx, cfg.Logger, "replay: read reservations", func() (err error) {
+				res, err = r.Reservations(ctx, ids)
+				return err
+			})
+			if err != nil {
+				return n, err
+			}
+			for _, o := range page {
+				as := givenBackAs[res[o.OrderID].State]
+				if as.move == nil {
+					continue
+				}
+				moved := false
+				err := events.Retry(ctx, cfg.Logger, "replay: catch up order", func() error {
+					o, err := as.move(st, ctx, o.OrderID)
+					if err != nil || o.Status != as.status {
+						return err
+					}
+					moved = true
+					return as.mark(st, ctx, o.OrderID)
+				})
+				if err != nil {
+					return n, err
+				}
+				if moved {
+					n++
+				}
+			}
+		}
+	}
+	return n, nil
 }
 
 // recordGivenBack stores, before the persister sees the batch, its orders the store does not

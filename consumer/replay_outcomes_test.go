@@ -34,115 +34,293 @@ import (
 func TestReplayAfterLossKeepsOutcomes(t *testing.T) { storetest.Each(t, testReplayAfterLoss) }
 
 func testReplayAfterLoss(t *testing.T, st *store.Store) {
-	ctx := context.Background()
-	r := lua.New(luatest.MustRedis(t))
-	t.Cleanup(func() { r.Close() })
-	campaign := storetest.Name("replay")
-	start := time.Now().Add(-time.Minute)
-	const window = 10 * time.Minute
-	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "replay", Stock: 1, PerUserLimit: 1,
-		StartsAtMs: start.UnixMilli(), CreatedAtMs: start.UnixMilli(), OnSale: true, PaymentWindowMs: window.Milliseconds()}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: 1, Limit: 1, StartsAt: start, Stock: 1}); err != nil {
-		t.Fatal(err)
-	}
-	brokers := kafkatest.Fake(t)
-	topics := kafkatest.Topics(t, brokers)
-	// One partition, so the replay reads the purchases in the order they were made, the order
-	// in which the old replay's mistake is certain; across partitions it reads them in any.
-	cl, err := events.NewClient(brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	buy := func(user string) events.Event { // what the api does: reserve, then produce
-		e := orderEvent(campaign, user, 1)
-		if _, err := r.Reserve(ctx, campaign, e.OrderID, user, 1, time.Hour); err != nil {
-			t.Fatalf("reserve for %s: %v", user, err)
-		}
-		rec, err := events.Record(topics.Requested, e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec.Partition = 0
-		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
-	confirm := func(e events.Event) { // what the consumer does: the store, then Redis
-		t.Helper()
-		if res, err := st.ConfirmOrders(ctx, []events.Event{e}); err != nil || res[0].Status != events.Confirmed {
-			t.Fatalf("confirm %s: %+v %v", e.UserID, res, err)
-		}
-		if _, err := r.Confirm(ctx, e.OrderID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res := &compensator.Resolver{Store: st, Redis: r, Producer: cl, Results: topics.Results,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := newReplaySale(t, st, 1)
+	restore := s.backup() // taken before the sale: the loss of every row of the campaign
 
-	ann := buy("ann")
-	if o, err := res.Fail(ctx, ann, events.ReasonExpired, "sweeper"); err != nil || o.Status != events.Failed {
+	ann := s.buy("ann")
+	if o, err := s.res.Fail(s.ctx, ann, events.ReasonExpired, "sweeper"); err != nil || o.Status != events.Failed {
 		t.Fatalf("the sweeper fails ann's order: %+v %v", o, err)
 	}
-	bob := buy("bob")
-	confirm(bob)
-	if o, err := res.Compensate(ctx, bob.OrderID); err != nil || o.Status != events.Refunded {
-		t.Fatalf("an operator refunds bob's order: %+v %v", o, err)
-	}
-	cy := buy("cy")
-	confirm(cy)
-	if o, err := res.Expire(ctx, cy.OrderID, time.Now().Add(window+time.Minute)); err != nil || o.Status != events.Expired {
-		t.Fatalf("cy's order expires unpaid: %+v %v", o, err)
-	}
-	dee := buy("dee")
-	confirm(dee)
+	bob := s.buy("bob")
+	s.confirm(bob)
+	s.refund(bob)
+	cy := s.buy("cy")
+	s.confirm(cy)
+	s.unpaid(cy)
+	s.expire(cy)
+	dee := s.buy("dee")
+	s.confirm(dee)
 
-	// The store loses the campaign's rows, as in the pipeline's replay test.
-	db := st.DB()
-	for _, q := range []string{`DELETE FROM orders WHERE campaign_id = ?`, `DELETE FROM purchases WHERE campaign_id = ?`, `UPDATE campaigns SET sold = 0 WHERE id = ?`} {
-		if _, err := db.ExecContext(ctx, db.Rebind(q), campaign); err != nil {
-			t.Fatal(err)
-		}
-	}
+	restore()
 	for i, wantGivenBack := range []int64{3, 0} { // the second replay finds everything in place
-		var progress strings.Builder
-		stats, err := consumer.Replay(ctx, consumer.Config{Brokers: brokers, Topics: topics,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, consumer.From{}, st, r, &progress)
-		if err != nil {
-			t.Fatalf("replay #%d: %v\n%s", i+1, err, progress.String())
+		if stats := s.replay(consumer.From{}); stats.Events != 4 || stats.GivenBack != wantGivenBack || stats.CaughtUp != 0 {
+			t.Errorf("replay #%d: %+v, want 4 events, %d given back, none caught up", i+1, stats, wantGivenBack)
 		}
-		if stats.Events != 4 || stats.GivenBack != wantGivenBack {
-			t.Errorf("replay #%d: %+v, want 4 events, %d given back", i+1, stats, wantGivenBack)
-		}
-		if !strings.Contains(progress.String(), "replay: done") {
-			t.Errorf("replay #%d: no summary in its progress:\n%s", i+1, progress.String())
-		}
-		for _, c := range []struct {
-			e      events.Event
-			status events.Status
-			reason string
-		}{
+		s.wantOrders(i+1, []wantOrder{
 			{ann, events.Failed, events.ReasonReleasedBeforeReplay},
 			{bob, events.Refunded, events.ReasonOperator},
 			{cy, events.Expired, events.ReasonUnpaid},
 			{dee, events.Confirmed, ""},
-		} {
-			o, err := st.Order(ctx, c.e.OrderID)
-			held, _ := r.Reservation(ctx, c.e.OrderID)
-			if err != nil || o.Status != c.status || o.Reason != c.reason {
-				t.Errorf("replay #%d: %s's order %q (%q) %v, Redis has it %s; want %s (%q)",
-					i+1, c.e.UserID, o.Status, o.Reason, err, held.State, c.status, c.reason)
+		})
+		// Only dee's order holds the unit, in the store's counters as in Redis.
+		s.wantHeld(i+1, map[string]int64{"dee": 1})
+	}
+}
+
+// TestReplayCatchesUpAnEarlierState: the backup holds orders that moved on after it was taken.
+// Bob's and Cy's orders are confirmed in it, Fay's paid; then an operator refunds Bob's, Cy's
+// expires unpaid and Fay's is refunded, each in the store and then in Redis, and Dee and Eve
+// buy two of the units given back. Gil's refund reached the store before the backup and not
+// Redis (the compensator stopped between the two), so the backup holds it later than Redis
+// does. The store is restored and replay runs twice from the backup's place in the requested
+// topic, which holds Dee's and Eve's purchases only. Redis says how the three orders ended, so
+// the replay refunds Bob's and Fay's and expires Cy's, their units off sold and off their
+// buyers' totals, with the reason that says they are back in Redis, before it persists Dee's
+// and Eve's orders, which take two of those units; Gil's stays refunded, and the second replay
+// changes nothing. Before, the three stayed as the backup had them, holding units Redis had
+// put back on sale: the audit found the store disagreeing with Redis (I2), and Eve's order,
+// confirmed in Redis, was refused store_sold_out. On both databases.
+func TestReplayCatchesUpAnEarlierState(t *testing.T) { storetest.Each(t, testReplayCatchUp) }
+
+func testReplayCatchUp(t *testing.T, st *store.Store) {
+	s := newReplaySale(t, st, 4)
+	before := []events.Event{s.buy("bob"), s.buy("cy"), s.buy("fay"), s.buy("gil")}
+	bob, cy, fay, gil := before[0], before[1], before[2], before[3]
+	for _, e := range before {
+		s.confirm(e)
+	}
+	if o, err := s.res.Pay(s.ctx, fay.OrderID, "pay-fay"); err != nil || o.Status != events.Paid {
+		t.Fatalf("fay pays: %+v %v", o, err)
+	}
+	if o, err := st.RefundOrder(s.ctx, gil.OrderID); err != nil || o.Status != events.Refunded {
+		t.Fatalf("the store refunds gil's order: %+v %v", o, err)
+	}
+	s.unpaid(cy)
+	restore := s.backup()
+
+	s.refund(bob)
+	s.expire(cy)
+	s.refund(fay)
+	dee, eve := s.buy("dee"), s.buy("eve")
+	s.confirm(dee)
+	s.confirm(eve)
+
+	restore()
+	for i, wantCaughtUp := range []int64{3, 0} {
+		if stats := s.replay(consumer.From{Offset: int64(len(before))}); stats.Events != 2 || stats.GivenBack != 0 || stats.CaughtUp != wantCaughtUp {
+			t.Errorf("replay #%d: %+v, want 2 events, none given back, %d caught up", i+1, stats, wantCaughtUp)
+		}
+		s.wantOrders(i+1, []wantOrder{
+			{bob, events.Refunded, events.ReasonOperator},
+			{cy, events.Expired, events.ReasonUnpaid},
+			{fay, events.Refunded, events.ReasonOperator},
+			{gil, events.Refunded, ""}, // the sweeper finishes it in Redis
+			{dee, events.Confirmed, ""},
+			{eve, events.Confirmed, ""},
+		})
+		s.wantHeld(i+1, map[string]int64{"dee": 1, "eve": 1})
+	}
+}
+
+// replaySale is a campaign with a payment window on the store under test, Redis and a fake
+// Kafka, and what the api, the consumer and the compensator do to its orders: the stage of the
+// replay stories.
+type replaySale struct {
+	t        *testing.T
+	ctx      context.Context
+	st       *store.Store
+	r        *lua.Redis
+	campaign string
+	brokers  []string
+	topics   events.Topics
+	cl       *kgo.Client
+	res      *compensator.Resolver
+}
+
+// replayWindow is the payment window of a replaySale's campaign.
+const replayWindow = 10 * time.Minute
+
+func newReplaySale(t *testing.T, st *store.Store, stock int64) *replaySale {
+	t.Helper()
+	s := &replaySale{t: t, ctx: context.Background(), st: st, r: lua.New(luatest.MustRedis(t)), campaign: storetest.Name("replay")}
+	t.Cleanup(func() { s.r.Close() })
+	start := time.Now().Add(-time.Minute)
+	if err := st.CreateCampaign(s.ctx, store.Campaign{ID: s.campaign, Name: "replay", Stock: stock, PerUserLimit: 1,
+		StartsAtMs: start.UnixMilli(), CreatedAtMs: start.UnixMilli(), OnSale: true, PaymentWindowMs: replayWindow.Milliseconds()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.r.LoadCampaign(s.ctx, lua.Campaign{ID: s.campaign, Remaining: stock, Limit: 1, StartsAt: start, Stock: stock}); err != nil {
+		t.Fatal(err)
+	}
+	s.brokers = kafkatest.Fake(t)
+	s.topics = kafkatest.Topics(t, s.brokers)
+	// One partition, so the replay reads the purchases in the order they were made, the order
+	// in which the old replay's mistake is certain; across partitions it reads them in any.
+	var err error
+	if s.cl, err = events.NewClient(s.brokers, kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.cl.Close)
+	s.res = &compensator.Resolver{Store: st, Redis: s.r, Producer: s.cl, Results: s.topics.Results,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return s
+}
+
+// buy does what the api does: reserve, then produce.
+func (s *replaySale) buy(user string) events.Event {
+	s.t.Helper()
+	e := orderEvent(s.campaign, user, 1)
+	if _, err := s.r.Reserve(s.ctx, s.campaign, e.OrderID, user, 1, time.Hour); err != nil {
+		s.t.Fatalf("reserve for %s: %v", user, err)
+	}
+	rec, err := events.Record(s.topics.Requested, e)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	rec.Partition = 0
+	if err := s.cl.ProduceSync(s.ctx, rec).FirstErr(); err != nil {
+		s.t.Fatal(err)
+	}
+	return e
+}
+
+// confirm does what the consumer does: the store, then Redis.
+func (s *replaySale) confirm(e events.Event) {
+	s.t.Helper()
+	if res, err := s.st.ConfirmOrders(s.ctx, []events.Event{e}); err != nil || res[0].Status != events.Confirmed {
+		s.t.Fatalf("confirm %s: %+v %v", e.UserID, res, err)
+	}
+	if _, err := s.r.Confirm(s.ctx, e.OrderID); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// refund is an operator's refund of e's order.
+func (s *replaySale) refund(e events.Event) {
+	s.t.Helper()
+	if o, err := s.res.Compensate(s.ctx, e.OrderID); err != nil || o.Status != events.Refunded {
+		s.t.Fatalf("an operator refunds %s's order: %+v %v", e.UserID, o, err)
+	}
+}
+
+// unpaid lets e's order go unpaid past its pay_by: the store's row is moved back, as the clock
+// cannot be moved on, so that a backup taken after holds the pay_by that has passed by the
+// time the replay runs.
+func (s *replaySale) unpaid(e events.Event) {
+	s.t.Helper()
+	db := s.st.DB()
+	if _, err := db.ExecContext(s.ctx, db.Rebind(`UPDATE orders SET pay_by_ms = ? WHERE order_id = ?`),
+		time.Now().Add(-time.Second).UnixMilli(), e.OrderID); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// expire is the sweeper's expiry of e's order, unpaid past its pay_by.
+func (s *replaySale) expire(e events.Event) {
+	s.t.Helper()
+	if o, err := s.res.Expire(s.ctx, e.OrderID, time.Now()); err != nil || o.Status != events.Expired {
+		s.t.Fatalf("%s's order expires unpaid: %+v %v", e.UserID, o, err)
+	}
+}
+
+// backup reads the campaign's rows as a backup of the store holds them, and returns what
+// restores them: the campaign's sold, its orders and its buyers' totals as they were, whatever
+// happened since.
+func (s *replaySale) backup() (restore func()) {
+	s.t.Helper()
+	c, err := s.st.Campaign(s.ctx, s.campaign)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	orders, err := s.st.Orders(s.ctx, s.campaign)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	holdings, err := s.st.Holdings(s.ctx, s.campaign)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return func() {
+		s.t.Helper()
+		db := s.st.DB()
+		exec := func(q string, args ...any) {
+			if _, err := db.ExecContext(s.ctx, db.Rebind(q), args...); err != nil {
+				s.t.Fatal(err)
 			}
 		}
-		// Only dee's order holds the unit, in the store's counters as in Redis.
-		if c, err := st.Campaign(ctx, campaign); err != nil || c.Sold != 1 {
-			t.Errorf("replay #%d: sold %d %v, want 1", i+1, c.Sold, err)
+		exec(`DELETE FROM orders WHERE campaign_id = ?`, s.campaign)
+		exec(`DELETE FROM purchases WHERE campaign_id = ?`, s.campaign)
+		exec(`UPDATE campaigns SET sold = ? WHERE id = ?`, c.Sold, s.campaign)
+		for _, o := range orders {
+			exec(`INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms, pay_by_ms, payment_id)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, o.OrderID, o.CampaignID, o.UserID, o.Quantity, string(o.Status), o.Reason,
+				o.CreatedAtMs, o.UpdatedAtMs, o.PayByMs, o.PaymentID)
 		}
-		if h, err := st.Holdings(ctx, campaign); err != nil || len(h) != 1 || h["dee"] != 1 {
-			t.Errorf("replay #%d: holdings %v %v, want dee's 1", i+1, h, err)
+		for u, n := range holdings {
+			exec(`INSERT INTO purchases (campaign_id, user_id, bought) VALUES (?, ?, ?)`, s.campaign, u, n)
 		}
+	}
+}
+
+// replay runs a replay from from, as `seckill replay --from` does.
+func (s *replaySale) replay(from consumer.From) consumer.ReplayStats {
+	s.t.Helper()
+	var progress strings.Builder
+	stats, err := consumer.Replay(s.ctx, consumer.Config{Brokers: s.brokers, Topics: s.topics,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, from, s.st, s.r, &progress)
+	if err != nil {
+		s.t.Fatalf("replay: %v\n%s", err, progress.String())
+	}
+	if !strings.Contains(progress.String(), "replay: done") {
+		s.t.Errorf("replay: no summary in its progress:\n%s", progress.String())
+	}
+	return stats
+}
+
+// wantOrder is the row an order's event must have in the store.
+type wantOrder struct {
+	e      events.Event
+	status events.Status
+	reason string
+}
+
+func (s *replaySale) wantOrders(round int, want []wantOrder) {
+	s.t.Helper()
+	for _, w := range want {
+		o, err := s.st.Order(s.ctx, w.e.OrderID)
+		held, _ := s.r.Reservation(s.ctx, w.e.OrderID)
+		if err != nil || o.Status != w.status || o.Reason != w.reason {
+			s.t.Errorf("replay #%d: %s's order %q (%q) %v, Redis has it %s; want %s (%q)",
+				round, w.e.UserID, o.Status, o.Reason, err, held.State, w.status, w.reason)
+		}
+	}
+}
+
+// wantHeld checks that holdings are the units buyers hold, in the store's sold and buyers'
+// totals, and that the audit finds the store and Redis agreeing.
+func (s *replaySale) wantHeld(round int, holdings map[string]int64) {
+	s.t.Helper()
+	var sold int64
+	for _, n := range holdings {
+		sold += n
+	}
+	if c, err := s.st.Campaign(s.ctx, s.campaign); err != nil || c.Sold != sold {
+		s.t.Errorf("replay #%d: sold %d %v, want %d", round, c.Sold, err, sold)
+	}
+	if h, err := s.st.Holdings(s.ctx, s.campaign); err != nil || len(h) != len(holdings) {
+		s.t.Errorf("replay #%d: holdings %v %v, want %v", round, h, err, holdings)
+	} else {
+		for u, n := range holdings {
+			if h[u] != n {
+				s.t.Errorf("replay #%d: holdings %v, want %v", round, h, holdings)
+				break
+			}
+		}
+	}
+	rep, err := (&compensator.Auditor{Store: s.st, Redis: s.r}).Audit(s.ctx, s.campaign)
+	if err != nil || !rep.OK() {
+		var out strings.Builder
+		rep.Print(&out)
+		s.t.Errorf("replay #%d: audit %v:\n%s", round, err, out.String())
 	}
 }
