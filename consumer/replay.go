@@ -98,39 +98,64 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 		return stats, fmt.Errorf("replay: %d orders caught up, then: %w", caughtUp, err)
 	}
 	fmt.Fprintf(progress, "replay: %d orders the store held confirmed or paid were refunded or expired in Redis since, and are so in the store now\n", caughtUp)
+	h := &handler{cfg: cfg, store: st, redis: r}
+	stats.Events, stats.Total, err = replayTopic(ctx, cfg, cfg.Topics.Requested, from, progress,
+		func() string { return fmt.Sprintf(", %d given back in Redis", stats.GivenBack) },
+		func(cl *kgo.Client, batch []*kgo.Record) error {
+			n, err := recordGivenBack(ctx, cfg.Logger, st, r, batch)
+			if err != nil {
+				return err
+			}
+			stats.GivenBack += int64(n)
+			h.cl = cl // the results and dead letters go out through the reading client
+			return h.handle(ctx, ctx, batch)
+		})
+	if err != nil {
+		return stats, err
+	}
+	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired\n",
+		stats.Events, stats.GivenBack, stats.CaughtUp)
+	return stats, nil
+}
+
+// replayTopic reads topic from from up to its end as of the call, outside any consumer group,
+// and hands each batch to fn with the reading client, which fn may produce with. It writes a
+// progress line, ended by what status says, to progress every second, and returns how many
+// records it read of how many the range held.
+func replayTopic(ctx context.Context, cfg Config, topic string, from From, progress io.Writer,
+	status func() string, fn func(cl *kgo.Client, batch []*kgo.Record) error) (read, total int64, err error) {
 	cl, err := events.NewClient(cfg.Brokers,
-		kgo.ConsumeTopics(cfg.Topics.Requested),
+		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(from.offset()),
 		kgo.FetchMaxWait(250*time.Millisecond),
 	)
 	if err != nil {
-		return ReplayStats{}, err
+		return 0, 0, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, cfg.Topics.Requested)
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return ReplayStats{}, fmt.Errorf("replay: end offsets: %w", err)
+		return 0, 0, fmt.Errorf("replay: end offsets of %s: %w", topic, err)
 	}
-	starts, err := startOffsets(ctx, adm, cfg.Topics.Requested, from)
+	starts, err := startOffsets(ctx, adm, topic, from)
 	if err != nil {
-		return ReplayStats{}, err
+		return 0, 0, err
 	}
 	remaining := map[int32]int64{} // partition -> end offset still to reach
 	ends.Each(func(o kadm.ListedOffset) {
 		start := starts[o.Partition]
 		if o.Offset > start {
 			remaining[o.Partition] = o.Offset
-			stats.Total += o.Offset - start
+			total += o.Offset - start
 		}
 	})
-	h := &handler{cfg: cfg, store: st, redis: r, cl: cl}
-	fmt.Fprintf(progress, "replay: %d events in %s from %s\n", stats.Total, cfg.Topics.Requested, describe(from))
+	fmt.Fprintf(progress, "replay: %d events in %s from %s\n", total, topic, describe(from))
 	last := time.Now()
 	for len(remaining) > 0 {
 		fetches := cl.PollRecords(ctx, cfg.BatchSize)
 		if err := ctx.Err(); err != nil {
-			return stats, fmt.Errorf("replay stopped after %d of %d events: %w", stats.Events, stats.Total, err)
+			return read, total, fmt.Errorf("replay of %s stopped after %d of %d events: %w", topic, read, total, err)
 		}
 		var fatal error
 		fetches.EachError(func(_ string, _ int32, err error) {
@@ -139,7 +164,7 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 			}
 		})
 		if fatal != nil {
-			return stats, fmt.Errorf("replay: fetch: %w", fatal)
+			return read, total, fmt.Errorf("replay: fetch %s: %w", topic, fatal)
 		}
 		var batch []*kgo.Record
 		for _, rec := range fetches.Records() {
@@ -153,25 +178,17 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 			}
 		}
 		if len(batch) > 0 {
-			n, err := recordGivenBack(ctx, cfg.Logger, st, r, batch)
-			if err != nil {
-				return stats, fmt.Errorf("replay after %d of %d events: %w", stats.Events, stats.Total, err)
+			if err := fn(cl, batch); err != nil {
+				return read, total, fmt.Errorf("replay of %s after %d of %d events: %w", topic, read, total, err)
 			}
-			stats.GivenBack += int64(n)
-			if err := h.handle(ctx, ctx, batch); err != nil {
-				return stats, fmt.Errorf("replay after %d of %d events: %w", stats.Events, stats.Total, err)
-			}
-			stats.Events += int64(len(batch))
+			read += int64(len(batch))
 		}
 		if time.Since(last) >= time.Second {
 			last = time.Now()
-			fmt.Fprintf(progress, "replay: %d/%d events (%d%%), %d given back in Redis\n",
-				stats.Events, stats.Total, percent(stats.Events, stats.Total), stats.GivenBack)
+			fmt.Fprintf(progress, "replay: %d/%d events of %s (%d%%)%s\n", read, total, topic, percent(read, total), status())
 		}
 	}
-	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired\n",
-		stats.Events, stats.GivenBack, stats.CaughtUp)
-	return stats, nil
+	return read, total, nil
 }
 
 // givenBackAs maps the states of a reservation whose units Redis gave back to the final row the
