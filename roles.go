@@ -242,7 +242,7 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("replay", "Re-consume OrderRequested events into the order database. Missing orders come back;\nstored ones are left as they are, but those Redis has refunded or expired since.", stdout)
+	f := newFlags("replay", "Re-consume OrderRequested events into the order database. Missing orders come back;\nstored ones are left as they are, but those Redis has refunded or expired since, and\nthe payments on the results topic are recorded.", stdout)
 	c := f.conn()
 	from := f.String("from", "", "where to start: an RFC 3339 time, an offset (applied to every partition), or start (required)")
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")

@@ -56,6 +56,9 @@ type ReplayStats struct {
 	// CaughtUp counts the orders the store held confirmed or paid whose reservation Redis had
 	// refunded or expired, which the replay refunded or expired in the store (catchUp).
 	CaughtUp int64
+	// Paid counts the payments on the results topic that the store did not have, which the
+	// replay recorded (recordPaid).
+	Paid int64
 }
 
 // ReplayStore is the part of the store a replay reads and writes.
@@ -68,6 +71,7 @@ type ReplayStore interface {
 	MarkRefunded(ctx context.Context, orderID string) error
 	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
 	MarkUnpaid(ctx context.Context, orderID string) error
+	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
 }
 
 // ReplayRedis is the part of Redis a replay reads and writes.
@@ -85,7 +89,8 @@ var (
 // consumer group, into the same persister as the consumer: orders already stored change
 // nothing, missing ones come back, as Redis last knew them (recordGivenBack). Before that, the
 // orders the store holds confirmed or paid that Redis has refunded or expired since are moved
-// on (catchUp). It writes a progress line to progress every second.
+// on (catchUp); after it, the payments on the results topic from the same time are recorded
+// (recordPaid). It writes a progress line to progress every second.
 func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r ReplayRedis, progress io.Writer) (ReplayStats, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -113,8 +118,19 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	if err != nil {
 		return stats, err
 	}
-	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired\n",
-		stats.Events, stats.GivenBack, stats.CaughtUp)
+	// An offset names no place in the results topic: its payments are read from its start.
+	_, _, err = replayTopic(ctx, cfg, cfg.Topics.Results, From{Time: from.Time}, progress,
+		func() string { return fmt.Sprintf(", %d payments recorded", stats.Paid) },
+		func(_ *kgo.Client, batch []*kgo.Record) error {
+			n, err := recordPaid(ctx, cfg.Logger, st, batch)
+			stats.Paid += int64(n)
+			return err
+		})
+	if err != nil {
+		return stats, err
+	}
+	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded\n",
+		stats.Events, stats.GivenBack, stats.CaughtUp, stats.Paid)
 	return stats, nil
 }
 
@@ -344,6 +360,52 @@ func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r Re
 		return err
 	})
 	return n, err
+}
+
+// recordPaid records the payments of recs, records of the results topic, that the store does
+// not have, and returns how many it recorded.
+//
+// A payment pays the order in the store, then announces OrderPaid; Redis keeps a paid order as
+// confirmed. A store restored from a backup taken before the payment holds the order confirmed
+// (or, bought after the backup, the persister has just confirmed it again), and the sweeper
+// would expire it at its pay_by and put the paid units back on sale. So each OrderPaid is
+// recorded again with PayOrder, at the time the event says the payment was taken, which was
+// inside the order's window. An order the store holds otherwise is left as it is: paid
+// already, refunded since, missing; one it holds expired, or paid by another payment, is
+// logged, as its payer is owed a refund.
+func recordPaid(ctx context.Context, log *slog.Logger, st ReplayStore, recs []*kgo.Record) (int, error) {
+	n := 0
+	for _, rec := range recs {
+		e, err := events.Decode(rec.Value)
+		if err != nil || e.Type != events.OrderPaid || e.PaymentID == "" {
+			continue // the results topic's other events, which the steps before dealt with
+		}
+		var (
+			o       store.Order
+			changed bool
+			refusal error
+		)
+		err = events.Retry(ctx, log, "replay: record a payment", func() (err error) {
+			o, changed, err = st.PayOrder(ctx, e.OrderID, e.PaymentID, e.OccurredAt)
+			if events.ErrorCode(err) != events.Internal {
+				refusal, err = err, nil // the order's state, not a failure
+			}
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+		switch events.ErrorCode(refusal) {
+		case "":
+			if changed {
+				n++
+			}
+		case events.PaymentWindowClosed, events.AlreadyPaid:
+			log.Warn("replay: a payment on the results topic does not pay its order; refund the payer",
+				"order_id", e.OrderID, "payment_id", e.PaymentID, "status", o.Status, "err", refusal)
+		}
+	}
+	return n, nil
 }
 
 // startOffsets returns, per partition, the first offset the replay reads.

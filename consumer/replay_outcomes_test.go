@@ -89,9 +89,7 @@ func testReplayCatchUp(t *testing.T, st *store.Store) {
 	for _, e := range before {
 		s.confirm(e)
 	}
-	if o, err := s.res.Pay(s.ctx, fay.OrderID, "pay-fay"); err != nil || o.Status != events.Paid {
-		t.Fatalf("fay pays: %+v %v", o, err)
-	}
+	s.pay(fay)
 	if o, err := st.RefundOrder(s.ctx, gil.OrderID); err != nil || o.Status != events.Refunded {
 		t.Fatalf("the store refunds gil's order: %+v %v", o, err)
 	}
@@ -119,6 +117,49 @@ func testReplayCatchUp(t *testing.T, st *store.Store) {
 			{eve, events.Confirmed, ""},
 		})
 		s.wantHeld(i+1, map[string]int64{"dee": 1, "eve": 1})
+	}
+}
+
+// TestReplayRecordsPaymentsAgain: Redis keeps a paid order as confirmed, so only the results
+// topic's OrderPaid tells of a payment the backup lacks. Hal's order is confirmed in the backup
+// and paid after it; Ivy buys and pays after it (her order is not in the backup at all); Fay's
+// is paid in the backup and refunded after it. The store is restored and replay runs twice.
+// Hal's and Ivy's orders come back paid with their payments, and Fay's stays refunded: her
+// payment, on the topic too, does not take it back. Before, Hal's order stayed confirmed and
+// Ivy's came back confirmed, both to be expired by the sweeper at their pay_by with their units
+// put back on sale, though paid for. On both databases.
+func TestReplayRecordsPaymentsAgain(t *testing.T) { storetest.Each(t, testReplayPayments) }
+
+func testReplayPayments(t *testing.T, st *store.Store) {
+	s := newReplaySale(t, st, 3)
+	hal, fay := s.buy("hal"), s.buy("fay")
+	s.confirm(hal)
+	s.confirm(fay)
+	s.pay(fay)
+	restore := s.backup()
+
+	s.pay(hal)
+	s.refund(fay)
+	ivy := s.buy("ivy")
+	s.confirm(ivy)
+	s.pay(ivy)
+
+	restore()
+	for i, wantPaid := range []int64{2, 0} {
+		if stats := s.replay(consumer.From{}); stats.Events != 3 || stats.CaughtUp != 1-int64(i) || stats.Paid != wantPaid {
+			t.Errorf("replay #%d: %+v, want 3 events, %d caught up, %d paid", i+1, stats, 1-i, wantPaid)
+		}
+		s.wantOrders(i+1, []wantOrder{
+			{hal, events.Paid, ""},
+			{ivy, events.Paid, ""},
+			{fay, events.Refunded, events.ReasonOperator},
+		})
+		for _, e := range []events.Event{hal, ivy} {
+			if o, err := st.Order(s.ctx, e.OrderID); err != nil || o.PaymentID != "pay-"+e.UserID {
+				t.Errorf("replay #%d: %s's order paid by %q %v, want pay-%s", i+1, e.UserID, o.PaymentID, err, e.UserID)
+			}
+		}
+		s.wantHeld(i+1, map[string]int64{"hal": 1, "ivy": 1})
 	}
 }
 
@@ -195,6 +236,14 @@ func (s *replaySale) confirm(e events.Event) {
 	}
 }
 
+// pay is the payment service's payment of e's order, pay-<user>.
+func (s *replaySale) pay(e events.Event) {
+	s.t.Helper()
+	if o, err := s.res.Pay(s.ctx, e.OrderID, "pay-"+e.UserID); err != nil || o.Status != events.Paid {
+		s.t.Fatalf("%s pays: %+v %v", e.UserID, o, err)
+	}
+}
+
 // refund is an operator's refund of e's order.
 func (s *replaySale) refund(e events.Event) {
 	s.t.Helper()
@@ -265,6 +314,10 @@ func (s *replaySale) backup() (restore func()) {
 // replay runs a replay from from, as `seckill replay --from` does.
 func (s *replaySale) replay(from consumer.From) consumer.ReplayStats {
 	s.t.Helper()
+	// The resolver's announcements are produced in the background: all on the topic first.
+	if err := s.cl.Flush(s.ctx); err != nil {
+		s.t.Fatal(err)
+	}
 	var progress strings.Builder
 	stats, err := consumer.Replay(s.ctx, consumer.Config{Brokers: s.brokers, Topics: s.topics,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, from, s.st, s.r, &progress)
