@@ -136,7 +136,11 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 // with the same payment id returns the paid order. Refusals are *events.Error (store.PayOrder);
 // a pending order is events.OrderNotConfirmed.
 func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Order, error) {
-	o, changed, err := r.Store.PayOrder(ctx, orderID, paymentID, time.Now())
+	// The announcement carries the time the window was checked at: a replay after a restore
+	// records the payment again as of its time (consumer.recordPaid), and a clock reading taken
+	// after the commit may be past pay_by.
+	now := time.Now()
+	o, changed, err := r.Store.PayOrder(ctx, orderID, paymentID, now)
 	if events.ErrorCode(err) == events.OrderNotFound {
 		if _, rerr := r.Redis.Reservation(ctx, orderID); rerr == nil {
 			return o, events.Errorf(events.OrderNotConfirmed, "order %q is not confirmed yet; try again shortly", orderID)
@@ -147,7 +151,7 @@ func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Or
 	if err != nil || !changed {
 		return o, err
 	}
-	ev := orderEvent(o).New(events.OrderPaid, time.Now())
+	ev := orderEvent(o).New(events.OrderPaid, now)
 	ev.PaymentID = o.PaymentID
 	return o, r.publish(ctx, ev)
 }
