@@ -49,8 +49,8 @@ func TestPaidAnnouncedAtThePaymentsTime(t *testing.T) {
 		t.Fatalf("%d records announced, want the one OrderPaid", len(kafka.recs))
 	}
 	paid, err := events.Decode(kafka.recs[0].Value)
-	if err != nil || paid.Type != events.OrderPaid || !paid.OccurredAt.Equal(st.at) {
+	if err != nil || paid.Type != events.OrderPaid || !paid.OccurredAt.Equal(time.UnixMilli(st.at.UnixMilli())) {
 		t.Errorf("announced %s at %s %v; want OrderPaid at %s, when the store took the payment",
-			paid.Type, paid.OccurredAt.Format(time.RFC3339Nano), err, st.at.UTC().Format(time.RFC3339Nano))
+			paid.Type, paid.OccurredAt.Format(time.RFC3339Nano), err, time.UnixMilli(st.at.UnixMilli()).UTC().Format(time.RFC3339Nano))
 	}
 }

@@ -133,14 +133,11 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 }
 
 // Pay records the payment of a confirmed order within its window and announces it; paying again
-// with the same payment id returns the paid order. Refusals are *events.Error (store.PayOrder);
-// a pending order is events.OrderNotConfirmed.
+// with the same payment id returns the paid order and announces it again, as the first
+// announcement may have been lost (Kafka refused it, or the process died before the produce).
+// Refusals are *events.Error (store.PayOrder); a pending order is events.OrderNotConfirmed.
 func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Order, error) {
-	// The announcement carries the time the window was checked at: a replay after a restore
-	// records the payment again as of its time (consumer.recordPaid), and a clock reading taken
-	// after the commit may be past pay_by.
-	now := time.Now()
-	o, changed, err := r.Store.PayOrder(ctx, orderID, paymentID, now)
+	o, _, err := r.Store.PayOrder(ctx, orderID, paymentID, time.Now())
 	if events.ErrorCode(err) == events.OrderNotFound {
 		if _, rerr := r.Redis.Reservation(ctx, orderID); rerr == nil {
 			return o, events.Errorf(events.OrderNotConfirmed, "order %q is not confirmed yet; try again shortly", orderID)
@@ -148,10 +145,13 @@ func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Or
 			return o, events.Wrap(events.Unavailable, rerr, "the order cannot be read right now; try again shortly")
 		}
 	}
-	if err != nil || !changed {
+	if err != nil {
 		return o, err
 	}
-	ev := orderEvent(o).New(events.OrderPaid, now)
+	// The announcement, a retry's too, carries the time the store took the payment: a replay
+	// after a restore records the payment again as of that time (consumer.recordPaid), inside
+	// the window, where a clock reading taken after the commit may be past pay_by.
+	ev := orderEvent(o).New(events.OrderPaid, time.UnixMilli(o.UpdatedAtMs))
 	ev.PaymentID = o.PaymentID
 	return o, r.publish(ctx, ev)
 }

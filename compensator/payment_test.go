@@ -1,0 +1,70 @@
+package compensator_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+)
+
+// recordingProducer is Kafka taking every record; it keeps their events.
+type recordingProducer struct {
+	mu  sync.Mutex
+	evs []events.Event
+}
+
+func (p *recordingProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	if e, err := events.Decode(r.Value); err == nil {
+		p.mu.Lock()
+		p.evs = append(p.evs, e)
+		p.mu.Unlock()
+	}
+	promise(r, nil)
+}
+
+// announced returns how many events of type t name orderID.
+func (p *recordingProducer) announced(t events.Type, orderID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, e := range p.evs {
+		if e.Type == t && e.OrderID == orderID {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPaymentRetryAnnouncesAgain: a payment stored while Kafka refused its OrderPaid (or whose
+// api died between the store and the produce) is retried by the payment service with the same
+// payment id; the retry must announce it, or the results topic never says the order was paid
+// and its buyer's event stream waits at confirmed.
+func TestPaymentRetryAnnouncesAgain(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Hour)
+	ev := e.reserve(t, 1, time.Hour)[0]
+	e.confirm(t, []events.Event{ev})
+	r := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: refusingProducer{}, Results: e.topics.Results}
+	if o, err := r.Pay(e.ctx, ev.OrderID, "pay-1"); err != nil || o.Status != events.Paid {
+		t.Fatalf("pay: %+v %v", o, err)
+	}
+	kafka := &recordingProducer{}
+	r.Producer = kafka
+	if o, err := r.Pay(e.ctx, ev.OrderID, "pay-1"); err != nil || o.Status != events.Paid {
+		t.Fatalf("pay again with the same payment id: %+v %v", o, err)
+	}
+	if n := kafka.announced(events.OrderPaid, ev.OrderID); n != 1 {
+		t.Errorf("the retried payment announced OrderPaid %d times, want 1", n)
+	}
+	// A refused payment announces nothing.
+	if _, err := r.Pay(e.ctx, ev.OrderID, "pay-2"); events.ErrorCode(err) != events.AlreadyPaid {
+		t.Fatalf("pay with another payment id: %v, want already_paid", err)
+	}
+	if n := kafka.announced(events.OrderPaid, ev.OrderID); n != 1 {
+		t.Errorf("after a refused payment OrderPaid was announced %d times, want still 1", n)
+	}
+}
