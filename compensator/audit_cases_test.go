@@ -160,3 +160,53 @@ func TestAuditClosedBeforeItsStartNeverInRedis(t *testing.T) {
 		t.Errorf("audit of a campaign closed before its start:\n%s", out.String())
 	}
 }
+
+// TestAuditGivenBackButStillHeldInRedis: a refund or an expiry is stored first, then its units
+// go back in Redis (confirmed -> refunded or expired); one that stopped between the two is
+// finished by the sweeper's next round (store.UnfinishedRefunds, store.ExpiringOrders). Until
+// then Redis still holds the units, which is healthy; a sweep interval (the audit's grace) after
+// the store's step it is not: the units are held for an order that gave them back, for good if
+// nothing finishes it.
+func TestAuditGivenBackButStillHeldInRedis(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		give func(e *env, orderID string) error // the store's step alone
+	}{
+		{"refund", func(e *env, orderID string) error {
+			_, err := e.st.RefundOrder(e.ctx, orderID)
+			return err
+		}},
+		{"expiry", func(e *env, orderID string) error {
+			_, err := e.st.ExpireOrder(e.ctx, orderID, time.Now().Add(2*time.Hour)) // past its pay_by
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnvPaying(t, 10, 3, time.Hour)
+			evs := e.reserve(t, 2, time.Hour)
+			e.confirm(t, evs)
+			id := evs[0].OrderID
+			if err := tc.give(e, id); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := e.r.Reservation(e.ctx, id); err != nil || res.State != "confirmed" {
+				t.Fatalf("reservation %+v %v, want still confirmed in redis", res, err)
+			}
+			db := e.st.DB()
+			at := func(ms int64) {
+				t.Helper()
+				if _, err := db.ExecContext(e.ctx, db.Rebind(`UPDATE orders SET updated_at_ms = ? WHERE order_id = ?`), ms, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			at(time.Now().UnixMilli())
+			if rep, out := e.audit(t); !rep.OK() {
+				t.Errorf("audit with the %s just stored, its redis step on its way:\n%s", tc.name, out)
+			}
+			at(time.Now().Add(-time.Minute).UnixMilli()) // stored a minute ago, never finished
+			if rep, out := e.audit(t); rep.OK() || !strings.Contains(out, id) {
+				t.Errorf("audit with the %s stored a minute ago and its units still held in redis, want I2 to name %s:\n%s", tc.name, id, out)
+			}
+		})
+	}
+}
