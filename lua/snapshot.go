@@ -62,6 +62,44 @@ func (r *Redis) Snapshot(ctx context.Context, campaign string) (Snapshot, error)
 	return s, nil
 }
 
+// Records reads the reservation records Redis holds of orderIDs, all of campaign, and whether
+// the campaign's sale is there and not frozen, in one MULTI/EXEC: the audit's second look at
+// orders its Snapshot had no record of, without copying the whole hash again.
+func (r *Redis) Records(ctx context.Context, campaign string, orderIDs []string) (map[string]Reservation, bool, error) {
+	if len(orderIDs) == 0 {
+		return nil, false, fmt.Errorf("records of %s: no order named", campaign)
+	}
+	k := KeysOf(campaign)
+	var (
+		meta *redis.MapStringStringCmd
+		recs *redis.SliceCmd
+	)
+	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		meta = p.HGetAll(ctx, k.Meta)
+		recs = p.HMGet(ctx, k.Res, orderIDs...)
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("records of %s: %w", campaign, err)
+	}
+	m := meta.Val()
+	_, exists := m["limit"]
+	_, frozen := m["frozen"]
+	out := make(map[string]Reservation, len(orderIDs))
+	for i, v := range recs.Val() {
+		rec, ok := v.(string)
+		if !ok { // nil: no record
+			continue
+		}
+		res, err := parseReservation(campaign, orderIDs[i], rec)
+		if err != nil {
+			return nil, false, err
+		}
+		out[res.OrderID] = res
+	}
+	return out, exists && !frozen, nil
+}
+
 // Now returns Redis's clock, the one deadlines are written with.
 func (r *Redis) Now(ctx context.Context) (int64, error) {
 	t, err := r.rdb.Time(ctx).Result()
