@@ -115,7 +115,8 @@ type Compensator struct {
 	rebuilder Rebuilder
 	snapshots Snapshotter
 	verdicts  Verdicts
-	dropped   sync.Map // ids of ended campaigns whose keys this process dropped
+	dropped   sync.Map        // ids of ended campaigns whose keys this process dropped
+	exported  map[string]bool // campaigns whose verdict seckill_audit_violations has; exportAudits' own
 }
 
 // New returns a Compensator over the store and Redis.
@@ -169,20 +170,37 @@ func (c *Compensator) exportAudits(ctx context.Context) error {
 	t := time.NewTicker(auditEvery)
 	defer t.Stop()
 	for {
-		vs, err := c.verdicts.AuditVerdicts(ctx)
-		switch {
-		case err == nil:
-			for id, v := range vs {
-				auditViolations.WithLabelValues(id).Set(float64(v.ViolationCount()))
-			}
-		case ctx.Err() == nil:
-			c.cfg.Logger.Warn("read the audit verdicts for the metrics", "err", err)
-		}
+		c.exportAuditsOnce(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+	}
+}
+
+// exportAuditsOnce is one round of exportAudits.
+func (c *Compensator) exportAuditsOnce(ctx context.Context) {
+	vs, err := c.verdicts.AuditVerdicts(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.cfg.Logger.Warn("read the audit verdicts for the metrics", "err", err)
+		}
+		return
+	}
+	for id, v := range vs {
+		auditViolations.WithLabelValues(id).Set(float64(v.ViolationCount()))
+	}
+	// A campaign that has no verdict any more was deleted: its last one would be exported,
+	// and alerted on, for ever.
+	for id := range c.exported {
+		if _, ok := vs[id]; !ok {
+			auditViolations.DeleteLabelValues(id)
+		}
+	}
+	c.exported = make(map[string]bool, len(vs))
+	for id := range vs {
+		c.exported[id] = true
 	}
 }
 

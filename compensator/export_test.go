@@ -1,5 +1,7 @@
 package compensator
 
+import "context"
+
 // SweeperLease is sweeperLease, for the tests.
 var SweeperLease = sweeperLease
 
@@ -10,3 +12,6 @@ func SetSnapshots(c *Compensator, s Snapshotter) { c.snapshots = s }
 // SetFencer replaces what the sweeper takes its fencing tokens from, for a test to act between
 // taking the lease and taking the token.
 func SetFencer(c *Compensator, f Fencer) { c.fencer = f }
+
+// ExportAudits is one round of the compensator's export of the audit verdicts to its metrics.
+func ExportAudits(ctx context.Context, c *Compensator) { c.exportAuditsOnce(ctx) }

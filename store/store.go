@@ -185,9 +185,18 @@ func (c Campaign) Over(nowMs int64) bool {
 
 // CreateCampaign inserts c; a campaign with the same id is an events.CampaignExists error.
 func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
-	_, err := s.db.NamedExecContext(ctx, `INSERT INTO campaigns
-		(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms, on_sale, payment_window_ms)
-		VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms, :on_sale, :payment_window_ms)`, c)
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.NamedExecContext(ctx, `INSERT INTO campaigns
+			(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms, on_sale, payment_window_ms)
+			VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms, :on_sale, :payment_window_ms)`, c)
+		if err != nil {
+			return err
+		}
+		// A campaign deleted under this id (DeleteUnsoldCampaign) may have left the verdict of
+		// an audit that read it before: it is not this campaign's.
+		_, err = tx.ExecContext(ctx, tx.Rebind(`DELETE FROM audits WHERE campaign_id = ?`), c.ID)
+		return err
+	})
 	if isUniqueViolation(err) {
 		return events.Errorf(events.CampaignExists, "campaign %q exists already", c.ID)
 	}
