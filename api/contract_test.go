@@ -16,6 +16,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/api"
@@ -33,6 +34,7 @@ type harness struct {
 	spec    *openapi3.T
 	srv     *api.Server
 	admin   string
+	kafka   *kfake.Cluster
 	brokers []string
 	topics  events.Topics
 	store   *store.Store
@@ -57,7 +59,8 @@ func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 	t.Cleanup(func() { rdb.Close() })
 	h.redis = lua.New(rdb)
 	t.Cleanup(func() { h.redis.Close() })
-	h.brokers = kafkatest.Fake(t)
+	h.kafka = kafkatest.FakeCluster(t)
+	h.brokers = h.kafka.ListenAddrs()
 	h.topics = kafkatest.Topics(t, h.brokers)
 	h.cfg = api.Config{
 		AdminToken: h.admin, Topics: h.topics, ProduceTimeout: 10 * time.Second, Brokers: h.brokers,

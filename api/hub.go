@@ -11,7 +11,7 @@ import (
 	"github.com/seckill/seckill/events"
 )
 
-// hub reads the results topic (OrderConfirmed, OrderFailed, OrderRefunded, OrderPaid, OrderExpired) from its end and
+// hub reads the results topic (OrderConfirmed, OrderFailed, OrderRefunded, OrderPaid, OrderExpired) from its own start on and
 // passes each event on: it wakes the event streams of the order it names, and when units went
 // back (a failed or refunded order) it ends this api's sold-out flag for the campaign, so units
 // given back by any process are on sale here as soon as the event arrives. One reader per api,
@@ -27,9 +27,18 @@ type hub struct {
 	subs map[string]map[chan struct{}]struct{} // order id → its streams' wake-ups
 }
 
+// hubLookback is how far before its start a hub begins to read: events are stamped by their
+// producers' clocks, which may be behind this process's. Reading a few seconds of results again
+// wakes streams that are not there yet and ends sold-out flags that are not set: nothing.
+const hubLookback = 10 * time.Second
+
 // newHub starts reading topic on brokers; Close stops it.
 func newHub(brokers []string, topic string, giveBack func(campaign string), log *slog.Logger) (*hub, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		// From the events stamped since the hub started, not from where the topic ends when the
+		// client first asks (at once, or once Kafka answers): a stream opened before that reads
+		// its order, and the event of the order's next change may be on the topic already.
+		kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-hubLookback).UnixMilli())),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
 		// Results come a few per produce batch; waiting for a fuller fetch saves the broker a
 		// round trip per batch for each api, and a stream or a sold-out flag hears of a change

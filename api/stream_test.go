@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/api/apitest"
@@ -341,5 +344,52 @@ func TestUnitsGivenBackReachEveryAPI(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the unit given back at one api never went on sale at the other")
 		}
+	}
+}
+
+// TestOrderStreamHearsOfChangesBeforeItsReaderFindsTheTopicsEnd: an api's reader of the results
+// topic learns where the topic ends from the broker some time after the api starts (at once, or
+// once Kafka answers). A stream opened meanwhile reads its order pending; an event of the
+// order that lands before the reader has asked must still reach the stream, which would
+// otherwise wait for it until maxStream.
+func TestOrderStreamHearsOfChangesBeforeItsReaderFindsTheTopicsEnd(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.Brokers = nil }) // the harness's server reads nothing
+	h.createCampaign(t, `{"id": "late", "name": "Late reader", "stock": 10, "per_user_limit": 10}`)
+	// The broker holds the reader's first question of where the results topic ends until told.
+	asked, answer := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(answer) })
+	t.Cleanup(release) // a test that stops early leaves no sleeping broker goroutine behind
+	h.kafka.ControlKey(int16(kmsg.ListOffsets), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		for _, tp := range req.(*kmsg.ListOffsetsRequest).Topics {
+			if tp.Topic == h.topics.Results {
+				h.kafka.DropControl()
+				close(asked)
+				h.kafka.SleepControl(func() { <-answer })
+				break
+			}
+		}
+		return nil, nil, false
+	})
+	cfg := h.cfg
+	cfg.Brokers = h.brokers
+	reader := api.New(cfg, h.store, h.redis, newProducer(t, h.brokers))
+	t.Cleanup(reader.Close)
+	ts := httptest.NewServer(reader.Handler())
+	t.Cleanup(ts.Close)
+	<-asked
+
+	id := h.buy(t, "late", "alice", 1)
+	// Bounded, so that a stream that never hears of the confirmation fails the test rather
+	// than hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := openStream(t, ctx, ts.URL, id, "alice")
+	if o, err := s.nextStatus(t); err != nil || o.Status != events.Pending {
+		t.Fatalf("first event: %+v %v", o, err)
+	}
+	h.confirm(t, id) // stored, and OrderConfirmed is on the results topic
+	release()
+	if o, err := s.nextStatus(t); err != nil || o.Status != events.Confirmed {
+		t.Fatalf("the stream never heard of the confirmation made before its api's reader found the results topic's end: %+v %v", o, err)
 	}
 }

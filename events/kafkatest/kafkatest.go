@@ -61,12 +61,19 @@ func Real(tb testing.TB) []string {
 // Fake starts a kfake cluster for the test and returns its seed brokers.
 func Fake(tb testing.TB) []string {
 	tb.Helper()
+	return FakeCluster(tb).ListenAddrs()
+}
+
+// FakeCluster starts a kfake cluster for the test and returns it, for a test that steers its
+// answers (Cluster.ControlKey).
+func FakeCluster(tb testing.TB) *kfake.Cluster {
+	tb.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		tb.Fatalf("kfake: %v", err)
 	}
 	tb.Cleanup(c.Close)
-	return c.ListenAddrs()
+	return c
 }
 
 // Topics returns topic names of the test's own, created on brokers with 3 partitions.
