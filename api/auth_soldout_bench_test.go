@@ -21,7 +21,7 @@ func BenchmarkSoldOut(b *testing.B) {
 	for _, buyers := range []int{1, 200_000} {
 		b.Run(fmt.Sprintf("buyers=%d", buyers), func(b *testing.B) {
 			s := New(Config{JWTSecret: secret, SoldOutTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil, nil, nil)
-			s.soldOut.mark(campaign, 1, time.Now())
+			s.soldOut.mark(campaign, 1, time.Now(), s.soldOut.since())
 			auths := make([][]string, buyers)
 			for i := range auths {
 				tok, err := MintToken(secret, "", "", fmt.Sprintf("buyer-%06d", i), time.Hour, time.Now())

@@ -474,12 +474,13 @@ func (s *Server) purchase(c echo.Context) error {
 		reservations.WithLabelValues(string(events.Unavailable)).Inc()
 		return events.Errorf(events.Unavailable, "orders cannot be queued right now; nothing was reserved, try again shortly")
 	}
+	since := s.soldOut.since()
 	res, err := s.redis.Reserve(ctx, campaign, orderID, buyer, qty, s.cfg.ReservationTTL)
 	if err != nil {
 		code := events.ErrorCode(err)
 		reservations.WithLabelValues(string(code)).Inc()
 		if code == events.SoldOut {
-			s.soldOut.mark(campaign, qty, time.Now())
+			s.soldOut.mark(campaign, qty, time.Now(), since)
 		}
 		// Nothing was reserved, or Redis cannot tell: either way a retry with the same key may
 		// run again, and reserves under the same order id.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 )
 
 func TestRateLimits(t *testing.T) {
@@ -178,4 +180,57 @@ func TestTimeWindows(t *testing.T) {
 	h.fail(t, buy("bob"), 409, events.NotStarted)
 	h.mr.SetTime(time.Time{})
 	h.fail(t, buy("bob"), 409, events.NotStarted)
+}
+
+// heldRefusals holds the api's purchases that Redis refused as sold out until told, as if
+// Redis's answer were still on its way back.
+type heldRefusals struct {
+	*lua.Redis
+	refused, answer chan struct{}
+}
+
+func (r *heldRefusals) Reserve(ctx context.Context, campaign, orderID, user string, qty int, ttl time.Duration) (lua.Reservation, error) {
+	res, err := r.Redis.Reserve(ctx, campaign, orderID, user, qty, ttl)
+	if events.ErrorCode(err) == events.SoldOut {
+		select {
+		case r.refused <- struct{}{}:
+		default: // a later refusal: the test waits for the first only
+		}
+		<-r.answer
+	}
+	return res, err
+}
+
+// TestSoldOutFlagRacingAGiveBack: Redis refuses a purchase as sold out, and before its answer
+// reaches the api, units come back through this api (it drops its flag). The refusal is
+// true of the moment Redis ran, not of now: it must not set the flag again, or every buyer is
+// refused for the flag's TTL while the units are there.
+func TestSoldOutFlagRacingAGiveBack(t *testing.T) {
+	// No reader of the results topic: the flag is this api's own doing only.
+	h := newHarness(t, func(c *api.Config) { c.SoldOutTTL, c.Brokers = time.Hour, nil })
+	h.createCampaign(t, `{"id": "race", "name": "Race", "stock": 1, "per_user_limit": 1}`)
+	r := &heldRefusals{Redis: h.redis, refused: make(chan struct{}, 1), answer: make(chan struct{})}
+	srv := h.replica(t, h.store, r, newProducer(t, h.brokers))
+	serve := func(req *http.Request) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	first := h.buy(t, "race", "alice", 1)
+
+	refused := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		refused <- serve(request("POST", "/v1/campaigns/race/purchases", `{"quantity": 1}`, user("bob")...))
+	}()
+	<-r.refused // Redis said sold out; the api has not heard it yet
+	if rec := serve(request("POST", "/v1/admin/orders/"+first+"/compensate", "", h.bearer()...)); rec.Code != http.StatusOK {
+		t.Fatalf("compensate: %d %s", rec.Code, rec.Body)
+	}
+	close(r.answer)
+	if rec := <-refused; rec.Code != http.StatusConflict {
+		t.Fatalf("bob: %d %s, want 409 as Redis answered", rec.Code, rec.Body)
+	}
+	if rec := serve(request("POST", "/v1/campaigns/race/purchases", `{"quantity": 1}`, user("carol")...)); rec.Code != http.StatusAccepted {
+		t.Errorf("carol, with the unit given back: %d %s, want 202", rec.Code, rec.Body)
+	}
 }
