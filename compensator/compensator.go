@@ -117,6 +117,9 @@ type Compensator struct {
 	verdicts  Verdicts
 	dropped   sync.Map        // ids of ended campaigns whose keys this process dropped
 	exported  map[string]bool // campaigns whose verdict seckill_audit_violations has; exportAudits' own
+
+	mastersMu sync.Mutex
+	masters   map[string]bool // run ids of the primaries at the guard's last round (resharded)
 }
 
 // New returns a Compensator over the store and Redis.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -46,7 +47,13 @@ func newEnv(t *testing.T, stock, limit int64) *env {
 // newEnvPaying is newEnv for a campaign whose confirmed orders must be paid within window.
 func newEnvPaying(t *testing.T, stock, limit int64, window time.Duration) *env {
 	t.Helper()
-	e := &env{ctx: context.Background(), r: lua.New(luatest.MustRedis(t)), stock: stock}
+	return newEnvOn(t, luatest.MustRedis(t), stock, limit, window)
+}
+
+// newEnvOn is newEnvPaying on the Redis deployment of rdb.
+func newEnvOn(t *testing.T, rdb redis.UniversalClient, stock, limit int64, window time.Duration) *env {
+	t.Helper()
+	e := &env{ctx: context.Background(), r: lua.New(rdb), stock: stock}
 	t.Cleanup(func() { e.r.Close() })
 	e.st = storetest.MustOpen(t, storetest.PostgresURL(t))
 	e.brokers = kafkatest.Fake(t)

@@ -15,3 +15,6 @@ func SetFencer(c *Compensator, f Fencer) { c.fencer = f }
 
 // ExportAudits is one round of the compensator's export of the audit verdicts to its metrics.
 func ExportAudits(ctx context.Context, c *Compensator) { c.exportAuditsOnce(ctx) }
+
+// Resharded is resharded, for the tests.
+var Resharded = resharded

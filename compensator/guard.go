@@ -21,7 +21,8 @@ import (
 // run id) or an empty Redis (no campaign) all mean recent writes may be gone, so the campaigns
 // it touched are frozen and rebuilt; on a Cluster, those of one shard, while the others sell on.
 // A restart that lost nothing costs a freeze of a few seconds; guessing which restarts lost
-// writes is what this refuses to do.
+// writes is what this refuses to do. A Cluster reshard, which moves a campaign's keys whole to
+// another primary, is no loss: the guard records the new primary instead (resharded).
 func (c *Compensator) guard(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.GuardInterval)
 	defer t.Stop()
@@ -54,9 +55,27 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 		}
 	}
 	gens, genErr := c.rebuilder.Generations(ctx, watched)
+	// After the campaigns are read: a primary that is still the same process now did not
+	// restart while it held what they read.
+	masters, mastersErr := c.rebuilder.Masters(ctx)
+	c.mastersMu.Lock()
+	before := c.masters
+	c.masters = masters
+	c.mastersMu.Unlock()
 	var lost []string
+	var rehomeErrs []error
 	for _, id := range watched {
-		if g, ok := gens[id]; ok && unsellable(g) {
+		g, ok := gens[id]
+		switch {
+		case !ok:
+		case resharded(g, before, masters):
+			if _, err := c.rebuilder.Rehome(ctx, id, g.Recorded, g.Server); err != nil {
+				rehomeErrs = append(rehomeErrs, err)
+				continue
+			}
+			c.cfg.Logger.Info("campaign moved whole to another primary by a reshard: nothing to rebuild",
+				"campaign", id, "run_id", g.Server, "was", g.Recorded)
+		case unsellable(g):
 			lost = append(lost, id)
 		}
 	}
@@ -68,7 +87,26 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 	if len(lost) > 0 {
 		rebuildErr = c.rebuildLost(ctx, lost)
 	}
-	return errors.Join(genErr, rebuildErr, c.reconcile(ctx, cs, now))
+	return errors.Join(genErr, mastersErr, errors.Join(rehomeErrs...), rebuildErr, c.reconcile(ctx, cs, now))
+}
+
+// resharded reports whether g's keys are on another primary than the one that wrote them only
+// because a Cluster reshard moved them there, whole: the server that holds them (Server, read
+// on it with the meta) and the one that wrote them (Recorded) both served slots at the guard's
+// previous round (before), and the writer still serves slots now (now, read after g), each the
+// same process (the same run id).
+//
+// A reshard moves keys with MIGRATE, which deletes them from the source only once the target
+// holds them: neither primary lost a write. A loss puts them on another run id otherwise: a
+// restart changes the primary's run id (so Recorded is no primary now, or Server was none
+// before), and a failover promotes a replica, which served no slot before, in place of its
+// primary, which serves none after. Like the run id check itself, this takes the rounds to be
+// closer together than two failovers. A compensator that just started, with no previous round,
+// rebuilds, and so does a reshard onto a primary that served no slot at the previous round (a
+// node just added): a freeze for nothing, as before.
+func resharded(g lua.Generation, before, now map[string]bool) bool {
+	return g.Exists && !g.Frozen && g.Recorded != g.Server &&
+		before[g.Recorded] && before[g.Server] && now[g.Recorded]
 }
 
 // unsellable reports whether a campaign needs a rebuild before it sells again: its data may be
@@ -162,6 +200,8 @@ func RedisCampaign(c store.Campaign) lua.Campaign {
 type Rebuilder interface {
 	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
 	Generations(ctx context.Context, campaigns []string) (map[string]lua.Generation, error)
+	Masters(ctx context.Context) (map[string]bool, error)
+	Rehome(ctx context.Context, campaign, from, to string) (bool, error)
 	Freeze(ctx context.Context, campaigns ...string) (string, error)
 	Restore(ctx context.Context, mark string, c lua.Campaign, records []lua.Reservation) error
 }

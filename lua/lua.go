@@ -35,6 +35,10 @@ var (
 	restoreFillSrc string
 	//go:embed restore_ended.lua
 	restoreEndedSrc string
+	//go:embed rehome.lua
+	rehomeSrc string
+	//go:embed generation.lua
+	generationSrc string
 	//go:embed sync.lua
 	syncSrc string
 	//go:embed trim.lua
@@ -48,21 +52,23 @@ var (
 	//go:embed lock_release.lua
 	lockReleaseSrc string
 
-	reserveScript = newScript(reserveSrc)
-	releaseScript = newScript(releaseSrc)
-	confirmScript = newScript(confirmSrc)
-	expiredScript = newScript(expiredSrc)
-	loadScript    = newScript(loadSrc)
-	restoreScript = newScript(restoreSrc)
-	restoreClear  = newScript(restoreClearSrc)
-	restoreFill   = newScript(restoreFillSrc)
-	restoreEnded  = newScript(restoreEndedSrc)
-	syncScript    = newScript(syncSrc)
-	trimScript    = newScript(trimSrc)
-	dropScript    = newScript(dropSrc)
-	lockAcquire   = newScript(lockAcquireSrc)
-	lockRenew     = newScript(lockRenewSrc)
-	lockRelease   = newScript(lockReleaseSrc)
+	reserveScript    = newScript(reserveSrc)
+	releaseScript    = newScript(releaseSrc)
+	confirmScript    = newScript(confirmSrc)
+	expiredScript    = newScript(expiredSrc)
+	loadScript       = newScript(loadSrc)
+	restoreScript    = newScript(restoreSrc)
+	restoreClear     = newScript(restoreClearSrc)
+	restoreFill      = newScript(restoreFillSrc)
+	restoreEnded     = newScript(restoreEndedSrc)
+	rehomeScript     = newScript(rehomeSrc)
+	generationScript = newScript(generationSrc)
+	syncScript       = newScript(syncSrc)
+	trimScript       = newScript(trimSrc)
+	dropScript       = newScript(dropSrc)
+	lockAcquire      = newScript(lockAcquireSrc)
+	lockRenew        = newScript(lockRenewSrc)
+	lockRelease      = newScript(lockReleaseSrc)
 )
 
 // Keys are the Redis keys of one campaign.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,13 +23,15 @@ import (
 // restart, a failover to a replica (which may lack the last acknowledged writes: replication
 // is asynchronous) or a Cluster shard's failover all put the campaign's keys on a server with
 // another run id, or on none. So the check is per campaign, which is per shard on a Cluster:
-// the campaigns of the other shards never stop selling.
+// the campaigns of the other shards never stop selling. A Cluster reshard puts the keys on
+// another run id too, whole: the guard tells it from a loss by the primaries it saw (Masters)
+// and records the new one (Rehome).
 
 // Generation is what the guard compares for one campaign.
 type Generation struct {
 	Exists   bool   // Redis has the campaign's meta
 	Recorded string // the run id its meta records
-	Server   string // the run id of the primary that holds its keys now
+	Server   string // the run id of the primary that holds its keys now, read with the meta
 	Frozen   bool   // it is frozen: a rebuild is under way, or stopped half way
 }
 
@@ -40,49 +43,56 @@ func (g Generation) Lost() bool { return !g.Exists || g.Recorded != g.Server }
 // primary cannot be reached (a shard failing over) is left out, and its error joined into err.
 // A server that does not report a run id (miniredis) gives "", so that only a missing campaign
 // tells of a loss there.
+//
+// The meta and the run id are read in one script, on the server that holds the meta: the
+// client's slot map may be a reshard or a failover behind, and the run id of the primary it
+// names is then not that of the server the keys were read from, which a guard that tells a
+// reshard from a loss must know.
 func (r *Redis) Generations(ctx context.Context, campaigns []string) (map[string]Generation, error) {
-	runIDs := map[string]string{} // node address -> run id
 	var errs []error
-	out := make(map[string]Generation, len(campaigns))
-	metas := make(map[string]*redis.SliceCmd, len(campaigns))
+	calls := make(map[string]scriptCall, len(campaigns))
 	pipe := r.rdb.Pipeline()
 	for _, c := range campaigns {
-		meta := KeysOf(c).Meta
-		node, err := r.primaryOf(ctx, meta)
+		calls[c] = callScript(ctx, pipe, generationScript, []string{KeysOf(c).Meta})
+	}
+	pipe.Exec(ctx) // each call carries its own error
+	out := make(map[string]Generation, len(campaigns))
+	for c, call := range calls {
+		g, err := r.generationOf(ctx, c, call)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("campaign %s: %w", c, err))
 			continue
 		}
-		addr := node.Options().Addr
-		id, ok := runIDs[addr]
-		if !ok {
-			if id, err = runID(ctx, node); err != nil {
-				errs = append(errs, fmt.Errorf("campaign %s: %w", c, err))
-				continue
-			}
-			runIDs[addr] = id
-		}
-		out[c] = Generation{Server: id}
-		metas[c] = pipe.HMGet(ctx, meta, "limit", "gen", "frozen")
+		out[c] = g
 	}
-	pipe.Exec(ctx) // each command carries its own error
 	if cc, ok := r.rdb.(*redis.ClusterClient); ok && len(errs) > 0 {
 		cc.ReloadState(ctx) // a primary that does not answer may have been replaced
 	}
-	for c, cmd := range metas {
-		v, err := cmd.Result()
-		if err != nil {
-			delete(out, c)
-			errs = append(errs, fmt.Errorf("campaign %s: read meta: %w", c, err))
-			continue
-		}
-		g := out[c]
-		g.Exists = v[0] != nil
-		g.Recorded, _ = v[1].(string)
-		g.Frozen = v[2] != nil
-		out[c] = g
-	}
 	return out, errors.Join(errs...)
+}
+
+// generationOf reads the reply of generation.lua for campaign.
+func (r *Redis) generationOf(ctx context.Context, campaign string, call scriptCall) (Generation, error) {
+	v, err := call.reply(ctx, r.rdb)
+	if err == nil && len(v) != 4 {
+		err = fmt.Errorf("%d values, want 4", len(v))
+	}
+	if err != nil {
+		return Generation{}, fmt.Errorf("read meta: %w", err)
+	}
+	g := Generation{Exists: v[0] != nil, Frozen: v[2] != nil}
+	g.Recorded, _ = v[1].(string)
+	if id, ok := v[3].(string); ok {
+		g.Server = id
+		return g, nil
+	}
+	// The script could not run INFO: the server itself tells one without run ids (miniredis)
+	// from a user without INFO.
+	node, err := r.primaryOf(ctx, KeysOf(campaign).Meta)
+	if err == nil {
+		g.Server, err = runID(ctx, node)
+	}
+	return g, err
 }
 
 // primaryOf returns the client of the primary that holds key: on a Cluster, the master of its
@@ -116,6 +126,50 @@ func runID(ctx context.Context, node *redis.Client) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// Masters returns the run ids of the primaries that serve slots now: on a Cluster, every
+// master of the slot map, read afresh; else the one server. A primary that does not answer is
+// left out, its error joined into err, and so is one that reports no run id (miniredis).
+func (r *Redis) Masters(ctx context.Context) (map[string]bool, error) {
+	var mu sync.Mutex
+	out := map[string]bool{}
+	var errs []error
+	add := func(ctx context.Context, node *redis.Client) error {
+		id, err := runID(ctx, node)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("primary %s: %w", node.Options().Addr, err))
+		case id != "":
+			out[id] = true
+		}
+		return nil
+	}
+	switch c := r.rdb.(type) {
+	case *redis.ClusterClient:
+		if err := c.ForEachMaster(ctx, add); err != nil {
+			errs = append(errs, fmt.Errorf("primaries: %w", err))
+		}
+	case *redis.Client:
+		add(ctx, c)
+	default:
+		errs = append(errs, fmt.Errorf("unsupported redis client %T", r.rdb))
+	}
+	return out, errors.Join(errs...)
+}
+
+// Rehome records in campaign's meta that its keys live on the primary whose run id is to, no
+// longer on from's: a reshard moved them whole. It reports whether it did; it writes nothing
+// where the meta no longer records from (a rebuild restored the campaign meanwhile) or the
+// campaign is frozen.
+func (r *Redis) Rehome(ctx context.Context, campaign, from, to string) (bool, error) {
+	n, err := rehomeScript.Run(ctx, r.rdb, []string{KeysOf(campaign).Meta}, from, to).Int()
+	if err != nil {
+		return false, fmt.Errorf("rehome campaign %s: %w", campaign, err)
+	}
+	return n == 1, nil
 }
 
 // generation returns the run id to record in the meta of the campaign whose meta key is meta:
