@@ -20,6 +20,7 @@ import (
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/lua/luatest"
 	"github.com/seckill/seckill/store/storetest"
 )
 
@@ -361,6 +362,35 @@ func TestTopologyCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a campaign's slot resharded mid-sale", func(t *testing.T) {
+		campaign, s := bigSale(t, c, refusals) // no 503: a reshard loses nothing, so nothing freezes
+		ctx, cancel := context.WithCancel(context.Background())
+		wg := s.run(ctx, 16, 500, 10*time.Millisecond)
+		time.Sleep(2 * time.Second)
+		generation := func() lua.Generation {
+			gens, _ := c.redis.Generations(context.Background(), []string{campaign})
+			return gens[campaign]
+		}
+		before := generation()
+		from, to := luatest.MoveSlot(t, c.redis.Client().(*redis.ClusterClient), lua.KeysOf(campaign).Meta)
+		moved := time.Now()
+		// Recorded by the guard: as moved by a reshard, or (what the sale's 503s then tell)
+		// rebuilt.
+		eventually(t, 30*time.Second, "the guard records the campaign's new primary", func() bool {
+			g := generation()
+			return g.Exists && !g.Frozen && g.Server != before.Server && g.Recorded == g.Server
+		})
+		time.Sleep(time.Second) // buyers buy on the new primary
+		cancel()
+		wg.Wait()
+		lines := s.settle(t, 60*time.Second)
+		t.Logf("slot of %s moved from %s to %s mid-sale; after the move: %v\n%s", campaign, from, to,
+			kinds(s.ledgers[campaign].between(moved, time.Now())), strings.Join(lines, "\n"))
+		if !c.compensatorLogged(campaign, "moved whole to another primary by a reshard") {
+			t.Errorf("no compensator took the move of %s for a reshard", campaign)
+		}
+	})
+
 	t.Run("the sweeping compensator killed", func(t *testing.T) {
 		c.killTheSweeper(t, c.sweepHolder(t), sweep, 2*time.Second)
 	})
@@ -544,6 +574,19 @@ func (c *cluster) slowestConfirmation(t *testing.T, campaign string, l *ledger, 
 		}
 	}
 	return worst
+}
+
+// compensatorLogged reports whether a compensator logged a line with what about campaign.
+func (c *cluster) compensatorLogged(campaign, what string) bool {
+	for _, r := range c.comps {
+		b, _ := os.ReadFile(filepath.Join(c.logDir, r.name+".log"))
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, what) && strings.Contains(line, campaign) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sweepHolder returns the compensator that holds the sweeper's lease, by its log.
