@@ -303,7 +303,7 @@ func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) err
 			return err // a later holder has taken a token: this one must stop at once
 		}
 		if err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("sweep failed", "err", err)
+			c.cfg.Logger.Warn("sweep failed", "err", err, "count", n)
 		} else if n > 0 {
 			c.cfg.Logger.Info("swept expired reservations", "count", n)
 		}
@@ -317,7 +317,10 @@ func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) err
 
 // SweepOnce fails every reservation past its deadline that the consumer has not confirmed,
 // expires every order left unpaid past its pay_by, and returns how many it resolved. fence is
-// the sweeper lock's token (zero: unfenced).
+// the sweeper lock's token (zero: unfenced). A campaign or an order it cannot resolve (its shard
+// does not answer, Redis holds a record it cannot parse) is reported in the error once the rest
+// is done: it must not keep every campaign, refund and expiry after it waiting, sweep after
+// sweep. Only a stale fence or the end of ctx stops the sweep at once.
 func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, error) {
 	cs, err := c.campaigns.Campaigns(ctx)
 	if err != nil {
@@ -326,30 +329,42 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 	n, overdue := 0, 0
 	now := time.Now()
 	defer func() { reservationsOverdue.Set(float64(overdue)) }()
+	var errs []error
+	// stop keeps err for the answer and says whether the sweep must end now.
+	stop := func(err error) bool {
+		errs = append(errs, err)
+		return errors.Is(err, store.ErrStaleFence) || ctx.Err() != nil
+	}
 	for _, camp := range cs {
-		if err := c.retire(ctx, camp, now); err != nil {
-			return n, err
+		if err := c.retire(ctx, camp, now); err != nil && stop(err) {
+			return n, errors.Join(errs...)
 		}
 		// An operator's change whose Redis step failed reaches the sale here.
 		if camp.Version > 0 && !c.retired(camp, now) {
-			if _, err := c.sweeper.Sync(ctx, RedisCampaign(camp)); err != nil {
-				return n, err
+			if _, err := c.sweeper.Sync(ctx, RedisCampaign(camp)); err != nil && stop(err) {
+				return n, errors.Join(errs...)
 			}
 		}
 		// One page per campaign per sweep: the next sweep takes the rest, and a reservation
 		// that somehow stays pending can never trap the sweeper in a loop.
 		ids, err := c.sweeper.Expired(ctx, camp.ID, 1000)
 		if err != nil {
-			return n, err
+			if stop(err) {
+				return n, errors.Join(errs...)
+			}
+			continue
 		}
 		overdue += len(ids)
 		for _, id := range ids {
 			res, err := c.Redis.Reservation(ctx, id)
-			if err != nil {
-				return n, err
+			if err == nil {
+				_, err = c.FailFenced(ctx, reservationEvent(res), events.ReasonExpired, "sweeper", fence)
 			}
-			if _, err := c.FailFenced(ctx, reservationEvent(res), events.ReasonExpired, "sweeper", fence); err != nil {
-				return n, err
+			if err != nil {
+				if stop(err) {
+					return n, errors.Join(errs...)
+				}
+				continue
 			}
 			n++
 		}
@@ -358,27 +373,33 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 	// compensator killed mid-cancel) holds its units until someone runs the control again; the
 	// sweeper gives them back, a page per sweep. Finishing one twice gives nothing twice.
 	refunds, err := c.campaigns.UnfinishedRefunds(ctx, 1000)
-	if err != nil {
-		return n, err
+	if err != nil && stop(err) {
+		return n, errors.Join(errs...)
 	}
 	for _, o := range refunds {
 		if _, err := c.refundReservation(ctx, o, "sweeper"); err != nil {
-			return n, err
+			if stop(err) {
+				return n, errors.Join(errs...)
+			}
+			continue
 		}
 		n++
 	}
 	// A page per sweep, as above.
 	unpaid, err := c.campaigns.ExpiringOrders(ctx, now, 1000)
-	if err != nil {
-		return n, err
+	if err != nil && stop(err) {
+		return n, errors.Join(errs...)
 	}
 	for _, o := range unpaid {
 		if _, err := c.Expire(ctx, o.OrderID, now); err != nil {
-			return n, err
+			if stop(err) {
+				return n, errors.Join(errs...)
+			}
+			continue
 		}
 		n++
 	}
-	return n, nil
+	return n, errors.Join(errs...)
 }
 
 // retire drops from Redis what selling no longer needs: records of reservations released or
