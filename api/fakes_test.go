@@ -81,6 +81,10 @@ func (panickingProducer) Produce(context.Context, *kgo.Record, func(*kgo.Record,
 	panic("a bug after the reservation")
 }
 
+func (p panickingProducer) TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.Produce(ctx, r, promise)
+}
+
 // fakeProducer acknowledges every record with err, and keeps them.
 type fakeProducer struct {
 	err error
@@ -93,6 +97,10 @@ func (p *fakeProducer) Produce(_ context.Context, r *kgo.Record, promise func(*k
 	p.got = append(p.got, r)
 	p.mu.Unlock()
 	promise(r, p.err)
+}
+
+func (p *fakeProducer) TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.Produce(ctx, r, promise)
 }
 
 func (p *fakeProducer) events(t *testing.T, topic string) []events.Event {

@@ -38,6 +38,10 @@ func (p *flakyProducer) Produce(ctx context.Context, r *kgo.Record, promise func
 	}
 }
 
+func (p *flakyProducer) TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.Produce(ctx, r, promise)
+}
+
 // flakyRedis fails Release while failRelease is set (a timeout, a failover).
 type flakyRedis struct {
 	*lua.Redis

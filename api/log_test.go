@@ -24,6 +24,10 @@ func (refusingProducer) Produce(_ context.Context, r *kgo.Record, promise func(*
 	promise(r, errors.New("kafka refused the record"))
 }
 
+func (p refusingProducer) TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.Produce(ctx, r, promise)
+}
+
 // TestRefusedAnnouncementLogsToConfigLogger: when Kafka refuses a purchase, the api cancels the
 // order and announces it; the refused announcement is logged by Config.Logger (JSON with
 // --log-format json), not by the process's default text logger.

@@ -199,9 +199,13 @@ type Redis interface {
 	Client() redis.UniversalClient
 }
 
-// Producer hands records to Kafka. A *kgo.Client is one, and then /readyz also asks it for
-// the leaders of the requested topic's partitions.
-type Producer = compensator.Producer
+// Producer hands records to Kafka: a purchase's event waits for room in the client's buffer
+// (Produce), an outcome's announcement does not (compensator.Producer). A *kgo.Client is one,
+// and then /readyz also asks it for the leaders of the requested topic's partitions.
+type Producer interface {
+	compensator.Producer
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+}
 
 var (
 	_ Store    = (*store.Store)(nil)

@@ -158,14 +158,14 @@ func (e *env) check(t *testing.T, evs []events.Event) map[events.Status]int {
 
 type nopProducer struct{}
 
-func (nopProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+func (nopProducer) TryProduce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	promise(r, nil)
 }
 
 // refusingProducer is Kafka refusing every record.
 type refusingProducer struct{}
 
-func (refusingProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+func (refusingProducer) TryProduce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	promise(r, errors.New("kafka refused the record"))
 }
 

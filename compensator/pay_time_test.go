@@ -26,7 +26,7 @@ func (s *payTimeStore) PayOrder(ctx context.Context, orderID, paymentID string, 
 // keptProducer keeps what it is given, delivered.
 type keptProducer struct{ recs []*kgo.Record }
 
-func (p *keptProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+func (p *keptProducer) TryProduce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	p.recs = append(p.recs, r)
 	promise(r, nil)
 }

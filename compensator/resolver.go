@@ -39,9 +39,11 @@ var (
 	_ Redis = (*lua.Redis)(nil)
 )
 
-// Producer sends events to the results topic.
+// Producer sends events to the results topic without waiting for room in its buffer: a
+// *kgo.Client's TryProduce refuses a record at once (ErrMaxBuffered) when it holds
+// MaxBufferedRecords already, where Produce would wait for Kafka.
 type Producer interface {
-	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 }
 
 // Resolver moves single reservations to their final state. It is safe to call concurrently
@@ -221,12 +223,13 @@ func (r *Resolver) publish(ctx context.Context, e events.Event) error {
 	}
 	// The store holds the outcome already; the event only announces it. Waiting for Kafka here
 	// would stop the sweeper (and everything behind it) while Kafka is down, so the client
-	// keeps the record and delivers it when Kafka is back.
+	// keeps the record and delivers it when Kafka is back; past its buffer (10,000 records by
+	// default) it refuses the record at once, and the promise logs it.
 	log := r.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	r.Producer.Produce(context.WithoutCancel(ctx), rec, func(rec *kgo.Record, err error) {
+	r.Producer.TryProduce(context.WithoutCancel(ctx), rec, func(rec *kgo.Record, err error) {
 		if err != nil {
 			log.Warn("announce an order's outcome", "type", e.Type, "order_id", e.OrderID, "err", err)
 		}

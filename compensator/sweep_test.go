@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
@@ -52,5 +53,40 @@ func TestSweepGetsPastAFailingOrder(t *testing.T) {
 	}
 	if states := e.check(t, append(overdue, refunded...)); states[events.Failed] != 2 || states[events.Refunded] != 1 {
 		t.Errorf("after the sweeps: %v; want the 2 overdue failed and the refund finished", states)
+	}
+}
+
+// TestSweepWhileKafkaIsDown: the announcements of what a sweep resolved wait in the Kafka
+// client while Kafka is down, and the client buffers a bounded number of records (franz-go's
+// MaxBufferedRecords, 10,000 by default; 2 here). Past it, a Produce blocks until there is room,
+// and the announcement's context must outlive the sweep, so the sweep stopped there for as long
+// as Kafka was down: holding its lease, giving no units back, deaf to its own end. It must
+// resolve every overdue reservation, and let the announcements it cannot keep go, logged.
+func TestSweepWhileKafkaIsDown(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	c := e.compensator(t, compensator.Config{})
+	down, err := events.NewClient([]string{"127.0.0.1:1"}, kgo.MaxBufferedRecords(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	c.Producer = down
+	evs := e.reserve(t, 5, time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // past their deadlines
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.SweepOnce(e.ctx, store.Fence{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute): // not a measurement: the sweep never returns
+		t.Fatal("the sweep is stuck announcing an outcome to a Kafka that is down")
+	}
+	if states := e.check(t, evs); states[events.Failed] != len(evs) {
+		t.Errorf("after the sweep: %v; want all %d failed", states, len(evs))
 	}
 }
