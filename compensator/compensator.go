@@ -336,8 +336,12 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 		return errors.Is(err, store.ErrStaleFence) || ctx.Err() != nil
 	}
 	for _, camp := range cs {
-		if err := c.retire(ctx, camp, now); err != nil && stop(err) {
+		gone, err := c.retire(ctx, camp, now)
+		if err != nil && stop(err) {
 			return n, errors.Join(errs...)
+		}
+		if gone { // nothing was pending when its keys went, and nothing can be since
+			continue
 		}
 		// An operator's change whose Redis step failed reaches the sale here.
 		if camp.Version > 0 && !c.retired(camp, now) {
@@ -404,19 +408,24 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 
 // retire drops from Redis what selling no longer needs: records of reservations released or
 // refunded more than the retention ago (a page per sweep), and the keys of a campaign that
-// ended more than the retention ago.
-func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.Time) error {
+// ended more than the retention ago. It reports whether the campaign's keys are gone: the
+// sweeper then spends no call on it, so a sweep's work does not grow with the campaigns of the
+// past.
+func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.Time) (bool, error) {
 	if c.retired(camp, now) {
 		if _, ok := c.dropped.Load(camp.ID); ok {
-			return nil
+			return true, nil
 		}
 		dropped, err := c.sweeper.Drop(ctx, camp.ID)
 		if dropped {
 			c.dropped.Store(camp.ID, struct{}{}) // one script call per old campaign, not per sweep
 			c.cfg.Logger.Debug("ended campaign's keys left redis", "campaign", camp.ID)
 		}
-		return err
+		return dropped, err
 	}
+	// An operator may reopen a retired campaign (Extend), and a rebuild put it back in Redis:
+	// when it retires again, its keys go again.
+	c.dropped.Delete(camp.ID)
 	_, err := c.sweeper.Trim(ctx, camp.ID, c.cfg.Retention, 1000)
-	return err
+	return false, err
 }

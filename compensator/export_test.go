@@ -9,6 +9,9 @@ var SweeperLease = sweeperLease
 // holds a campaign.
 func SetSnapshots(c *Compensator, s Snapshotter) { c.snapshots = s }
 
+// SetSweeper replaces the sweeper's Redis calls, for a test to count or fail them.
+func SetSweeper(c *Compensator, s Sweeper) { c.sweeper = s }
+
 // SetFencer replaces what the sweeper takes its fencing tokens from, for a test to act between
 // taking the lease and taking the token.
 func SetFencer(c *Compensator, f Fencer) { c.fencer = f }

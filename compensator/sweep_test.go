@@ -1,6 +1,7 @@
 package compensator_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +89,82 @@ func TestSweepWhileKafkaIsDown(t *testing.T) {
 	}
 	if states := e.check(t, evs); states[events.Failed] != len(evs) {
 		t.Errorf("after the sweep: %v; want all %d failed", states, len(evs))
+	}
+}
+
+// countingSweeper counts the sweeper's Redis calls per campaign.
+type countingSweeper struct {
+	compensator.Sweeper
+	calls map[string]int
+}
+
+func (s *countingSweeper) Expired(ctx context.Context, campaign string, limit int) ([]string, error) {
+	s.calls[campaign]++
+	return s.Sweeper.Expired(ctx, campaign, limit)
+}
+
+func (s *countingSweeper) Trim(ctx context.Context, campaign string, retention time.Duration, limit int) (int, error) {
+	s.calls[campaign]++
+	return s.Sweeper.Trim(ctx, campaign, retention, limit)
+}
+
+func (s *countingSweeper) Drop(ctx context.Context, campaign string) (bool, error) {
+	s.calls[campaign]++
+	return s.Sweeper.Drop(ctx, campaign)
+}
+
+func (s *countingSweeper) Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error) {
+	s.calls[c.ID]++
+	return s.Sweeper.Sync(ctx, c)
+}
+
+// TestSweepLeavesRetiredCampaignsAlone: once a campaign's keys have left Redis (it ended more
+// than the retention ago, nothing pending), a sweep spends no Redis call on it. Each sweep
+// asked Redis for the overdue reservations of every campaign ever created, so its work grew
+// with the history. A retired campaign an operator reopens is swept again, and its keys leave
+// Redis again when it retires again: this process used to remember it as dropped for good.
+func TestSweepLeavesRetiredCampaignsAlone(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	old := storetest.Name("old")
+	now := time.Now()
+	if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: old, Name: "old", Stock: 5, PerUserLimit: 1,
+		StartsAtMs: now.Add(-2 * time.Hour).UnixMilli(), EndsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: old, Remaining: 5, Limit: 1, StartsAt: now.Add(-2 * time.Hour), EndsAt: now.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.compensator(t, compensator.Config{Retention: 10 * time.Millisecond})
+	counted := &countingSweeper{Sweeper: e.r, calls: map[string]int{}}
+	compensator.SetSweeper(c, counted)
+	sweep := func() {
+		t.Helper()
+		if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep() // drops its keys
+	if n := e.r.Client().Exists(e.ctx, lua.KeysOf(old).All()...).Val(); n != 0 {
+		t.Fatalf("%d keys of the retired campaign still in redis", n)
+	}
+	clear(counted.calls)
+	sweep()
+	if n := counted.calls[old]; n != 0 {
+		t.Errorf("a sweep made %d redis calls for a campaign whose keys are gone, want 0", n)
+	}
+
+	// An operator reopens it for a moment, and a rebuild puts it back in Redis.
+	ends := time.Now().Add(20 * time.Millisecond)
+	if _, err := e.operator().Extend(e.ctx, old, ends); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: old, Remaining: 5, Limit: 1, StartsAt: now.Add(-2 * time.Hour), EndsAt: ends}); err != nil {
+		t.Fatal(err)
+	}
+	sweep()
+	time.Sleep(time.Until(ends.Add(20 * time.Millisecond))) // ended again, and past the retention
+	sweep()
+	if n := e.r.Client().Exists(e.ctx, lua.KeysOf(old).All()...).Val(); n != 0 {
+		t.Errorf("%d keys of the campaign retired again still in redis", n)
 	}
 }
