@@ -309,7 +309,7 @@ func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) err
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return context.Cause(ctx) // why the holding ended (Lock.Hold's watchdog says), for the log
 		case <-t.C:
 		}
 	}

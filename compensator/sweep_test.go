@@ -2,6 +2,7 @@ package compensator_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -166,5 +167,70 @@ func TestSweepLeavesRetiredCampaignsAlone(t *testing.T) {
 	sweep()
 	if n := e.r.Client().Exists(e.ctx, lua.KeysOf(old).All()...).Val(); n != 0 {
 		t.Errorf("%d keys of the campaign retired again still in redis", n)
+	}
+}
+
+// leaseLog tells when the compensator starts sweeping as the lease holder, and hands on its
+// "sweeper lease ended" records.
+type leaseLog struct {
+	sweeping chan struct{}
+	ended    chan slog.Record
+}
+
+func (h leaseLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h leaseLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h leaseLog) WithGroup(string) slog.Handler            { return h }
+
+func (h leaseLog) Handle(_ context.Context, r slog.Record) error {
+	switch r.Message {
+	case "sweeping as lease holder":
+		select {
+		case h.sweeping <- struct{}{}:
+		default:
+		}
+	case "sweeper lease ended":
+		select {
+		case h.ended <- r:
+		default:
+		}
+	}
+	return nil
+}
+
+// TestSweeperLeaseEndedSaysWhy: a holder whose lease is gone at its renewal (it ran out during a
+// pause, Redis lost it) stops sweeping and warns that its lease ended; the warning said err=<nil>,
+// as the watchdog's reason was dropped on the way, and the person on call could not tell a lost
+// lease from a clean hand-over.
+func TestSweeperLeaseEndedSaysWhy(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	log := leaseLog{sweeping: make(chan struct{}, 1), ended: make(chan slog.Record, 1)}
+	c := e.compensator(t, compensator.Config{SweepInterval: 2 * time.Second, Logger: slog.New(log)})
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	lock := "seckill:{lock:" + e.topics.Prefix + ".sweeper}"
+	select {
+	case <-log.sweeping:
+	case <-time.After(time.Minute): // not a measurement: a hang guard
+		t.Fatal("the compensator never swept as the lease holder")
+	}
+	if err := e.r.Client().Del(e.ctx, lock).Err(); err != nil { // the lease is gone
+		t.Fatal(err)
+	}
+	select {
+	case r := <-log.ended:
+		var why string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "err" {
+				why = a.Value.String()
+			}
+			return true
+		})
+		if !strings.Contains(why, "lease lost") {
+			t.Errorf("sweeper lease ended, err=%s; want why: the lease was lost", why)
+		}
+	case <-time.After(time.Minute): // not a measurement: the renewal comes within a lease
+		t.Fatal("no warning that the sweeper's lease ended")
 	}
 }
