@@ -18,7 +18,7 @@ type recordingProducer struct {
 	evs []events.Event
 }
 
-func (p *recordingProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+func (p *recordingProducer) TryProduce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	if e, err := events.Decode(r.Value); err == nil {
 		p.mu.Lock()
 		p.evs = append(p.evs, e)
