@@ -23,7 +23,7 @@ func ErrorStatusCode(code events.Code) int {
 	case codeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
 	case events.CampaignExists, events.SoldOut, events.LimitExceeded, events.NotStarted, events.Ended, events.IdempotencyInProgress,
-		events.AlreadyPaid, events.PaymentWindowClosed, events.OrderNotConfirmed, events.OrderNotPayable,
+		events.AlreadyPaid, events.PaymentReused, events.PaymentWindowClosed, events.OrderNotConfirmed, events.OrderNotPayable,
 		events.CampaignCancelled:
 		return http.StatusConflict
 	case events.BodyTooLarge:

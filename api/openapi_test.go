@@ -36,6 +36,7 @@ var allCodes = []events.Code{
 	events.IdempotencyKeyReused,
 	events.IdempotencyInProgress,
 	events.AlreadyPaid,
+	events.PaymentReused,
 	events.PaymentWindowClosed,
 	events.OrderNotConfirmed,
 	events.OrderNotPayable,

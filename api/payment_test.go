@@ -54,6 +54,16 @@ func TestPaymentContract(t *testing.T) {
 	again := h.do(t, pay(pending, "p-1", h.bearer()...), http.StatusOK) // the admin token may pay too
 	wantField(t, again, "status", "paid")
 	h.fail(t, pay(pending, "p-2", payer...), http.StatusConflict, events.AlreadyPaid)
+	// One payment pays one order: another buyer's order paid with it is refused, still to pay.
+	other := h.buy(t, "paywin", "dee", 1)
+	h.confirm(t, other)
+	h.fail(t, pay(other, "p-1", payer...), http.StatusConflict, events.PaymentReused)
+	unpaid := h.do(t, request("GET", "/v1/orders/"+other, "", user("dee")...), http.StatusOK)
+	wantField(t, unpaid, "status", "confirmed")
+	if _, ok := unpaid["payment_id"]; ok {
+		t.Errorf("an order refused a payment of another order shows one: %v", unpaid)
+	}
+	h.do(t, request("POST", "/v1/admin/orders/"+other+"/compensate", "", h.bearer()...), http.StatusOK) // its unit back, for the counts below
 	camp = h.do(t, request("GET", "/v1/campaigns/paywin", ""), http.StatusOK)
 	wantField(t, camp, "paid", float64(1))
 	wantField(t, camp, "sold", float64(1))

@@ -46,6 +46,8 @@ const (
 	IdempotencyInProgress Code = "idempotency_in_progress"
 	// AlreadyPaid means the order was paid with another payment.
 	AlreadyPaid Code = "already_paid"
+	// PaymentReused means the payment paid another order already: a payment pays one order.
+	PaymentReused Code = "payment_reused"
 	// PaymentWindowClosed means the order was not paid in time; its units went back on sale.
 	PaymentWindowClosed Code = "payment_window_closed"
 	// OrderNotConfirmed means the order is still pending: a payment may be retried shortly.

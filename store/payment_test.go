@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,11 +19,7 @@ func TestPaymentRacesExpiry(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		const n = 300
-		c := store.Campaign{ID: storetest.Name("pay"), Name: "pay", Stock: n, PerUserLimit: 1,
-			StartsAtMs: time.Now().Add(-time.Minute).UnixMilli(), CreatedAtMs: time.Now().UnixMilli(), PaymentWindowMs: 60_000}
-		if err := s.CreateCampaign(ctx, c); err != nil {
-			t.Fatal(err)
-		}
+		c := mustPayingCampaign(t, s, n, 1, time.Minute)
 		evs := make([]events.Event, n)
 		for i := range evs {
 			evs[i] = newEvent(c.ID, storetest.Name("buyer"), 1)
@@ -107,5 +104,149 @@ func TestPaymentRacesExpiry(t *testing.T) {
 		if todo, err := s.ExpiringOrders(ctx, payBy.Add(time.Second), 1000); err != nil || len(todo) != 0 {
 			t.Errorf("after MarkUnpaid, ExpiringOrders lists %d, %v", len(todo), err)
 		}
+	})
+}
+
+// payConfirmed confirms n orders of one unit each, of n buyers, in a campaign with an hour's
+// payment window, and returns their events.
+func payConfirmed(t *testing.T, s *store.Store, n int) []events.Event {
+	t.Helper()
+	c := mustPayingCampaign(t, s, int64(n), 1, time.Hour)
+	evs := make([]events.Event, n)
+	for i := range evs {
+		evs[i] = newEvent(c.ID, storetest.Name("buyer"), 1)
+	}
+	confirm(t, s, evs...)
+	return evs
+}
+
+// wantReused fails the test unless err refuses a payment as reused and the order is still
+// confirmed and unpaid.
+func wantReused(t *testing.T, s *store.Store, orderID string, o store.Order, changed bool, err error) {
+	t.Helper()
+	if events.ErrorCode(err) != events.PaymentReused || changed {
+		t.Errorf("pay %s with a payment of another order: changed %v, %v; want %s", orderID, changed, err, events.PaymentReused)
+	}
+	if o.Status != events.Confirmed || o.PaymentID != "" {
+		t.Errorf("a refused payment returned %+v, want the order as it is: confirmed, unpaid", o)
+	}
+	if got := wantStatus(t, s, orderID, events.Confirmed); got.PaymentID != "" {
+		t.Errorf("a refused payment left payment id %q on %s", got.PaymentID, orderID)
+	}
+}
+
+// TestPaymentPaysOneOrder: a payment id pays one order. The same order paid with it again is
+// the idempotent answer; another order, of another buyer, is refused and stays confirmed; and
+// a payment the store refused for its order claims nothing.
+func TestPaymentPaysOneOrder(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		now := time.Now()
+		evs := payConfirmed(t, s, 3)
+		a, b, late := evs[0].OrderID, evs[1].OrderID, evs[2].OrderID
+		if o, changed, err := s.PayOrder(ctx, a, "pay-1", now); err != nil || !changed || o.Status != events.Paid {
+			t.Fatalf("pay %s: %+v changed %v, %v", a, o, changed, err)
+		}
+		if o, changed, err := s.PayOrder(ctx, a, "pay-1", now); err != nil || changed || o.Status != events.Paid || o.PaymentID != "pay-1" {
+			t.Errorf("pay %s again with its payment: %+v changed %v, %v; want it paid, unchanged", a, o, changed, err)
+		}
+		o, changed, err := s.PayOrder(ctx, b, "pay-1", now)
+		wantReused(t, s, b, o, changed, err)
+		if !strings.Contains(events.ErrorMessage(err), a) {
+			t.Errorf("the refusal %q does not name the order the payment paid, %s", events.ErrorMessage(err), a)
+		}
+		if o, changed, err := s.PayOrder(ctx, b, "pay-2", now); err != nil || !changed || o.Status != events.Paid {
+			t.Errorf("pay %s with a payment of its own: %+v changed %v, %v", b, o, changed, err)
+		}
+
+		// Refused past its window, the payment is not the late order's: it may pay another.
+		if _, _, err := s.PayOrder(ctx, late, "pay-3", now.Add(2*time.Hour)); events.ErrorCode(err) != events.PaymentWindowClosed {
+			t.Fatalf("pay %s past its window: %v, want %s", late, err, events.PaymentWindowClosed)
+		}
+		if o, changed, err := s.PayOrder(ctx, late, "pay-3", now); err != nil || !changed || o.Status != events.Paid {
+			t.Errorf("pay %s in its window with a payment refused before: %+v changed %v, %v", late, o, changed, err)
+		}
+
+		// A refunded order keeps its payment: the payer is refunded, no one else may use it.
+		if o, err := s.RefundOrder(ctx, a); err != nil || o.Status != events.Refunded || o.PaymentID != "pay-1" {
+			t.Fatalf("refund %s: %+v, %v; want refunded with its payment id", a, o, err)
+		}
+		more := payConfirmed(t, s, 1)[0].OrderID
+		o, changed, err = s.PayOrder(ctx, more, "pay-1", now)
+		wantReused(t, s, more, o, changed, err)
+	})
+}
+
+// TestPaymentPaysOneOrderConcurrently pays 20 orders of 20 buyers with one payment id at once:
+// one is paid, the other 19 are refused and stay confirmed, whichever transaction commits
+// first.
+func TestPaymentPaysOneOrderConcurrently(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		evs := payConfirmed(t, s, 20)
+		type answer struct {
+			o       store.Order
+			changed bool
+			err     error
+		}
+		answers := make([]answer, len(evs))
+		var wg sync.WaitGroup
+		for i, e := range evs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				o, changed, err := s.PayOrder(ctx, e.OrderID, "pay-once", time.Now())
+				answers[i] = answer{o, changed, err}
+			}()
+		}
+		wg.Wait()
+		paid := 0
+		for i, a := range answers {
+			if a.err == nil && a.changed && a.o.Status == events.Paid {
+				paid++
+				wantStatus(t, s, evs[i].OrderID, events.Paid)
+				continue
+			}
+			wantReused(t, s, evs[i].OrderID, a.o, a.changed, a.err)
+		}
+		if paid != 1 {
+			t.Errorf("%d orders paid with one payment, want 1", paid)
+		}
+	})
+}
+
+// TestPaymentsMigrateOverReusedPayments migrates a database in which the payment service paid
+// two orders with one payment, as it could before payments named one order each: the
+// migration goes through and leaves both paid, a retry of either with its payment is still the
+// idempotent answer, and a third order cannot take the payment.
+func TestPaymentsMigrateOverReusedPayments(t *testing.T) {
+	storetest.EachURL(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		s, err := store.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		const beforePayments = 6 // the last migration of the release that paid orders without them
+		if err := store.MigrateTo(ctx, s, beforePayments); err != nil {
+			t.Fatal(err)
+		}
+		evs := payConfirmed(t, s, 3)
+		twice := []string{evs[0].OrderID, evs[1].OrderID}
+		for _, id := range twice {
+			if _, err := s.DB().Exec(s.DB().Rebind(`UPDATE orders SET status = 'paid', payment_id = 'pay-twice' WHERE order_id = ?`), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("migrate over one payment of two orders: %v", err)
+		}
+		for _, id := range twice {
+			if o, changed, err := s.PayOrder(ctx, id, "pay-twice", time.Now()); err != nil || changed || o.Status != events.Paid {
+				t.Errorf("pay %s again with the payment it was paid with: %+v changed %v, %v; want it paid, unchanged", id, o, changed, err)
+			}
+		}
+		o, changed, err := s.PayOrder(ctx, evs[2].OrderID, "pay-twice", time.Now())
+		wantReused(t, s, evs[2].OrderID, o, changed, err)
 	})
 }

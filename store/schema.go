@@ -103,4 +103,17 @@ var migrations = []migration{
 	// announced again.
 	{sql: `UPDATE orders SET reason = 'operator' WHERE status = 'refunded' AND reason = '';
 		CREATE INDEX orders_refunding ON orders (campaign_id) WHERE status = 'refunded' AND reason = '';`},
+	// payments names the one order each payment paid (PayOrder): a payment id's second order
+	// is refused, by this key, across processes and under concurrency. It is a table of its
+	// own, not a unique index over orders.payment_id, because a database from before it may
+	// hold one payment on several orders (what it closes), and such an index could not be
+	// built there without rewriting paid orders. Those orders stay as they were, each still
+	// paid with its payment; the id goes to the least of their order ids, and no other
+	// order may take it from now on.
+	{sql: `CREATE TABLE payments (
+			payment_id TEXT PRIMARY KEY,
+			order_id   TEXT NOT NULL
+		);
+		INSERT INTO payments (payment_id, order_id)
+			SELECT payment_id, MIN(order_id) FROM orders WHERE payment_id <> '' GROUP BY payment_id;`},
 }

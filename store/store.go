@@ -119,7 +119,11 @@ func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
 // Migrate applies the migrations the database lacks. Concurrent callers on PostgreSQL wait for
 // each other on an advisory lock.
-func (s *Store) Migrate(ctx context.Context) error {
+func (s *Store) Migrate(ctx context.Context) error { return s.migrateTo(ctx, len(migrations)) }
+
+// migrateTo applies the migrations the database lacks up to version last: Migrate, or a test's
+// database as an earlier release left it.
+func (s *Store) migrateTo(ctx context.Context, last int) error {
 	conn, err := s.db.Connx(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -138,7 +142,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := conn.GetContext(ctx, &have, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	for v := have + 1; v <= len(migrations); v++ {
+	for v := have + 1; v <= last; v++ {
 		tx, err := conn.BeginTxx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("migrate %d: %w", v, err)
@@ -632,19 +636,26 @@ func giveBack(ctx context.Context, tx *sqlx.Tx, o Order) error {
 // PayOrder records the payment paymentID of a confirmed order whose window is open at now, and
 // returns the order. The first final row wins: an order expired or refunded first is not paid.
 // Refusals are *events.Error: OrderNotFound (no row: pending or unknown, the caller tells
-// which), AlreadyPaid (paid with another payment), PaymentWindowClosed (expired, or past its
-// pay_by), OrderNotPayable (failed, refunded, or of a campaign without a payment step). Paying
-// again with the same paymentID returns the paid order, changed nothing.
+// which), PaymentReused (paymentID paid another order), AlreadyPaid (paid with another
+// payment), PaymentWindowClosed (expired, or past its pay_by), OrderNotPayable (failed,
+// refunded, or of a campaign without a payment step). Paying again with the same paymentID
+// returns the paid order, changed nothing.
 func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (o Order, changed bool, err error) {
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
-		err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?
-			WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ? RETURNING *`), paymentID, now.UnixMilli(), orderID, now.UnixMilli())
-		if err == nil {
-			changed = true
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+		owner, err := claimPayment(ctx, tx, paymentID, orderID)
+		if err != nil {
 			return err
+		}
+		if owner == orderID {
+			err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?
+				WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ? RETURNING *`), paymentID, now.UnixMilli(), orderID, now.UnixMilli())
+			if err == nil {
+				changed = true
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
 		}
 		if err := tx.GetContext(ctx, &o, tx.Rebind(`SELECT * FROM orders WHERE order_id = ?`), orderID); errors.Is(err, sql.ErrNoRows) {
 			return events.Errorf(events.OrderNotFound, "order %q not found", orderID)
@@ -652,8 +663,12 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 			return err
 		}
 		switch {
+		// Before the owner's check: an order paid with the payment before payments named
+		// one order per payment (store/schema.go) may not be its owner, and is paid still.
 		case o.Status == events.Paid && o.PaymentID == paymentID:
 			return nil
+		case owner != orderID:
+			return events.Errorf(events.PaymentReused, "payment %q paid order %q already; a payment pays one order", paymentID, owner)
 		case o.Status == events.Paid:
 			return events.Errorf(events.AlreadyPaid, "order %q is paid already, with another payment", orderID)
 		case o.Status == events.Expired, o.Status == events.Confirmed && o.PayByMs > 0:
@@ -666,6 +681,21 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 		err = fmt.Errorf("pay order %s: %w", orderID, err)
 	}
 	return o, changed, err
+}
+
+// claimPayment names orderID as the one order paymentID pays, unless the payment names an
+// order already, and returns the order it names. A refusal rolls the claim back with the rest
+// of the transaction. On PostgreSQL a claim of the same id by another transaction waits on the
+// key until that one ends, then finds its order if it committed.
+func claimPayment(ctx context.Context, tx *sqlx.Tx, paymentID, orderID string) (string, error) {
+	n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO payments (payment_id, order_id) VALUES (?, ?)
+		ON CONFLICT (payment_id) DO NOTHING`), paymentID, orderID))
+	if err != nil || n == 1 {
+		return orderID, err
+	}
+	var owner string
+	err = tx.GetContext(ctx, &owner, tx.Rebind(`SELECT order_id FROM payments WHERE payment_id = ?`), paymentID)
+	return owner, err
 }
 
 // ExpiringOrders returns up to limit orders to expire at now: confirmed, unpaid and past their

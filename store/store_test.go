@@ -42,13 +42,21 @@ func mustValid(t *testing.T, evs ...events.Event) {
 // mustCampaign creates a campaign with a fresh id and returns it.
 func mustCampaign(t *testing.T, s *store.Store, stock, limit int64) store.Campaign {
 	t.Helper()
+	return mustPayingCampaign(t, s, stock, limit, 0)
+}
+
+// mustPayingCampaign is mustCampaign for a campaign whose confirmed orders must be paid within
+// window.
+func mustPayingCampaign(t *testing.T, s *store.Store, stock, limit int64, window time.Duration) store.Campaign {
+	t.Helper()
 	c := store.Campaign{
-		ID:           storetest.Name("c"),
-		Name:         "test campaign",
-		Stock:        stock,
-		PerUserLimit: limit,
-		StartsAtMs:   time.Now().Add(-time.Minute).UnixMilli(),
-		CreatedAtMs:  time.Now().UnixMilli(),
+		ID:              storetest.Name("c"),
+		Name:            "test campaign",
+		Stock:           stock,
+		PerUserLimit:    limit,
+		StartsAtMs:      time.Now().Add(-time.Minute).UnixMilli(),
+		CreatedAtMs:     time.Now().UnixMilli(),
+		PaymentWindowMs: window.Milliseconds(),
 	}
 	if err := s.CreateCampaign(context.Background(), c); err != nil {
 		t.Fatalf("CreateCampaign: %v", err)

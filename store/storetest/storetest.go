@@ -80,11 +80,18 @@ func MustOpen(tb testing.TB, url string) *store.Store {
 // migrated store: the conformance suite's entry point.
 func Each(t *testing.T, fn func(t *testing.T, s *store.Store)) {
 	t.Helper()
+	EachURL(t, func(t *testing.T, url string) { fn(t, MustOpen(t, url)) })
+}
+
+// EachURL runs fn once with the URL of a fresh PostgreSQL schema and once with that of a fresh
+// SQLite file, as named subtests, neither opened nor migrated: for a test that migrates itself.
+func EachURL(t *testing.T, fn func(t *testing.T, url string)) {
+	t.Helper()
 	for _, db := range []struct {
 		name string
 		url  func(testing.TB) string
 	}{{"postgres", PostgresURL}, {"sqlite", SQLiteURL}} {
-		t.Run(db.name, func(t *testing.T) { fn(t, MustOpen(t, db.url(t))) })
+		t.Run(db.name, func(t *testing.T) { fn(t, db.url(t)) })
 	}
 }
 
