@@ -29,15 +29,20 @@ func (p *recordingProducer) TryProduce(_ context.Context, r *kgo.Record, promise
 
 // announced returns how many events of type t name orderID.
 func (p *recordingProducer) announced(t events.Type, orderID string) int {
+	return len(p.announcements(t, orderID))
+}
+
+// announcements returns the events of type t that name orderID.
+func (p *recordingProducer) announcements(t events.Type, orderID string) []events.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
+	var evs []events.Event
 	for _, e := range p.evs {
 		if e.Type == t && e.OrderID == orderID {
-			n++
+			evs = append(evs, e)
 		}
 	}
-	return n
+	return evs
 }
 
 // TestPaymentRetryAnnouncesAgain: a payment stored while Kafka refused its OrderPaid (or whose
@@ -66,5 +71,32 @@ func TestPaymentRetryAnnouncesAgain(t *testing.T) {
 	}
 	if n := kafka.announced(events.OrderPaid, ev.OrderID); n != 1 {
 		t.Errorf("after a refused payment OrderPaid was announced %d times, want still 1", n)
+	}
+}
+
+// TestRefundNamesThePayment: the OrderRefunded of a paid order carries its payment id, so that
+// a payment service reading the results topic knows which payment to give back; that of an
+// order refunded before it was paid carries none.
+func TestRefundNamesThePayment(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Hour)
+	evs := e.reserve(t, 2, time.Hour)
+	e.confirm(t, evs)
+	paid, unpaid := evs[0].OrderID, evs[1].OrderID
+	kafka := &recordingProducer{}
+	r := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: kafka, Results: e.topics.Results}
+	if o, err := r.Pay(e.ctx, paid, "pay-1"); err != nil || o.Status != events.Paid {
+		t.Fatalf("pay: %+v %v", o, err)
+	}
+	for id, want := range map[string]string{paid: "pay-1", unpaid: ""} {
+		if o, err := r.Compensate(e.ctx, id); err != nil || o.Status != events.Refunded {
+			t.Fatalf("refund %s: %+v %v", id, o, err)
+		}
+		refunds := kafka.announcements(events.OrderRefunded, id)
+		if len(refunds) != 1 {
+			t.Fatalf("refund of %s announced %d times, want once", id, len(refunds))
+		}
+		if refunds[0].PaymentID != want {
+			t.Errorf("OrderRefunded of %s carries payment id %q, want %q", id, refunds[0].PaymentID, want)
+		}
 	}
 }

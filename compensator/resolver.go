@@ -213,7 +213,11 @@ func (r *Resolver) giveBack(ctx context.Context, o store.Order, move func(contex
 		return false, err
 	}
 	compensations.WithLabelValues(source, outcome(out, changed)).Inc()
-	return out.Changed, r.publish(ctx, orderEvent(o).New(t, time.Now()))
+	ev := orderEvent(o).New(t, time.Now())
+	// The refund of a paid order names its payment: the payment service reading the results
+	// topic gives it back to the payer. An order never paid has none.
+	ev.PaymentID = o.PaymentID
+	return out.Changed, r.publish(ctx, ev)
 }
 
 func (r *Resolver) publish(ctx context.Context, e events.Event) error {

@@ -31,7 +31,8 @@ const (
 	OrderConfirmed Type = "OrderConfirmed"
 	// OrderFailed is produced by the compensator after the reservation was released.
 	OrderFailed Type = "OrderFailed"
-	// OrderRefunded is produced by the compensator after a confirmed order was refunded.
+	// OrderRefunded is produced by the compensator after a confirmed or paid order was
+	// refunded; a paid order's names its payment.
 	OrderRefunded Type = "OrderRefunded"
 	// OrderPaid is produced by the api after a confirmed order was paid within its window.
 	OrderPaid Type = "OrderPaid"
@@ -42,7 +43,7 @@ const (
 
 // Event is one order event. All order events carry the same order facts, so one flat type serves
 // them all; Reason is set only on OrderFailed, Deadline only on OrderRequested, PaymentID only
-// on OrderPaid.
+// on OrderPaid and on the OrderRefunded of an order that was paid.
 type Event struct {
 	Type       Type      `json:"type"`
 	Version    int       `json:"version"`
@@ -56,7 +57,8 @@ type Event struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 	// Reason says why an order failed (one of the Reason constants, or an error text).
 	Reason string `json:"reason,omitempty"`
-	// PaymentID is the payment service's id of the payment that paid the order.
+	// PaymentID is the payment service's id of the payment that paid the order: on OrderPaid,
+	// and on OrderRefunded, the payment to give back.
 	PaymentID string `json:"payment_id,omitempty"`
 }
 
