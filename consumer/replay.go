@@ -371,8 +371,9 @@ func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r Re
 // would expire it at its pay_by and put the paid units back on sale. So each OrderPaid is
 // recorded again with PayOrder, at the time the event says the payment was taken, which was
 // inside the order's window. An order the store holds otherwise is left as it is: paid
-// already, refunded since, missing; one it holds expired, or paid by another payment, is
-// logged, as its payer is owed a refund.
+// already, refunded since, missing; one it holds expired, or paid by another payment, and a
+// payment that paid another order (an api from before the store refused that announced it),
+// are logged, as their payers may be owed a refund.
 func recordPaid(ctx context.Context, log *slog.Logger, st ReplayStore, recs []*kgo.Record) (int, error) {
 	n := 0
 	for _, rec := range recs {
@@ -400,7 +401,7 @@ func recordPaid(ctx context.Context, log *slog.Logger, st ReplayStore, recs []*k
 			if changed {
 				n++
 			}
-		case events.PaymentWindowClosed, events.AlreadyPaid:
+		case events.PaymentWindowClosed, events.AlreadyPaid, events.PaymentReused:
 			log.Warn("replay: a payment on the results topic does not pay its order; refund the payer",
 				"order_id", e.OrderID, "payment_id", e.PaymentID, "status", o.Status, "err", refusal)
 		}

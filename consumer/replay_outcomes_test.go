@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -163,6 +164,38 @@ func testReplayPayments(t *testing.T, st *store.Store) {
 	}
 }
 
+// TestReplayLogsAReusedPayment: the results topic may hold an OrderPaid that paid Bob's order
+// with the payment that had paid Ann's, announced by an api from before the store refused a
+// payment's second order. Replay leaves Bob's order unpaid, as the api now would, and logs it
+// as it logs a payment too late for its order, for the payment service to settle: before, the
+// store's payment_reused refusal fell through replay's switch and nobody heard of the event.
+func TestReplayLogsAReusedPayment(t *testing.T) { storetest.Each(t, testReplayReusedPayment) }
+
+func testReplayReusedPayment(t *testing.T, st *store.Store) {
+	s := newReplaySale(t, st, 2)
+	var logs bytes.Buffer
+	s.log = &logs
+	ann, bob := s.buy("ann"), s.buy("bob")
+	s.confirm(ann)
+	s.confirm(bob)
+	s.pay(ann)
+	reused := bob.New(events.OrderPaid, time.Now())
+	reused.PaymentID = "pay-ann"
+	s.produce(s.topics.Results, reused)
+
+	if stats := s.replay(consumer.From{}); stats.Paid != 0 {
+		t.Errorf("replay: %+v, want no payment recorded", stats)
+	}
+	s.wantOrders(1, []wantOrder{{ann, events.Paid, ""}, {bob, events.Confirmed, ""}})
+	var warned bool
+	for line := range strings.Lines(logs.String()) {
+		warned = warned || strings.Contains(line, "order_id="+bob.OrderID) && strings.Contains(line, string(events.PaymentReused))
+	}
+	if !warned {
+		t.Errorf("replay did not log the OrderPaid of bob's order with ann's payment:\n%s", logs.String())
+	}
+}
+
 // replaySale is a campaign with a payment window on the store under test, Redis and a fake
 // Kafka, and what the api, the consumer and the compensator do to its orders: the stage of the
 // replay stories.
@@ -176,6 +209,7 @@ type replaySale struct {
 	topics   events.Topics
 	cl       *kgo.Client
 	res      *compensator.Resolver
+	log      io.Writer // what the replay logs; nil: nowhere
 }
 
 // replayWindow is the payment window of a replaySale's campaign.
@@ -214,7 +248,14 @@ func (s *replaySale) buy(user string) events.Event {
 	if _, err := s.r.Reserve(s.ctx, s.campaign, e.OrderID, user, 1, time.Hour); err != nil {
 		s.t.Fatalf("reserve for %s: %v", user, err)
 	}
-	rec, err := events.Record(s.topics.Requested, e)
+	s.produce(s.topics.Requested, e)
+	return e
+}
+
+// produce writes e to topic's first partition.
+func (s *replaySale) produce(topic string, e events.Event) {
+	s.t.Helper()
+	rec, err := events.Record(topic, e)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -222,7 +263,6 @@ func (s *replaySale) buy(user string) events.Event {
 	if err := s.cl.ProduceSync(s.ctx, rec).FirstErr(); err != nil {
 		s.t.Fatal(err)
 	}
-	return e
 }
 
 // confirm does what the consumer does: the store, then Redis.
@@ -319,8 +359,12 @@ func (s *replaySale) replay(from consumer.From) consumer.ReplayStats {
 		s.t.Fatal(err)
 	}
 	var progress strings.Builder
+	log := s.log
+	if log == nil {
+		log = io.Discard
+	}
 	stats, err := consumer.Replay(s.ctx, consumer.Config{Brokers: s.brokers, Topics: s.topics,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, from, s.st, s.r, &progress)
+		Logger: slog.New(slog.NewTextHandler(log, nil))}, from, s.st, s.r, &progress)
 	if err != nil {
 		s.t.Fatalf("replay: %v\n%s", err, progress.String())
 	}
