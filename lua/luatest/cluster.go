@@ -109,19 +109,24 @@ func Failover(tb testing.TB, cc *redis.ClusterClient, addr string) string {
 	tb.Helper()
 	ctx := context.Background()
 	primary := node(tb, cc, addr)
-	lines, err := primary.Do(ctx, "cluster", "replicas", nodeID(tb, primary)).StringSlice()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	// A primary that a failover just promoted gets its old primary as a replica only once the
+	// cluster's gossip has told that one: wait for a live replica rather than fail at once.
 	var replica string
-	for _, l := range lines {
-		if f := strings.Fields(l); len(f) > 2 && !strings.Contains(f[2], "fail") {
-			replica, _, _ = strings.Cut(f[1], "@")
-			break
+	var lines []string
+	for deadline := time.Now().Add(30 * time.Second); replica == ""; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if lines, err = primary.Do(ctx, "cluster", "replicas", nodeID(tb, primary)).StringSlice(); err != nil {
+			tb.Fatal(err)
 		}
-	}
-	if replica == "" {
-		tb.Fatalf("primary %s has no live replica to fail over to: %q", addr, lines)
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) > 2 && !strings.Contains(f[2], "fail") {
+				replica, _, _ = strings.Cut(f[1], "@")
+				break
+			}
+		}
+		if replica == "" && time.Now().After(deadline) {
+			tb.Fatalf("primary %s has no live replica to fail over to after 30s: %q", addr, lines)
+		}
 	}
 	must(tb, node(tb, cc, replica).Do(ctx, "cluster", "failover").Err())
 	slots, err := primary.ClusterSlots(ctx).Result()
