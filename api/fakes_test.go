@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -72,6 +73,17 @@ func (f *fakeRedis) Release(_ context.Context, orderID string) (lua.Outcome, err
 	defer f.mu.Unlock()
 	f.released = append(f.released, orderID)
 	return lua.Outcome{Changed: true, State: "released"}, nil
+}
+
+// lostLoadAnswer is Redis whose LoadCampaign loads the campaign and then loses the answer, as a
+// timeout or a connection dropped after the script ran does.
+type lostLoadAnswer struct{ api.Redis }
+
+func (r lostLoadAnswer) LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error) {
+	if _, err := r.Redis.LoadCampaign(ctx, c); err != nil {
+		return false, err
+	}
+	return false, fmt.Errorf("load campaign %s: %w", c.ID, context.DeadlineExceeded)
 }
 
 // panickingProducer is a bug after the reservation.

@@ -214,30 +214,62 @@ func (s *Server) createCampaign(c echo.Context) error {
 	// sale would answer every buyer "being restored".
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), createTimeout)
 	defer cancel()
-	if err := s.store.CreateCampaign(ctx, camp); err != nil {
+	retried := false
+	err := s.store.CreateCampaign(ctx, camp)
+	if events.ErrorCode(err) == events.CampaignExists {
+		stored, serr := s.store.Campaign(ctx, camp.ID)
+		if serr != nil {
+			return serr
+		}
+		if !sameCreation(stored, camp, req.StartsAt != nil) {
+			return err
+		}
+		// A retry, maybe of a creation answered 503 below: it finishes what that one left.
+		camp, retried, err = stored, true, nil
+	}
+	if err != nil {
 		return err
 	}
-	if _, err := s.redis.LoadCampaign(ctx, compensator.RedisCampaign(camp)); err != nil {
-		s.cfg.Logger.Warn("campaign stored but not put on sale; undoing the creation", "campaign", camp.ID, "err", err)
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
-		defer cancel()
-		deleted, derr := s.store.DeleteUnsoldCampaign(uctx, camp.ID)
-		s.campaigns.forget(camp.ID) // a GET in between found it
-		switch {
-		case derr != nil:
-			// The compensator's reconciler puts it on sale once Redis answers.
-			s.cfg.Logger.Error("undo a campaign's creation; the compensator puts it on sale later", "campaign", camp.ID, "err", derr)
-			return events.Errorf(events.Unavailable, "campaign %s was created but is not on sale yet; it will be within a minute", camp.ID)
-		case !deleted: // the compensator's reconciler put it on sale meanwhile
-			return c.JSON(http.StatusCreated, ViewCampaign(camp, lua.Sale{Remaining: camp.Stock}, 0))
+	if !camp.OnSale {
+		if _, err := s.redis.LoadCampaign(ctx, compensator.RedisCampaign(camp)); err != nil {
+			// The campaign stays in the store. An error does not say that Redis lacks it: a
+			// timeout, or a connection dropped after the script ran, leaves it on sale there.
+			// Deleting the row then would have Redis sell a campaign the store does not have:
+			// orders the consumer cannot store, pending ones the sweeper (which visits the
+			// store's campaigns) never releases, keys a later creation under the id runs into.
+			// Kept, the store has it before Redis may, at every moment; the compensator's
+			// reconciler, or this request sent again, puts it on sale once Redis answers.
+			s.cfg.Logger.Warn("campaign stored but not put on sale; the compensator puts it on sale once redis answers",
+				"campaign", camp.ID, "err", err)
+			return events.Errorf(events.Unavailable,
+				"campaign %s was created but is not on sale yet; it goes on sale once Redis answers (sending this request again then puts it on sale)", camp.ID)
 		}
-		return events.Errorf(events.Unavailable, "the campaign could not be put on sale, so nothing was created; try again shortly")
+		if err := s.store.MarkOnSale(ctx, camp.ID); err != nil {
+			// It is on sale; the compensator's reconciler records that.
+			s.cfg.Logger.Warn("record a campaign on sale; the compensator records it", "campaign", camp.ID, "err", err)
+		}
 	}
-	if err := s.store.MarkOnSale(ctx, camp.ID); err != nil {
-		// It is on sale; the compensator's reconciler records that.
-		s.cfg.Logger.Warn("record a campaign on sale; the compensator records it", "campaign", camp.ID, "err", err)
+	if retried { // it may have sold since
+		view, err := s.viewCampaign(ctx, camp)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusCreated, view)
 	}
 	return c.JSON(http.StatusCreated, ViewCampaign(camp, lua.Sale{Remaining: camp.Stock}, 0))
+}
+
+// sameCreation reports whether stored is the campaign that the request which made fresh
+// created, unchanged since by any operator: fresh's request is then a retry of that one.
+// A request without starts_at (startsGiven false) starts its campaign when it stores it.
+func sameCreation(stored, fresh store.Campaign, startsGiven bool) bool {
+	starts := fresh.StartsAtMs
+	if !startsGiven {
+		starts = stored.CreatedAtMs
+	}
+	return stored.Version == 0 && stored.Name == fresh.Name && stored.Stock == fresh.Stock &&
+		stored.PerUserLimit == fresh.PerUserLimit && stored.PaymentWindowMs == fresh.PaymentWindowMs &&
+		stored.StartsAtMs == starts && stored.EndsAtMs == fresh.EndsAtMs
 }
 
 // Campaign states, as an operator sees them.

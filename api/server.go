@@ -177,7 +177,6 @@ type Store interface {
 	compensator.Store
 	compensator.CampaignStore
 	CreateCampaign(ctx context.Context, c store.Campaign) error
-	DeleteUnsoldCampaign(ctx context.Context, id string) (bool, error)
 	MarkOnSale(ctx context.Context, id string) error
 	Campaign(ctx context.Context, id string) (store.Campaign, error)
 	PaidUnits(ctx context.Context, campaign string) (int64, error)
