@@ -115,8 +115,7 @@ type Compensator struct {
 	rebuilder Rebuilder
 	snapshots Snapshotter
 	verdicts  Verdicts
-	dropped   sync.Map        // ids of ended campaigns whose keys this process dropped
-	exported  map[string]bool // campaigns whose verdict seckill_audit_violations has; exportAudits' own
+	dropped   sync.Map // ids of ended campaigns whose keys this process dropped
 
 	mastersMu sync.Mutex
 	masters   map[string]bool // run ids of the primaries at the guard's last round (resharded)
@@ -173,37 +172,20 @@ func (c *Compensator) exportAudits(ctx context.Context) error {
 	t := time.NewTicker(auditEvery)
 	defer t.Stop()
 	for {
-		c.exportAuditsOnce(ctx)
+		vs, err := c.verdicts.AuditVerdicts(ctx)
+		switch {
+		case err == nil:
+			for id, v := range vs {
+				auditViolations.WithLabelValues(id).Set(float64(v.ViolationCount()))
+			}
+		case ctx.Err() == nil:
+			c.cfg.Logger.Warn("read the audit verdicts for the metrics", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-	}
-}
-
-// exportAuditsOnce is one round of exportAudits.
-func (c *Compensator) exportAuditsOnce(ctx context.Context) {
-	vs, err := c.verdicts.AuditVerdicts(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.cfg.Logger.Warn("read the audit verdicts for the metrics", "err", err)
-		}
-		return
-	}
-	for id, v := range vs {
-		auditViolations.WithLabelValues(id).Set(float64(v.ViolationCount()))
-	}
-	// A campaign that has no verdict any more was deleted: its last one would be exported,
-	// and alerted on, for ever.
-	for id := range c.exported {
-		if _, ok := vs[id]; !ok {
-			auditViolations.DeleteLabelValues(id)
-		}
-	}
-	c.exported = make(map[string]bool, len(vs))
-	for id := range vs {
-		c.exported[id] = true
 	}
 }
 

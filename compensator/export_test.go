@@ -1,7 +1,5 @@
 package compensator
 
-import "context"
-
 // SweeperLease is sweeperLease, for the tests.
 var SweeperLease = sweeperLease
 
@@ -15,9 +13,6 @@ func SetSweeper(c *Compensator, s Sweeper) { c.sweeper = s }
 // SetFencer replaces what the sweeper takes its fencing tokens from, for a test to act between
 // taking the lease and taking the token.
 func SetFencer(c *Compensator, f Fencer) { c.fencer = f }
-
-// ExportAudits is one round of the compensator's export of the audit verdicts to its metrics.
-func ExportAudits(ctx context.Context, c *Compensator) { c.exportAuditsOnce(ctx) }
 
 // Resharded is resharded, for the tests.
 var Resharded = resharded

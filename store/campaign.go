@@ -68,11 +68,10 @@ func (s *Store) RecordAudit(ctx context.Context, v AuditVerdict) error {
 	return nil
 }
 
-// AuditVerdicts returns the last audit verdict of every audited campaign, by campaign. A deleted
-// campaign has none: an audit that read it before its deletion may record one after.
+// AuditVerdicts returns the last audit verdict of every audited campaign, by campaign.
 func (s *Store) AuditVerdicts(ctx context.Context) (map[string]AuditVerdict, error) {
 	var vs []AuditVerdict
-	if err := s.db.SelectContext(ctx, &vs, `SELECT audits.* FROM audits JOIN campaigns ON campaigns.id = audits.campaign_id`); err != nil {
+	if err := s.db.SelectContext(ctx, &vs, `SELECT * FROM audits`); err != nil {
 		return nil, fmt.Errorf("read the audit verdicts: %w", err)
 	}
 	m := make(map[string]AuditVerdict, len(vs))

@@ -189,18 +189,9 @@ func (c Campaign) Over(nowMs int64) bool {
 
 // CreateCampaign inserts c; a campaign with the same id is an events.CampaignExists error.
 func (s *Store) CreateCampaign(ctx context.Context, c Campaign) error {
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		_, err := tx.NamedExecContext(ctx, `INSERT INTO campaigns
-			(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms, on_sale, payment_window_ms)
-			VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms, :on_sale, :payment_window_ms)`, c)
-		if err != nil {
-			return err
-		}
-		// A campaign deleted under this id (DeleteUnsoldCampaign) may have left the verdict of
-		// an audit that read it before: it is not this campaign's.
-		_, err = tx.ExecContext(ctx, tx.Rebind(`DELETE FROM audits WHERE campaign_id = ?`), c.ID)
-		return err
-	})
+	_, err := s.db.NamedExecContext(ctx, `INSERT INTO campaigns
+		(id, name, stock, per_user_limit, starts_at_ms, ends_at_ms, sold, created_at_ms, on_sale, payment_window_ms)
+		VALUES (:id, :name, :stock, :per_user_limit, :starts_at_ms, :ends_at_ms, 0, :created_at_ms, :on_sale, :payment_window_ms)`, c)
 	if isUniqueViolation(err) {
 		return events.Errorf(events.CampaignExists, "campaign %q exists already", c.ID)
 	}
@@ -216,22 +207,6 @@ func (s *Store) MarkOnSale(ctx context.Context, id string) error {
 		return fmt.Errorf("mark campaign %s on sale: %w", id, err)
 	}
 	return nil
-}
-
-// DeleteUnsoldCampaign deletes the campaign with id if it was never put on sale and no order
-// names it: what undoes a creation that could not put the campaign on sale. It reports whether
-// it deleted.
-func (s *Store) DeleteUnsoldCampaign(ctx context.Context, id string) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.db.Rebind(`DELETE FROM campaigns WHERE id = ? AND sold = 0 AND NOT on_sale
-		AND NOT EXISTS (SELECT 1 FROM orders WHERE campaign_id = ?)`), id, id)
-	if err != nil {
-		return false, fmt.Errorf("delete campaign %s: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("delete campaign %s: %w", id, err)
-	}
-	return n == 1, nil
 }
 
 // Campaign returns the campaign with id, or an events.CampaignNotFound error.

@@ -156,24 +156,6 @@ func TestStore(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 
-		t.Run("delete an unsold campaign", func(t *testing.T) {
-			unsold, sold := mustCampaign(t, s, 5, 1), mustCampaign(t, s, 5, 1)
-			if _, err := s.ConfirmOrders(ctx, []events.Event{newEvent(sold.ID, "ann", 1)}); err != nil {
-				t.Fatal(err)
-			}
-			for _, c := range []struct {
-				id   string
-				want bool
-			}{{unsold.ID, true}, {unsold.ID, false}, {sold.ID, false}} {
-				if deleted, err := s.DeleteUnsoldCampaign(ctx, c.id); err != nil || deleted != c.want {
-					t.Errorf("DeleteUnsoldCampaign(%s) = %v, %v; want %v", c.id, deleted, err, c.want)
-				}
-			}
-			if _, err := s.Campaign(ctx, sold.ID); err != nil {
-				t.Errorf("the campaign with an order is gone: %v", err)
-			}
-		})
-
 		t.Run("migrate twice is a no-op", func(t *testing.T) {
 			c := mustCampaign(t, s, 5, 1)
 			var before, versions int
