@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/lib/pq"
+
+	"github.com/seckill/seckill/store/storetest"
 )
 
 // TestRolesRefuseABadRedisURL checks that a malformed Redis URL, or one of an unknown scheme,
@@ -183,4 +186,39 @@ func TestRefusedForGood(t *testing.T) {
 			t.Errorf("refused(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
+}
+
+// TestInterruptedOperationFails: a one-shot command stopped by a signal (here a context
+// cancelled before it could reach its servers) has not done what it was asked, and must not
+// exit 0 as if it had: `seckill audit && deploy` would read an interrupted audit as a clean
+// one. Only a role, which runs until it is stopped, takes the stop as its clean end.
+func TestInterruptedOperationFails(t *testing.T) {
+	storeURL := storetest.SQLiteURL(t)
+	mr := miniredis.RunT(t)
+	conn := []string{"--postgres-url", storeURL, "--redis-url", "redis://" + mr.Addr() + "/0", "--kafka-brokers", freeAddr(t)}
+	for _, args := range [][]string{
+		{"migrate"},
+		{"audit"},
+		{"replay", "--from", "start"},
+		{"dlq", "list"},
+		{"compensate", "--order", "c.x"},
+		{"campaign", "close", "--id", "c"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			var stdout, stderr bytes.Buffer
+			if code := run(ctx, append(args, conn...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "context canceled") {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and why it stopped", code, stdout.String(), stderr.String())
+			}
+		})
+	}
+	t.Run("compensator", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		var out bytes.Buffer
+		if code := run(ctx, append([]string{"compensator", "--metrics-addr", "127.0.0.1:0"}, conn...), &out, &out); code != 0 {
+			t.Fatalf("exit %d, want 0 (a role stopped while it waits for a server stops cleanly):\n%s", code, out.String())
+		}
+	})
 }

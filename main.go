@@ -98,6 +98,20 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// runsUntilStopped reports whether the command of args runs until a signal stops it, so that a
+// stop, even while it waits for a server, is its clean end. Any other command a signal stops
+// has not done what it was asked: it fails with why, or a script's `seckill audit && …` would
+// read an interrupted audit as a clean one.
+func runsUntilStopped(args []string) bool {
+	switch args[0] {
+	case "api", "consumer", "compensator", "dev", "demo":
+		return true
+	case "bench":
+		return len(args) > 1 && args[1] == "role" // the bench's own roles, stopped by the bench
+	}
+	return false
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) == 0:
@@ -125,7 +139,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// as with a flag, not a server.
 		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
 		return 2
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil && runsUntilStopped(args):
 		return 0 // stopped while waiting for a dependency: a clean stop
 	case err != nil:
 		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
