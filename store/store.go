@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -39,7 +40,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	)
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		db, err = sqlx.Open("postgres", singleRoundTrip(dsn))
+		db, err = sqlx.Open("postgres", pqDefaults(dsn))
 		if err == nil {
 			db.SetMaxOpenConns(20)
 			db.SetMaxIdleConns(20)
@@ -84,17 +85,28 @@ func CheckURL(dsn string) error {
 	return nil
 }
 
-// singleRoundTrip turns on lib/pq's binary_parameters unless the URL says otherwise: a query
-// with arguments then goes out as one Parse/Bind/Execute in one round trip, where lib/pq's
-// default prepares it first and waits twice. Our arguments are strings and numbers, which it
-// still sends as text.
-func singleRoundTrip(dsn string) string {
+// pqDefaults sets two lib/pq parameters the URL does not set itself.
+//
+// binary_parameters=yes: a query with arguments then goes out as one Parse/Bind/Execute in one
+// round trip, where lib/pq's default prepares it first and waits twice. Our arguments are
+// strings and numbers, which it still sends as text.
+//
+// connect_timeout=10 (seconds): lib/pq reads a new connection's start-up answer with no
+// deadline and without the context, so a server that accepts and never answers (a host stalled
+// mid-failover, a proxy whose backend is gone) held Open, or any query needing a new
+// connection, forever, deaf to SIGTERM. A connection takes milliseconds to set up. The
+// environment's PGCONNECT_TIMEOUT, which lib/pq reads too, wins over this default.
+func pqDefaults(dsn string) string {
 	u, err := url.Parse(dsn)
-	if err != nil || u.Query().Has("binary_parameters") {
+	if err != nil {
 		return dsn
 	}
 	q := u.Query()
-	q.Set("binary_parameters", "yes")
+	for k, v := range map[string]string{"binary_parameters": "yes", "connect_timeout": "10"} {
+		if !q.Has(k) && !(k == "connect_timeout" && os.Getenv("PGCONNECT_TIMEOUT") != "") {
+			q.Set(k, v)
+		}
+	}
 	u.RawQuery = q.Encode()
 	return u.String()
 }

@@ -1,0 +1,59 @@
+package store_test
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/store"
+)
+
+// TestOpenGivesUpOnASilentServer: a server that accepts the connection and never answers (a
+// PostgreSQL host stalled mid-failover, a proxy whose backend is gone) fails Open, so that a
+// role waiting for its store retries, says so, and stops when told. lib/pq reads the start-up
+// answer with no deadline and without the context: Open waited forever, deaf to SIGTERM.
+func TestOpenGivesUpOnASilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := store.Open(context.Background(), "postgres://u:p@"+ln.Addr().String()+"/db?sslmode=disable")
+		done <- err
+	}()
+	defer func() { // unblocks an Open that still waits, so that the test ends
+		ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+		<-done
+	}()
+	select {
+	case err := <-done:
+		done <- err
+		if err == nil {
+			t.Fatal("Open of a server that never answered succeeded")
+		}
+		t.Logf("Open: %v", err)
+	case <-time.After(time.Minute): // a hang, not a slow answer: the fix gives up after 10s
+		t.Fatal("Open still waits for a server that never answers, a minute on")
+	}
+}
