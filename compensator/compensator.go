@@ -127,7 +127,8 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ, 0)
+	// WarnUnreachable: without it a compensator whose brokers are down only looks idle.
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ, 0, events.WarnUnreachable(cfg.Logger))
 	if err != nil {
 		return nil, err
 	}
