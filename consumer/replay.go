@@ -150,9 +150,11 @@ func replayTopic(ctx context.Context, cfg Config, topic string, from From, progr
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	// EndOffsets fails on a partition's error too, a topic that is not there among them: read
+	// past, a mistyped --topic-prefix replayed "0 events" and succeeded.
+	ends, err := events.EndOffsets(ctx, adm, topic)
 	if err != nil {
-		return 0, 0, fmt.Errorf("replay: end offsets of %s: %w", topic, err)
+		return 0, 0, fmt.Errorf("replay: %w", err)
 	}
 	starts, err := startOffsets(ctx, adm, topic, from)
 	if err != nil {
@@ -419,6 +421,9 @@ func startOffsets(ctx context.Context, adm *kadm.Client, topic string, from From
 		listed, err = adm.ListStartOffsets(ctx, topic)
 	} else {
 		listed, err = adm.ListOffsetsAfterMilli(ctx, from.Time.UnixMilli(), topic)
+	}
+	if err == nil {
+		err = listed.Error()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("replay: start offsets: %w", err)
