@@ -244,7 +244,7 @@ func runBenchRole(ctx context.Context, args []string, stdout io.Writer) error {
 func runBenchBaseline(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("bench role baseline", "Serve a baseline: "+strings.Join(bench.BaselineKinds, ", ")+".", stdout)
 	kind := f.String("kind", bench.Constant, "which baseline")
-	addr := f.String("addr", "127.0.0.1:8081", "listen address")
+	addr := f.listenAddr("addr", "127.0.0.1:8081", "listen address")
 	redisURL := f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL (bare-reserve)")
 	pgURL := f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "database URL (sync-db)")
 	if err := f.parse(args); err != nil {

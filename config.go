@@ -9,9 +9,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -162,8 +163,49 @@ func (f *flags) conn() conn {
 		}
 		return nil
 	})
-	f.check(func() bool { return !slices.Contains(c.brokerList(), "") }, "--kafka-brokers: want host:port seed brokers, comma-separated")
+	// franz-go takes a broker it cannot read ("http://kafka:9092") for a host name and retries
+	// it for ever, as if Kafka were down.
+	f.after = append(f.after, func() error {
+		for _, b := range c.brokerList() {
+			if !validHostPort(b, false) {
+				return usagef("--kafka-brokers: want host:port seed brokers, comma-separated (got %q)", b)
+			}
+		}
+		return nil
+	})
 	return c
+}
+
+// listenAddr is a host:port flag to listen on: a malformed one ends the command at once
+// (exit 2), not once it has connected to everything and tries to listen.
+func (f *flags) listenAddr(name, value, usage string) *string {
+	p := f.String(name, value, usage)
+	f.after = append(f.after, func() error {
+		if !validHostPort(*p, true) {
+			return usagef("--%s %q: want host:port to listen on, such as :8080 or 127.0.0.1:8080", name, *p)
+		}
+		return nil
+	})
+	return p
+}
+
+// validHostPort reports whether s is host:port with a port number. A broker may leave the port
+// out (franz-go then dials 9092); a listen address may leave the host out and name its port as
+// a service (:http).
+func validHostPort(s string, listen bool) bool {
+	if !listen && s != "" && !strings.ContainsAny(s, ":/ ") {
+		return true
+	}
+	host, port, err := net.SplitHostPort(s)
+	switch {
+	case err != nil, !listen && host == "", strings.ContainsAny(host, "/ "):
+		return false
+	case listen:
+		_, err := net.LookupPort("tcp", port)
+		return err == nil
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 1<<16
 }
 
 // devFlags are --dev, which does what usage says with the seckill dev running on --data-dir,

@@ -92,8 +92,8 @@ func (c conn) open(ctx context.Context) (deps, error) {
 func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("api", "Serve the HTTP API: reserve stock in Redis and produce OrderRequested to Kafka.", stdout)
 	c := f.conn()
-	addr := f.String("addr", ":8080", "listen address of the public API")
-	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics, for operators only")
+	addr := f.listenAddr("addr", ":8080", "listen address of the public API")
+	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics, for operators only")
 	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
 	paymentToken := f.String("payment-token", "", "bearer token of the payment service, which may record payments and nothing else (the admin token may too)")
 	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
@@ -137,7 +137,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("consumer", "Persist OrderRequested events into the order database, in batches, idempotently.", stdout)
 	c := f.conn()
-	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
+	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
 	maxRate := f.atLeast("max-rate", 0, 0, "most events persisted per second, the controlled pace: Kafka holds a burst and the database takes it at this rate (0: as fast as the database takes them)")
 	session := f.duration("session-timeout", events.DefaultSessionTimeout, false, "how long the partitions of a consumer that died wait before the group hands them to the others; below 6s the brokers' group.min.session.timeout.ms must allow it (2s hands them on within 3s)")
@@ -162,7 +162,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 func runCompensator(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("compensator", "Release reservations that will not become orders: dead letters and expired reservations.", stdout)
 	c := f.conn()
-	metricsAddr := f.String("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
+	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	sweep := f.duration("sweep-interval", 5*time.Second, false, "how often to look for reservations past their deadline")
 	retention := f.duration("retention", 24*time.Hour, false, "how long redis keeps released and refunded records (at least the api's --idempotency-ttl) and an ended campaign's keys")
 	grace := f.duration("rebuild-grace", 6*time.Second, false, "after Redis lost data, how long to wait for purchases in flight before rebuilding (at least the api's produce timeout)")
