@@ -123,6 +123,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"replay", "--from", "yesterday"}, "", "replay: --from"},
 		{[]string{"replay", "--from", "start", "--batch-size", "-3"}, "", "--batch-size: want at least 1"},
 		{[]string{"dlq", "list", "--since", "-1h"}, "", "--since -1h: want a duration ago"},
+		{[]string{"audit", "--grace", "-5s"}, "", "--grace: want a positive duration"},
+		{[]string{"audit", "--grace", "0s"}, "", "--grace: want a positive duration"},
 		{[]string{"consumer"}, "SECKILL_BATCH_SIZE=abc", `SECKILL_BATCH_SIZE="abc"`},
 		{[]string{"bench", "--scenarios", "bogus"}, "", `unknown scenario "bogus"`},
 		// The flag wins over its variable, so a broken variable the flag replaces is no error:
