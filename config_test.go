@@ -127,6 +127,9 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"audit", "--grace", "0s"}, "", "--grace: want a positive duration"},
 		{[]string{"consumer"}, "SECKILL_BATCH_SIZE=abc", `SECKILL_BATCH_SIZE="abc"`},
 		{[]string{"bench", "--scenarios", "bogus"}, "", `unknown scenario "bogus"`},
+		{[]string{"demo", "--api-url", "127.0.0.1:8080", "--admin-token", "t"}, "", `--api-url "127.0.0.1:8080": want http://host:port`},
+		{[]string{"demo", "--api-url", "ftp://127.0.0.1:8080", "--admin-token", "t"}, "", `--api-url "ftp://127.0.0.1:8080": want http://host:port`},
+		{[]string{"demo", "--api-url", "http://127.0.0.1:1", "--admin-token", "t", "--stock", "1099511627777"}, "", "--stock 1099511627777: want at most 1099511627776"},
 		// The flag wins over its variable, so a broken variable the flag replaces is no error:
 		// the command gets as far as the next bad value.
 		{[]string{"consumer", "--batch-size", "10", "--postgres-url", "mysql://x"}, "SECKILL_BATCH_SIZE=abc", "unsupported url"},

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -40,6 +41,13 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if *buyers < 1 || *stock < 1 || *duration <= 0 || *rate < 1 {
 		return usagef("demo: --buyers, --stock, --duration and --rate must be positive")
+	}
+	if *stock > events.MaxUnits {
+		return usagef("demo: --stock %d: want at most %d", *stock, int64(events.MaxUnits))
+	}
+	// A URL no request can go to is the flag's fault, not a make run that is not running.
+	if u, err := url.Parse(*apiURL); *apiURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return usagef("demo: --api-url %q: want http://host:port", *apiURL)
 	}
 	if *apiURL == "" || *adminToken == "" {
 		a, err := readDevAddrs(*dataDir)
