@@ -65,7 +65,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 	profile := f.Bool("profile", true, "capture pprof CPU and allocation profiles of the api and the consumer")
 	workDir := f.String("work-dir", "", "processes' logs and raw profiles (default: a new temporary directory)")
 	keep := f.Bool("keep", false, "keep the run's schema, topics and Redis keys")
-	rounds := f.Int("rounds", 3, "rounds of every scenario; each target is judged on the median of its rounds, with their spread shown")
+	rounds := f.atLeast("rounds", 3, 1, "rounds of every scenario; each target is judged on the median of its rounds, with their spread shown")
 	f.Usage = func() { compactUsage(f, "bench", summary) }
 	if err := f.parse(args); err != nil {
 		return err

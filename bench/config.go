@@ -159,6 +159,16 @@ func (c *Config) Validate() error {
 		s.SyncDBRequests < 1 || s.RedisRequests < 1 || s.DrainEvents < 1 || s.RowEvents < 1 || s.IdleConns < 1 || s.Partitions < 1 {
 		errs = append(errs, errors.New("every size must be at least 1"))
 	}
+	// Found here, not when the scenario that reads them comes, perhaps an hour into the run.
+	if s.Rate < 0 || s.Warmup < 0 || s.BatchSize < 0 {
+		errs = append(errs, errors.New("--rate, --warmup and --batch-size must be 0 or more"))
+	}
+	if s.DrainTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("drain timeout %v: want a positive duration", s.DrainTimeout))
+	}
+	if c.Rounds < 0 {
+		errs = append(errs, fmt.Errorf("rounds %d: want at least 1 (0: the default, 3)", c.Rounds))
+	}
 	return errors.Join(errs...)
 }
 
