@@ -299,3 +299,41 @@ func TestWarnUnreachable(t *testing.T) {
 		t.Errorf("logged %q, want one warning naming %s", got, addr)
 	}
 }
+
+// TestWarnUnreachableNotOnStop: a dial cut short because its caller gave up (a role
+// stopping) is no unreachable broker: the warning said Kafka could not be reached, with
+// "operation was canceled", on a stop with Kafka up.
+func TestWarnUnreachableNotOnStop(t *testing.T) {
+	out, err := os.Create(filepath.Join(t.TempDir(), "client.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	dialing := make(chan struct{}, 1)
+	hang := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		select {
+		case dialing <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
+	}
+	cl, err := events.NewClient([]string{"127.0.0.1:9"}, kgo.Dialer(hang), events.WarnUnreachable(slog.New(slog.NewTextHandler(out, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	pinged := make(chan error, 1)
+	go func() { pinged <- cl.Ping(ctx) }()
+	<-dialing
+	cancel()
+	<-pinged
+	logged, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(logged) > 0 {
+		t.Errorf("a ping cancelled while it dialled logged %q, want nothing", logged)
+	}
+}

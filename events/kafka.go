@@ -62,7 +62,8 @@ type dialWarner struct {
 }
 
 func (w *dialWarner) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	if err == nil {
+	// A dial cut short by its caller (a role stopping) says nothing of the broker.
+	if err == nil || errors.Is(err, context.Canceled) {
 		return
 	}
 	w.mu.Lock()
