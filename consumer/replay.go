@@ -96,32 +96,44 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	if err := cfg.Validate(); err != nil {
 		return ReplayStats{}, err
 	}
-	var stats ReplayStats
+	// Both ranges are read before anything is written: a topic that is not there (a mistyped
+	// --topic-prefix, the wrong cluster) fails the replay with the store as it was.
+	requested, err := openRange(ctx, cfg, cfg.Topics.Requested, from, progress)
+	if err != nil {
+		return ReplayStats{}, err
+	}
+	defer requested.cl.Close()
+	// An offset names no place in the results topic: its payments are read from its start.
+	results, err := openRange(ctx, cfg, cfg.Topics.Results, From{Time: from.Time}, progress)
+	if err != nil {
+		return ReplayStats{}, err
+	}
+	defer results.cl.Close()
+
+	stats := ReplayStats{Total: requested.total}
 	caughtUp, err := catchUp(ctx, cfg, st, r, progress)
 	stats.CaughtUp = int64(caughtUp)
 	if err != nil {
 		return stats, fmt.Errorf("replay: %d orders caught up, then: %w", caughtUp, err)
 	}
 	fmt.Fprintf(progress, "replay: %d orders the store held confirmed or paid were refunded or expired in Redis since, and are so in the store now\n", caughtUp)
-	h := &handler{cfg: cfg, store: st, redis: r}
-	stats.Events, stats.Total, err = replayTopic(ctx, cfg, cfg.Topics.Requested, from, progress,
+	h := &handler{cfg: cfg, store: st, redis: r, cl: requested.cl} // results and dead letters go out through it
+	stats.Events, err = requested.read(ctx, cfg, progress,
 		func() string { return fmt.Sprintf(", %d given back in Redis", stats.GivenBack) },
-		func(cl *kgo.Client, batch []*kgo.Record) error {
+		func(batch []*kgo.Record) error {
 			n, err := recordGivenBack(ctx, cfg.Logger, st, r, batch)
 			if err != nil {
 				return err
 			}
 			stats.GivenBack += int64(n)
-			h.cl = cl // the results and dead letters go out through the reading client
 			return h.handle(ctx, ctx, batch)
 		})
 	if err != nil {
 		return stats, err
 	}
-	// An offset names no place in the results topic: its payments are read from its start.
-	_, _, err = replayTopic(ctx, cfg, cfg.Topics.Results, From{Time: from.Time}, progress,
+	_, err = results.read(ctx, cfg, progress,
 		func() string { return fmt.Sprintf(", %d payments recorded", stats.Paid) },
-		func(_ *kgo.Client, batch []*kgo.Record) error {
+		func(batch []*kgo.Record) error {
 			n, err := recordPaid(ctx, cfg.Logger, st, batch)
 			stats.Paid += int64(n)
 			return err
@@ -134,46 +146,58 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	return stats, nil
 }
 
-// replayTopic reads topic from from up to its end as of the call, outside any consumer group,
-// and hands each batch to fn with the reading client, which fn may produce with. It writes a
-// progress line, ended by what status says, to progress every second, and returns how many
-// records it read of how many the range held.
-func replayTopic(ctx context.Context, cfg Config, topic string, from From, progress io.Writer,
-	status func() string, fn func(cl *kgo.Client, batch []*kgo.Record) error) (read, total int64, err error) {
+// topicRange is a topic's records from a start up to its end as of openRange, read outside any
+// consumer group by its own client, which the reader may also produce with.
+type topicRange struct {
+	cl        *kgo.Client
+	topic     string
+	remaining map[int32]int64 // partition -> end offset still to reach
+	total     int64
+}
+
+// openRange finds where topic's records from from begin and end, and prints how many there are.
+func openRange(ctx context.Context, cfg Config, topic string, from From, progress io.Writer) (*topicRange, error) {
 	cl, err := events.NewClient(cfg.Brokers,
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(from.offset()),
 		kgo.FetchMaxWait(250*time.Millisecond),
 	)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	// EndOffsets fails on a partition's error too, a topic that is not there among them: read
 	// past, a mistyped --topic-prefix replayed "0 events" and succeeded.
 	ends, err := events.EndOffsets(ctx, adm, topic)
 	if err != nil {
-		return 0, 0, fmt.Errorf("replay: %w", err)
+		cl.Close()
+		return nil, fmt.Errorf("replay: %w", err)
 	}
 	starts, err := startOffsets(ctx, adm, topic, from)
 	if err != nil {
-		return 0, 0, err
+		cl.Close()
+		return nil, err
 	}
-	remaining := map[int32]int64{} // partition -> end offset still to reach
+	tr := &topicRange{cl: cl, topic: topic, remaining: map[int32]int64{}}
 	ends.Each(func(o kadm.ListedOffset) {
 		start := starts[o.Partition]
 		if o.Offset > start {
-			remaining[o.Partition] = o.Offset
-			total += o.Offset - start
+			tr.remaining[o.Partition] = o.Offset
+			tr.total += o.Offset - start
 		}
 	})
-	fmt.Fprintf(progress, "replay: %d events in %s from %s\n", total, topic, describe(from))
+	fmt.Fprintf(progress, "replay: %d events in %s from %s\n", tr.total, topic, describe(from))
+	return tr, nil
+}
+
+// read hands each batch of the range to fn, writing a progress line, ended by what status
+// says, to progress every second, and returns how many records it read.
+func (tr *topicRange) read(ctx context.Context, cfg Config, progress io.Writer, status func() string, fn func(batch []*kgo.Record) error) (read int64, err error) {
 	last := time.Now()
-	for len(remaining) > 0 {
-		fetches := cl.PollRecords(ctx, cfg.BatchSize)
+	for len(tr.remaining) > 0 {
+		fetches := tr.cl.PollRecords(ctx, cfg.BatchSize)
 		if err := ctx.Err(); err != nil {
-			return read, total, fmt.Errorf("replay of %s stopped after %d of %d events: %w", topic, read, total, err)
+			return read, fmt.Errorf("replay of %s stopped after %d of %d events: %w", tr.topic, read, tr.total, err)
 		}
 		var fatal error
 		fetches.EachError(func(_ string, _ int32, err error) {
@@ -182,31 +206,31 @@ func replayTopic(ctx context.Context, cfg Config, topic string, from From, progr
 			}
 		})
 		if fatal != nil {
-			return read, total, fmt.Errorf("replay: fetch %s: %w", topic, fatal)
+			return read, fmt.Errorf("replay: fetch %s: %w", tr.topic, fatal)
 		}
 		var batch []*kgo.Record
 		for _, rec := range fetches.Records() {
-			end, ok := remaining[rec.Partition]
+			end, ok := tr.remaining[rec.Partition]
 			if !ok || rec.Offset >= end {
 				continue // written after the replay began: the live consumer has it
 			}
 			batch = append(batch, rec)
 			if rec.Offset == end-1 {
-				delete(remaining, rec.Partition)
+				delete(tr.remaining, rec.Partition)
 			}
 		}
 		if len(batch) > 0 {
-			if err := fn(cl, batch); err != nil {
-				return read, total, fmt.Errorf("replay of %s after %d of %d events: %w", topic, read, total, err)
+			if err := fn(batch); err != nil {
+				return read, fmt.Errorf("replay of %s after %d of %d events: %w", tr.topic, read, tr.total, err)
 			}
 			read += int64(len(batch))
 		}
 		if time.Since(last) >= time.Second {
 			last = time.Now()
-			fmt.Fprintf(progress, "replay: %d/%d events of %s (%d%%)%s\n", read, total, topic, percent(read, total), status())
+			fmt.Fprintf(progress, "replay: %d/%d events of %s (%d%%)%s\n", read, tr.total, tr.topic, percent(read, tr.total), status())
 		}
 	}
-	return read, total, nil
+	return read, nil
 }
 
 // givenBackAs maps the states of a reservation whose units Redis gave back to the final row the
