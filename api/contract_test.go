@@ -258,6 +258,14 @@ func wantField(t *testing.T, m map[string]any, key string, want any) {
 	}
 }
 
+// wantDependencyUp checks seckill_api_dependency_up of dep after a readyz that asked it.
+func wantDependencyUp(t *testing.T, dep string, want float64) {
+	t.Helper()
+	if got := api.DependencyUp(dep); got != want {
+		t.Errorf("seckill_api_dependency_up{dependency=%q} = %v, want %v", dep, got, want)
+	}
+}
+
 // TestContract walks every operation through its documented answers on a real server, and
 // checks each exchange against api/openapi.yaml.
 func TestContract(t *testing.T) {
@@ -270,6 +278,7 @@ func TestContract(t *testing.T) {
 		ready := h.do(t, request("GET", "/readyz", ""), 200)
 		for _, dep := range []string{"redis", "kafka", "store"} {
 			wantField(t, ready, dep, "ok")
+			wantDependencyUp(t, dep, 1)
 		}
 		// Sales counters and the process's figures are for operators: --metrics-addr serves them.
 		rec := httptest.NewRecorder()
@@ -438,6 +447,9 @@ func TestContract(t *testing.T) {
 		if ready["redis"] != "unavailable" || ready["store"] != "ok" || ready["kafka"] != "ok" {
 			t.Errorf("readyz with Redis down: %v", ready)
 		}
+		// Unready, the api gets no buyers behind a load balancer: only this figure says why.
+		wantDependencyUp(t, "redis", 0)
+		wantDependencyUp(t, "kafka", 1)
 		h.fail(t, request("GET", "/v1/campaigns/c1", ""), 503, events.Unavailable)
 		h.fail(t, request("POST", "/v1/campaigns/c1/purchases", `{"quantity": 1}`, user("erin")...), 503, events.Unavailable)
 		h.fail(t, request("POST", "/v1/campaigns", `{"id": "c9", "name": "Late", "stock": 1, "per_user_limit": 1}`, h.bearer()...), 503, events.Unavailable)
@@ -532,5 +544,6 @@ func TestReadyWithoutTheStore(t *testing.T) {
 	if ready["store"] != "unavailable" || ready["redis"] != "ok" || ready["kafka"] != "ok" {
 		t.Errorf("readyz with the store down: %v, want 200 with the store reported unavailable", ready)
 	}
+	wantDependencyUp(t, "store", 0)
 	h.do(t, request("POST", "/v1/campaigns/nostore/purchases", `{"quantity": 1}`, user("ann")...), http.StatusAccepted)
 }

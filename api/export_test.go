@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // KeyedOrderID is keyedOrderID, for the tests.
@@ -43,3 +45,8 @@ func SetReadyClock(s *Server, now func() time.Time) { s.ready.now = now }
 
 // GivenBackBy is the console's name of what gave an order's units back.
 var GivenBackBy = givenBackBy
+
+// DependencyUp is seckill_api_dependency_up of the dependency: what readyz found last.
+func DependencyUp(dependency string) float64 {
+	return testutil.ToFloat64(dependencyUp.WithLabelValues(dependency))
+}

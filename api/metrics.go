@@ -29,6 +29,12 @@ var (
 		Name: "seckill_breaker_open",
 		Help: "1 while the api refuses purchases before they reserve because Kafka does not acknowledge (the breaker is open), else 0.",
 	})
+	// dependencyUp is what readyz found; behind a load balancer that follows /readyz, an api
+	// that cannot reach Redis or Kafka gets no buyers, so no counter of refusals says so.
+	dependencyUp = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "seckill_api_dependency_up",
+		Help: "1 if the api's last readiness check (/readyz, asked at most once a second) found the dependency (redis, kafka, store) answering, else 0; redis and kafka are required to be ready.",
+	}, []string{"dependency"})
 	produceSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "seckill_produce_seconds",
 		Help:    "Time to produce an OrderRequested event and have it acknowledged.",

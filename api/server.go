@@ -435,13 +435,15 @@ func (s *Server) readyz(c echo.Context) error {
 			"store": s.store.Ping,
 		} {
 			r.body[name] = "ok"
+			up := 1.0
 			if err := ping(ctx); err != nil {
-				r.body[name] = "unavailable"
+				r.body[name], up = "unavailable", 0
 				if name != "store" {
 					r.status = http.StatusServiceUnavailable
 				}
 				s.cfg.Logger.Warn("a dependency does not answer", "dependency", name, "err", err)
 			}
+			dependencyUp.WithLabelValues(name).Set(up)
 		}
 		return r
 	})
