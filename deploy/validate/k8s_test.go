@@ -50,6 +50,11 @@ var minReplicas = map[string]int32{"api": 3, "consumer": 2, "compensator": 2}
 // waits out one that is down rather than exiting.
 const startupBudget = 300 // seconds
 
+// readyzSeconds is how long a role's /readyz may take: it asks its dependencies under one
+// 2-second timeout (api/server.go readyz, roles.go runWithOps), so one that hangs rather than
+// refuses holds the answer that long.
+const readyzSeconds = 2
+
 // roleKinds is the workload kind of each seckill process in deploy/k8s.
 var roleKinds = map[string]string{
 	"api":         "apps/v1/Deployment",
@@ -453,6 +458,13 @@ func checkRoles(b *bundle) problems {
 				probs.addf("%s: %s probe gets %s on port %s, want %s on %d", m, want.name,
 					want.probe.HTTPGet.Path, want.probe.HTTPGet.Port.String(), want.path, n)
 			}
+		}
+
+		// A probe that gives up before /readyz answers counts a failure whatever the answer: a
+		// PostgreSQL that hangs (reported, not required by the api) would take every api out.
+		if p := c.ReadinessProbe; p != nil && max(p.TimeoutSeconds, 1) <= readyzSeconds {
+			probs.addf("%s: readiness probe timeoutSeconds %d, want more than the %d s /readyz may take when a dependency hangs",
+				m, max(p.TimeoutSeconds, 1), readyzSeconds)
 		}
 
 		// A pod that starts while a dependency is down opens no port until it answers: the
