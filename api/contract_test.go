@@ -533,6 +533,60 @@ func TestCheckCatchesBreaches(t *testing.T) {
 	}
 }
 
+// TestReadyWhileTheStoreHangs: a store that hangs rather than refuses (a failover behind a
+// stale address) is reported and does not make the api unready, whichever dependency readyz
+// asks first: it must not spend the time Redis and Kafka are given.
+func TestReadyWhileTheStoreHangs(t *testing.T) {
+	h := newHarness(t)
+	entered := make(chan struct{})
+	// Redis answers readyz's ping only once the store's ping hangs, so an api that asked
+	// Redis first would wait for the store as much as one that asked the store first.
+	h.redis.Client().AddHook(pingAfter{entered})
+	srv := api.New(h.cfg, hangingStore{h.store, entered}, h.redis, newProducer(t, h.brokers))
+	t.Cleanup(srv.Close)
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, request("GET", "/readyz", ""))
+	var ready map[string]string
+	if err := json.Unmarshal(rec.Body.Bytes(), &ready); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != http.StatusOK || ready["store"] != "unavailable" || ready["redis"] != "ok" || ready["kafka"] != "ok" {
+		t.Errorf("readyz while the store hangs: %d %v, want 200 with only the store unavailable", rec.Code, ready)
+	}
+}
+
+// hangingStore is a store whose Ping closes entered and waits for the end of its context.
+type hangingStore struct {
+	*store.Store
+	entered chan struct{}
+}
+
+func (s hangingStore) Ping(ctx context.Context) error {
+	close(s.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// pingAfter is a go-redis hook that holds PING until entered is closed or its context ends.
+type pingAfter struct{ entered chan struct{} }
+
+func (p pingAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p pingAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "ping" {
+			select {
+			case <-p.entered:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (p pingAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // TestReadyWithoutTheStore: while the order store fails over, the api stays ready and sells:
 // a purchase needs Redis and Kafka, and the consumer catches up with the store later. An api
 // unready for the store would be taken out of the load balancer, and the sale with it.

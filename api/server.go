@@ -426,24 +426,38 @@ func (s *Server) readyz(c echo.Context) error {
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 	}
 	st := s.ready.get(func() readiness {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), 2*time.Second)
-		defer cancel()
-		r := readiness{body: map[string]string{}, status: http.StatusOK}
-		for name, ping := range map[string]func(context.Context) error{
+		pings := map[string]func(context.Context) error{
 			"redis": func(ctx context.Context) error { return s.redis.Client().Ping(ctx).Err() },
 			"kafka": s.leadersKnown,
 			"store": s.store.Ping,
-		} {
-			r.body[name] = "ok"
+		}
+		type answer struct {
+			name string
+			err  error
+		}
+		answers := make(chan answer, len(pings))
+		for name, ping := range pings {
+			// All at once, each with its own timeout: one after another under one timeout, a
+			// store that hangs would spend the time of Redis and Kafka and fail them too.
+			go func() {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), readyTimeout)
+				defer cancel()
+				answers <- answer{name, ping(ctx)}
+			}()
+		}
+		r := readiness{body: map[string]string{}, status: http.StatusOK}
+		for range pings {
+			a := <-answers
+			r.body[a.name] = "ok"
 			up := 1.0
-			if err := ping(ctx); err != nil {
-				r.body[name], up = "unavailable", 0
-				if name != "store" {
+			if a.err != nil {
+				r.body[a.name], up = "unavailable", 0
+				if a.name != "store" {
 					r.status = http.StatusServiceUnavailable
 				}
-				s.cfg.Logger.Warn("a dependency does not answer", "dependency", name, "err", err)
+				s.cfg.Logger.Warn("a dependency does not answer", "dependency", a.name, "err", a.err)
 			}
-			dependencyUp.WithLabelValues(name).Set(up)
+			dependencyUp.WithLabelValues(a.name).Set(up)
 		}
 		return r
 	})
@@ -481,6 +495,10 @@ func (s *Server) leadersKnown(ctx context.Context) error {
 
 // readyEvery is how often readyz asks the dependencies.
 const readyEvery = time.Second
+
+// readyTimeout is how long readyz waits for each dependency, and so for its answer: a
+// readiness probe must wait longer (deploy/k8s: timeoutSeconds 3).
+const readyTimeout = 2 * time.Second
 
 // readiness is one answer of readyz.
 type readiness struct {

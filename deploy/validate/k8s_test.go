@@ -50,9 +50,9 @@ var minReplicas = map[string]int32{"api": 3, "consumer": 2, "compensator": 2}
 // waits out one that is down rather than exiting.
 const startupBudget = 300 // seconds
 
-// readyzSeconds is how long a role's /readyz may take: it asks its dependencies under one
-// 2-second timeout (api/server.go readyz, roles.go runWithOps), so one that hangs rather than
-// refuses holds the answer that long.
+// readyzSeconds is how long a role's /readyz may take: it gives its dependencies 2 seconds
+// (api/server.go readyTimeout, roles.go runWithOps), so one that hangs rather than refuses
+// holds the answer that long.
 const readyzSeconds = 2
 
 // roleKinds is the workload kind of each seckill process in deploy/k8s.
