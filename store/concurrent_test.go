@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"modernc.org/sqlite"
+
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
@@ -330,6 +332,30 @@ func TestRefundRacesRedelivery(t *testing.T) {
 	})
 }
 
+// givingBack are the ways a process other than the consumer ends an order with its units given
+// back, under its campaign's lock: the sweeper fails it, a replay records it given back.
+var givingBack = []struct {
+	name string
+	end  func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error)
+}{
+	{"sweeper fails it", func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error) {
+		fence, err := s.IssueFence(ctx, "sweeper-"+e.CampaignID, 1)
+		if err != nil {
+			return "", err
+		}
+		o, err := s.FailOrderFenced(ctx, e, events.ReasonExpired, fence)
+		return o.Status, err
+	}},
+	{"replay records it given back", func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error) {
+		if _, err := s.RecordGivenBack(ctx, []store.Order{{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID,
+			Quantity: int64(e.Quantity), Status: events.Failed, Reason: "released_before_replay", CreatedAtMs: e.OccurredAt.UnixMilli()}}); err != nil {
+			return "", err
+		}
+		o, err := s.Order(ctx, e.OrderID)
+		return o.Status, err
+	}},
+}
+
 // TestGivenBackBesideBatchDecision ends an order of a batch, its units given back, after the
 // batch has read which of its orders the store holds and before it inserts them: the batch must
 // not count that order's unit as taken and refuse a neighbour as sold out while the unit is
@@ -339,27 +365,7 @@ func TestRefundRacesRedelivery(t *testing.T) {
 // time (one connection per store, one writer per file, and a transaction whose reads are older
 // than another's commit cannot write), so an order cannot end inside a batch there.
 func TestGivenBackBesideBatchDecision(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		end  func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error)
-	}{
-		{"sweeper fails it", func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error) {
-			fence, err := s.IssueFence(ctx, "sweeper-"+e.CampaignID, 1)
-			if err != nil {
-				return "", err
-			}
-			o, err := s.FailOrderFenced(ctx, e, events.ReasonExpired, fence)
-			return o.Status, err
-		}},
-		{"replay records it given back", func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error) {
-			if _, err := s.RecordGivenBack(ctx, []store.Order{{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID,
-				Quantity: int64(e.Quantity), Status: events.Failed, Reason: "released_before_replay", CreatedAtMs: e.OccurredAt.UnixMilli()}}); err != nil {
-				return "", err
-			}
-			o, err := s.Order(ctx, e.OrderID)
-			return o.Status, err
-		}},
-	} {
+	for _, tc := range givingBack {
 		t.Run(tc.name, func(t *testing.T) {
 			s := storetest.MustOpen(t, storetest.PostgresURL(t))
 			ctx := context.Background()
@@ -419,6 +425,63 @@ func TestGivenBackBesideBatchDecision(t *testing.T) {
 				t.Errorf("the batch refused %s as sold out with %d of %d units sold (%s is %s)", next.OrderID, got, c.Stock, ending.OrderID, ended)
 			}
 			t.Logf("batch %+v; then %s", results, ended)
+		})
+	}
+}
+
+// TestGivenBackBesideAnotherSQLiteProcess ends an order as the sweeper and a replay do, in a
+// process beside another that writes the same SQLite file (a `--dev` command beside `seckill
+// dev`): the end must wait for the other's write, as busy_timeout is there for, not fail. A
+// transaction that reads first holds a snapshot that SQLite cannot turn into a write once
+// another process has committed, and says "database is locked" at once. The other process
+// commits as this one's transaction compiles its first write: an authorizer on this store's
+// one connection, which SQLite calls for each statement it compiles, is the hook.
+func TestGivenBackBesideAnotherSQLiteProcess(t *testing.T) {
+	for _, tc := range givingBack {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			url := storetest.SQLiteURL(t)
+			other := storetest.MustOpen(t, url)
+			s, err := store.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			c := mustCampaign(t, other, 2, 1)
+			ending := newEvent(c.ID, "user-a", 1)
+			mustValid(t, ending)
+
+			var (
+				inTx, fired bool
+				wrote       error
+			)
+			hook := func(action sqlite.AuthorizerActionCode, arg1, _, _, _ string) sqlite.AuthorizerReturnCode {
+				switch {
+				case action == sqlite.AuthTransaction && arg1 == "BEGIN":
+					inTx = true
+				case action == sqlite.AuthInsert && inTx && !fired:
+					fired = true
+					_, wrote = other.FailOrder(ctx, newEvent(c.ID, "user-b", 1), events.ReasonOperator)
+				}
+				return sqlite.AuthorizerOK
+			}
+			conn, err := s.DB().Conn(ctx) // the store's one connection, which its calls then use
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = conn.Raw(func(dc any) error { return dc.(sqlite.AuthorizerRegisterer).RegisterAuthorizer(hook) })
+			conn.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			ended, err := tc.end(ctx, s, ending)
+			if !fired || wrote != nil {
+				t.Fatalf("the other process did not write beside the order's end: hooked %v, %v", fired, wrote)
+			}
+			if err != nil || ended != events.Failed {
+				t.Errorf("the order's end beside another process's write = %q, %v; want failed, once that write is done", ended, err)
+			}
 		})
 	}
 }

@@ -358,17 +358,20 @@ func (s *Store) IssueFence(ctx context.Context, name string, floor int64) (Fence
 // latest token of its lock, and refuses with ErrStaleFence if a later token was issued or
 // recorded first.
 //
-// It writes under the campaign's lock, as ConfirmOrders decides: a batch that has read its
-// orders then stores them before this fail is stored, and this one returns the confirmed row.
-// Without the lock the failed row could land between a batch's read and its insert, and the
-// batch, having counted the order's units as taken, would refuse a neighbour as sold out while
-// those units were free.
+// On PostgreSQL it writes under the campaign's lock, as ConfirmOrders decides: a batch that has
+// read its orders then stores them before this fail is stored, and this one returns the
+// confirmed row. Without the lock the failed row could land between a batch's read and its
+// insert, and the batch, having counted the order's units as taken, would refuse a neighbour as
+// sold out while those units were free.
 func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason string, f Fence) (Order, error) {
 	now := time.Now().UnixMilli()
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		// An unknown campaign has no row to lock, and no batch confirms its orders.
-		if _, err := s.lockCampaign(ctx, tx, e.CampaignID); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
+		// An unknown campaign has no row to lock, and no batch confirms its orders. SQLite
+		// has no row locks and needs none (endsUnderLock).
+		if s.endsUnderLock() {
+			if _, err := s.lockCampaign(ctx, tx, e.CampaignID); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
 		}
 		if f.Name != "" {
 			n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO fences (name, token) VALUES (?, ?)
@@ -397,9 +400,9 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 // refunded or expired) and reason the caller gives, unless the store holds the order already,
 // and returns how many it stored. No campaign's sold and no buyer's bought changes: they count
 // the units orders hold, and these hold none, as after RefundOrder or ExpireOrder. Replay
-// records this way what Redis says of orders the store has lost, before it persists them. It
-// writes under the campaigns' locks, as FailOrderFenced does and for the same reason: a consumer's
-// batch deciding the same order meanwhile would count its units as taken.
+// records this way what Redis says of orders the store has lost, before it persists them. On
+// PostgreSQL it writes under the campaigns' locks, as FailOrderFenced does and for the same
+// reason: a consumer's batch deciding the same order meanwhile would count its units as taken.
 func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (int, error) {
 	now := time.Now().UnixMilli()
 	rows := make([][]any, len(orders))
@@ -413,8 +416,10 @@ func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (int, error
 	}
 	var n int
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := s.lockCampaigns(ctx, tx, campaigns); err != nil {
-			return err
+		if s.endsUnderLock() {
+			if _, err := s.lockCampaigns(ctx, tx, campaigns); err != nil {
+				return err
+			}
 		}
 		return s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms) VALUES `,
 			``, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, func(rs *sqlx.Rows) error {
@@ -747,6 +752,15 @@ func (s *Store) PaidUnits(ctx context.Context, campaign string) (int64, error) {
 	}
 	return n, nil
 }
+
+// endsUnderLock reports whether a transaction that ends orders with their units given back
+// (FailOrderFenced, RecordGivenBack) takes their campaigns' locks first: on PostgreSQL, so that
+// it cannot land inside a batch's decision. Not on SQLite, whose one writer per file keeps a
+// batch whole already, and where reading the campaign first would start a transaction that
+// SQLite cannot turn into a write once another process (a --dev command beside seckill dev)
+// has written meanwhile: it fails at once with "database is locked", where a transaction that
+// writes first waits for the other out its busy_timeout.
+func (s *Store) endsUnderLock() bool { return !s.sqlite }
 
 // lockCampaign returns the campaign's per-user limit and, on PostgreSQL, holds the campaign's
 // row lock until tx ends (sql.ErrNoRows if there is no such campaign). Every transaction that
