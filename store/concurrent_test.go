@@ -431,11 +431,14 @@ func TestGivenBackBesideBatchDecision(t *testing.T) {
 
 // TestGivenBackBesideAnotherSQLiteProcess ends an order as the sweeper and a replay do, in a
 // process beside another that writes the same SQLite file (a `--dev` command beside `seckill
-// dev`): the end must wait for the other's write, as busy_timeout is there for, not fail. A
-// transaction that reads first holds a snapshot that SQLite cannot turn into a write once
-// another process has committed, and says "database is locked" at once. The other process
-// commits as this one's transaction compiles its first write: an authorizer on this store's
-// one connection, which SQLite calls for each statement it compiles, is the hook.
+// dev`): both must succeed, one waiting for the other, as busy_timeout is there for. A
+// transaction that began deferred and read first held a snapshot that SQLite could not turn into
+// a write once the other process had committed, and said "database is locked" at once. The
+// other process writes as this one's transaction compiles its first write: an authorizer on
+// this store's one connection, which SQLite calls for each statement it compiles, is the hook.
+// It gives the other's write up to two seconds: a deferred transaction lets it commit at once
+// (and then fails); the store's transactions hold the file's write lock from their start, so
+// the other waits for this one's commit, and then writes.
 func TestGivenBackBesideAnotherSQLiteProcess(t *testing.T) {
 	for _, tc := range givingBack {
 		t.Run(tc.name, func(t *testing.T) {
@@ -451,17 +454,24 @@ func TestGivenBackBesideAnotherSQLiteProcess(t *testing.T) {
 			ending := newEvent(c.ID, "user-a", 1)
 			mustValid(t, ending)
 
-			var (
-				inTx, fired bool
-				wrote       error
-			)
+			var inTx, fired bool
+			wrote := make(chan error, 1)
 			hook := func(action sqlite.AuthorizerActionCode, arg1, _, _, _ string) sqlite.AuthorizerReturnCode {
 				switch {
 				case action == sqlite.AuthTransaction && arg1 == "BEGIN":
 					inTx = true
 				case action == sqlite.AuthInsert && inTx && !fired:
 					fired = true
-					_, wrote = other.FailOrder(ctx, newEvent(c.ID, "user-b", 1), events.ReasonOperator)
+					done := make(chan struct{})
+					go func() {
+						defer close(done)
+						_, err := other.FailOrder(ctx, newEvent(c.ID, "user-b", 1), events.ReasonOperator)
+						wrote <- err
+					}()
+					select {
+					case <-done:
+					case <-time.After(2 * time.Second):
+					}
 				}
 				return sqlite.AuthorizerOK
 			}
@@ -476,11 +486,14 @@ func TestGivenBackBesideAnotherSQLiteProcess(t *testing.T) {
 			}
 
 			ended, err := tc.end(ctx, s, ending)
-			if !fired || wrote != nil {
-				t.Fatalf("the other process did not write beside the order's end: hooked %v, %v", fired, wrote)
-			}
 			if err != nil || ended != events.Failed {
-				t.Errorf("the order's end beside another process's write = %q, %v; want failed, once that write is done", ended, err)
+				t.Errorf("the order's end beside another process's write = %q, %v; want failed", ended, err)
+			}
+			if !fired {
+				t.Fatal("the order's end wrote nothing the hook saw")
+			}
+			if err := <-wrote; err != nil {
+				t.Errorf("the other process's write beside the order's end: %v; want it done, after waiting", err)
 			}
 		})
 	}

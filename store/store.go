@@ -48,8 +48,13 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(dsn, "sqlite:")
 		// WAL lets readers run beside the writer; one connection makes SQLite's single writer
-		// explicit instead of a busy error, and busy_timeout covers other processes.
-		db, err = sqlx.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+		// explicit instead of a busy error, and busy_timeout covers other processes. Every
+		// transaction begins IMMEDIATE, taking the file's write lock at its start: one that
+		// reads before it writes (a batch, a refund, an order's end) and began deferred could
+		// not become a writer once another process (a --dev command beside seckill dev) had
+		// written meanwhile, and failed at once with "database is locked" where busy_timeout
+		// should have made it wait.
+		db, err = sqlx.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 		if err == nil {
 			db.SetMaxOpenConns(1)
 		}
@@ -366,12 +371,9 @@ func (s *Store) IssueFence(ctx context.Context, name string, floor int64) (Fence
 func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason string, f Fence) (Order, error) {
 	now := time.Now().UnixMilli()
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		// An unknown campaign has no row to lock, and no batch confirms its orders. SQLite
-		// has no row locks and needs none (endsUnderLock).
-		if s.endsUnderLock() {
-			if _, err := s.lockCampaign(ctx, tx, e.CampaignID); err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
+		// An unknown campaign has no row to lock, and no batch confirms its orders.
+		if _, err := s.lockCampaign(ctx, tx, e.CampaignID); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
 		}
 		if f.Name != "" {
 			n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`INSERT INTO fences (name, token) VALUES (?, ?)
@@ -416,10 +418,8 @@ func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (int, error
 	}
 	var n int
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		if s.endsUnderLock() {
-			if _, err := s.lockCampaigns(ctx, tx, campaigns); err != nil {
-				return err
-			}
+		if _, err := s.lockCampaigns(ctx, tx, campaigns); err != nil {
+			return err
 		}
 		return s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms) VALUES `,
 			``, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, func(rs *sqlx.Rows) error {
@@ -752,15 +752,6 @@ func (s *Store) PaidUnits(ctx context.Context, campaign string) (int64, error) {
 	}
 	return n, nil
 }
-
-// endsUnderLock reports whether a transaction that ends orders with their units given back
-// (FailOrderFenced, RecordGivenBack) takes their campaigns' locks first: on PostgreSQL, so that
-// it cannot land inside a batch's decision. Not on SQLite, whose one writer per file keeps a
-// batch whole already, and where reading the campaign first would start a transaction that
-// SQLite cannot turn into a write once another process (a --dev command beside seckill dev)
-// has written meanwhile: it fails at once with "database is locked", where a transaction that
-// writes first waits for the other out its busy_timeout.
-func (s *Store) endsUnderLock() bool { return !s.sqlite }
 
 // lockCampaign returns the campaign's per-user limit and, on PostgreSQL, holds the campaign's
 // row lock until tx ends (sql.ErrNoRows if there is no such campaign). Every transaction that
