@@ -45,17 +45,19 @@ func (p *recordingProducer) announcements(t events.Type, orderID string) []event
 	return evs
 }
 
-// TestPaymentRetryAnnouncesAgain: a payment stored while Kafka refused its OrderPaid (or whose
-// api died between the store and the produce) is retried by the payment service with the same
-// payment id; the retry must announce it, or the results topic never says the order was paid
-// and its buyer's event stream waits at confirmed.
+// TestPaymentRetryAnnouncesAgain: a payment stored while Kafka refused its OrderPaid is answered
+// unavailable, and (like one whose api died between the store and the produce) retried by the
+// payment service with the same payment id; the retry must announce it, or the results topic
+// never says the order was paid, a replay after a store restore cannot record it, and its
+// buyer's event stream waits at confirmed.
 func TestPaymentRetryAnnouncesAgain(t *testing.T) {
 	e := newEnvPaying(t, 10, 3, time.Hour)
 	ev := e.reserve(t, 1, time.Hour)[0]
 	e.confirm(t, []events.Event{ev})
 	r := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: refusingProducer{}, Results: e.topics.Results}
-	if o, err := r.Pay(e.ctx, ev.OrderID, "pay-1"); err != nil || o.Status != events.Paid {
-		t.Fatalf("pay: %+v %v", o, err)
+	// Paid in the store, not announced: the payment service must hear to retry.
+	if o, err := r.Pay(e.ctx, ev.OrderID, "pay-1"); events.ErrorCode(err) != events.Unavailable || o.Status != events.Paid {
+		t.Fatalf("pay while Kafka refuses the announcement: %+v %v; want the order paid and unavailable", o, err)
 	}
 	kafka := &recordingProducer{}
 	r.Producer = kafka

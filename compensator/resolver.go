@@ -155,7 +155,35 @@ func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Or
 	// the window, where a clock reading taken after the commit may be past pay_by.
 	ev := orderEvent(o).New(events.OrderPaid, time.UnixMilli(o.UpdatedAtMs))
 	ev.PaymentID = o.PaymentID
-	return o, r.publish(ctx, ev)
+	return o, r.publishAcked(ctx, ev)
+}
+
+// announceTimeout bounds publishAcked's wait for Kafka.
+const announceTimeout = 5 * time.Second
+
+// publishAcked announces e and waits until Kafka has it, for an announcement that nothing else
+// brings back once lost. OrderPaid is one: Redis keeps a paid order as confirmed, so a replay
+// after a store restore learns of the payment from the results topic alone. Refused or not
+// taken in time, it is an events.Unavailable error: the payment service retries with the same
+// payment id, and the retry announces it again.
+func (r *Resolver) publishAcked(ctx context.Context, e events.Event) error {
+	rec, err := events.Record(r.Results, e)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, announceTimeout)
+	defer cancel()
+	acked := make(chan error, 1)
+	r.Producer.TryProduce(ctx, rec, func(_ *kgo.Record, err error) { acked <- err })
+	select {
+	case err = <-acked:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		return events.Wrap(events.Unavailable, err, "order %s is paid, but its announcement did not reach Kafka: pay again with the same payment_id", e.OrderID)
+	}
+	return nil
 }
 
 // Expire ends an order left unpaid past its pay_by: the store records it expired (the first
