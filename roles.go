@@ -193,7 +193,7 @@ func runWithOps(ctx context.Context, addr string, log *slog.Logger, d deps, ping
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		for name, ping := range map[string]func(context.Context) error{
-			"kafka": pingKafka, "store": d.store.Ping, "redis": func(ctx context.Context) error { return d.redis.Client().Ping(ctx).Err() },
+			"kafka": pingKafka, "store": d.store.Ping, "redis": d.redis.Ping,
 		} {
 			if err := ping(ctx); err != nil {
 				http.Error(w, name+": "+err.Error(), http.StatusServiceUnavailable)

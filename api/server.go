@@ -187,14 +187,15 @@ type Store interface {
 	AuditVerdicts(ctx context.Context) (map[string]store.AuditVerdict, error)
 }
 
-// Redis is the part of Redis the api needs: the reservations, and the Resolver's transitions.
-// Client is the connection that the idempotency script and /readyz's ping use.
+// Redis is the part of Redis the api needs: the reservations, the Resolver's transitions, and
+// /readyz's ping. Client is the connection that the idempotency script uses.
 type Redis interface {
 	compensator.Redis
 	compensator.CampaignRedis
 	Sale(ctx context.Context, campaign string) (lua.Sale, error)
 	Reserve(ctx context.Context, campaign, orderID, user string, qty int, ttl time.Duration) (lua.Reservation, error)
 	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
+	Ping(ctx context.Context) error
 	Client() redis.UniversalClient
 }
 
@@ -427,7 +428,7 @@ func (s *Server) readyz(c echo.Context) error {
 	}
 	st := s.ready.get(func() readiness {
 		pings := map[string]func(context.Context) error{
-			"redis": func(ctx context.Context) error { return s.redis.Client().Ping(ctx).Err() },
+			"redis": s.redis.Ping,
 			"kafka": s.leadersKnown,
 			"store": s.store.Ping,
 		}

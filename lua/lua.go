@@ -115,6 +115,36 @@ func (r *Redis) Alone() *Redis { return &Redis{rdb: r.rdb} }
 // Client returns the underlying client.
 func (r *Redis) Client() redis.UniversalClient { return r.rdb }
 
+// Ping reports whether Redis answers. On a Cluster, whether any primary does: with a shard down,
+// its campaigns' buyers are answered 503 while every other campaign sells, so a process that
+// reaches one primary is ready. A PING without a key goes to a primary picked at random.
+func (r *Redis) Ping(ctx context.Context) error {
+	cc, ok := r.rdb.(*redis.ClusterClient)
+	if !ok {
+		return r.rdb.Ping(ctx).Err()
+	}
+	var (
+		mu   sync.Mutex
+		up   bool
+		errs []error
+	)
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		err := node.Ping(ctx).Err()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", node.Options().Addr, err))
+		} else {
+			up = true
+		}
+		return nil
+	})
+	if up {
+		return nil
+	}
+	return errors.Join(append(errs, err)...)
+}
+
 // sources are the scripts' texts, for Load.
 var sources []string
 
