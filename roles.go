@@ -131,7 +131,9 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	cfg.Brokers = c.brokerList()
 	srv := api.New(cfg, d.store, d.redis, producer)
 	defer srv.Close()
-	return runWithOps(ctx, *metricsAddr, log, d, producer.Ping, srv.Run)
+	// The operators' port answers /readyz as the public one does (the store is reported, not
+	// required; 503 while draining): a load balancer pointed at either sees one readiness.
+	return runWithOps(ctx, *metricsAddr, log, srv.Handler(), srv.Run)
 }
 
 func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
@@ -156,7 +158,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer cons.Close()
-	return runWithOps(ctx, *metricsAddr, log, d, cons.Ping, cons.Run)
+	return runWithOps(ctx, *metricsAddr, log, depsReady(d, cons.Ping), cons.Run)
 }
 
 func runCompensator(ctx context.Context, args []string, stdout io.Writer) error {
@@ -181,27 +183,15 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	defer comp.Close()
-	return runWithOps(ctx, *metricsAddr, log, d, comp.Ping, comp.Run)
+	return runWithOps(ctx, *metricsAddr, log, depsReady(d, comp.Ping), comp.Run)
 }
 
-// runWithOps runs a role beside a small server of /healthz, /readyz and /metrics.
-func runWithOps(ctx context.Context, addr string, log *slog.Logger, d deps, pingKafka func(context.Context) error, role func(context.Context) error) error {
+// runWithOps runs a role beside a small server of /healthz, /readyz (ready) and /metrics.
+func runWithOps(ctx context.Context, addr string, log *slog.Logger, ready http.Handler, role func(context.Context) error) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		for name, ping := range map[string]func(context.Context) error{
-			"kafka": pingKafka, "store": d.store.Ping, "redis": d.redis.Ping,
-		} {
-			if err := ping(ctx); err != nil {
-				http.Error(w, name+": "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-		}
-		io.WriteString(w, "ok\n")
-	})
+	mux.Handle("GET /readyz", ready)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -221,6 +211,26 @@ func runWithOps(ctx context.Context, addr string, log *slog.Logger, d deps, ping
 		log.Info("stopped", "err", err)
 	}
 	return err
+}
+
+// depsReady is the /readyz of a consumer or a compensator: ready when Kafka (ping), the store
+// and Redis all answer.
+func depsReady(d deps, pingKafka func(context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var failed []error
+		for name, err := range api.PingAll(r.Context(), 2*time.Second, map[string]func(context.Context) error{
+			"kafka": pingKafka, "store": d.store.Ping, "redis": d.redis.Ping,
+		}) {
+			if err != nil {
+				failed = append(failed, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+		if len(failed) > 0 {
+			http.Error(w, errors.Join(failed...).Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
 }
 
 func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {

@@ -427,42 +427,51 @@ func (s *Server) readyz(c echo.Context) error {
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 	}
 	st := s.ready.get(func() readiness {
-		pings := map[string]func(context.Context) error{
+		answers := PingAll(c.Request().Context(), readyTimeout, map[string]func(context.Context) error{
 			"redis": s.redis.Ping,
 			"kafka": s.leadersKnown,
 			"store": s.store.Ping,
-		}
-		type answer struct {
-			name string
-			err  error
-		}
-		answers := make(chan answer, len(pings))
-		for name, ping := range pings {
-			// All at once, each with its own timeout: one after another under one timeout, a
-			// store that hangs would spend the time of Redis and Kafka and fail them too.
-			go func() {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), readyTimeout)
-				defer cancel()
-				answers <- answer{name, ping(ctx)}
-			}()
-		}
+		})
 		r := readiness{body: map[string]string{}, status: http.StatusOK}
-		for range pings {
-			a := <-answers
-			r.body[a.name] = "ok"
+		for name, err := range answers {
+			r.body[name] = "ok"
 			up := 1.0
-			if a.err != nil {
-				r.body[a.name], up = "unavailable", 0
-				if a.name != "store" {
+			if err != nil {
+				r.body[name], up = "unavailable", 0
+				if name != "store" {
 					r.status = http.StatusServiceUnavailable
 				}
-				s.cfg.Logger.Warn("a dependency does not answer", "dependency", a.name, "err", a.err)
+				s.cfg.Logger.Warn("a dependency does not answer", "dependency", name, "err", err)
 			}
-			dependencyUp.WithLabelValues(a.name).Set(up)
+			dependencyUp.WithLabelValues(name).Set(up)
 		}
 		return r
 	})
 	return c.JSON(st.status, st.body)
+}
+
+// PingAll asks every one of pings at once, each with a timeout of its own (one after another
+// under one timeout, one that hangs would spend the others' time and fail them too), and
+// returns what each answered by name: nil, or its error.
+func PingAll(ctx context.Context, timeout time.Duration, pings map[string]func(context.Context) error) map[string]error {
+	type answer struct {
+		name string
+		err  error
+	}
+	answers := make(chan answer, len(pings))
+	for name, ping := range pings {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+			defer cancel()
+			answers <- answer{name, ping(ctx)}
+		}()
+	}
+	out := make(map[string]error, len(pings))
+	for range pings {
+		a := <-answers
+		out[a.name] = a.err
+	}
+	return out
 }
 
 // leadersKnown checks that the producer can reach Kafka and that every partition of the
