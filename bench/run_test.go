@@ -43,7 +43,7 @@ func TestCaughtUpWaitsForTheConsumer(t *testing.T) {
 		t.Fatal("caught up with five orders unread")
 	}
 
-	group, err := events.NewGroupClient(brokers, topics.ConsumerGroup(), topics.Requested, 0)
+	group, err := events.NewGroupClient(brokers, topics.ConsumerGroup(), topics.Requested, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 		return nil, err
 	}
 	// WarnUnreachable: without it a compensator whose brokers are down only looks idle.
-	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ, 0, events.WarnUnreachable(cfg.Logger))
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ, 0, nil, events.WarnUnreachable(cfg.Logger))
 	if err != nil {
 		return nil, err
 	}

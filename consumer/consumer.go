@@ -93,8 +93,8 @@ func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout,
-		kgo.OnPartitionsRevoked(forgetLag), kgo.OnPartitionsLost(forgetLag), events.WarnUnreachable(cfg.Logger),
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout, forgetLag,
+		events.WarnUnreachable(cfg.Logger),
 		// A fetch answered with whatever had arrived (Kafka's 1 byte) made batches of a few
 		// orders under load, and the broker, this process and PostgreSQL paid per batch. Waiting
 		// for a full batch (256 KB: some 800 events of ~320 bytes; a batch is 500) or 100ms, side
@@ -146,7 +146,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 // forgetLag drops the lag of partitions this consumer no longer owns: their figure would stay
 // at their last batch's for good, beside the new owner's, and hold up the lag that the alerts
 // and the dashboard read (the highest of a partition's figures).
-func forgetLag(_ context.Context, _ *kgo.Client, gone map[string][]int32) {
+func forgetLag(gone map[string][]int32) {
 	for _, ps := range gone {
 		for _, p := range ps {
 			lag.DeleteLabelValues(strconv.Itoa(int(p)))

@@ -67,13 +67,16 @@ func (p permanent) Unwrap() error { return p.error }
 // succeeded: at-least-once, so both stages must be idempotent. A finish that fails stops the
 // loop before another finish starts; the batches persisted meanwhile are redelivered.
 //
-// A rebalance may revoke the partitions of the batch being finished: its late commit is then at
-// worst an older offset than the new owner's, and a regressed offset only redelivers work that
-// is durable already.
+// A rebalance that takes partitions while a batch is being finished waits for its commit (with a
+// client from NewGroupClient), so the new owner starts after the batch.
 func ConsumePipelined(ctx context.Context, cl *kgo.Client, max int, log *slog.Logger,
 	persist func(work, stop context.Context, fs kgo.Fetches) (finish func() error, err error)) error {
 	defer cl.AllowRebalance()
 	work := context.WithoutCancel(ctx)
+	h, _ := cl.Context().Value(handoffKey{}).(*handoff)
+	if h == nil {
+		h = &handoff{} // not a client of NewGroupClient: no rebalance waits on it
+	}
 	var inflight chan error // the batch being finished; nil when none
 	settle := func() error {
 		if inflight == nil {
@@ -81,6 +84,7 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max int, log *slog.Lo
 		}
 		err := <-inflight
 		inflight = nil
+		h.finish(nil, nil)
 		return err
 	}
 	stopped := func(err error) error {
@@ -117,9 +121,11 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max int, log *slog.Lo
 			return stopped(err)
 		}
 		if finish != nil {
-			done := make(chan error, 1)
+			done, committed := make(chan error, 1), make(chan struct{})
 			recs := fetches.Records()
+			h.finish(committed, log) // before AllowRebalance lets a rebalance in
 			go func() {
+				defer close(committed)
 				err := finish()
 				if err == nil {
 					if cerr := cl.CommitRecords(work, recs...); cerr != nil {

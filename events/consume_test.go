@@ -80,7 +80,7 @@ func TestConsumePipelined(t *testing.T) {
 			order     []int           // batch numbers in the order they were finished
 		}
 		run := func(m *member, until func() bool) error {
-			cl, err := events.NewGroupClient(brokers, group, topics.Requested, 0)
+			cl, err := events.NewGroupClient(brokers, group, topics.Requested, 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -337,3 +337,172 @@ func TestWarnUnreachableNotOnStop(t *testing.T) {
 		t.Errorf("a ping cancelled while it dialled logged %q, want nothing", logged)
 	}
 }
+
+// TestRevokedBatchCommitsFirst: a member finishing a batch when a rebalance takes partitions
+// from it commits the batch before they go, so the new owner starts after the batch and a
+// late commit of the old owner never moves a partition's offset back over the new owner's.
+// Moved back, the group's lag stays above zero until the partition's next record, and a
+// rebuild, which waits for the consumer to catch up, waits for a purchase that a frozen
+// campaign cannot take.
+func TestRevokedBatchCommitsFirst(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, brokers []string) {
+		const n = 30
+		topics := kafkatest.Topics(t, brokers)
+		group := topics.ConsumerGroup()
+		produceN(t, brokers, topics.Requested, n)
+		adm := kadm.NewClient(mustClient(t, brokers))
+
+		// The first member takes the whole backlog; the finish of the batch that completes it
+		// holds until release, with its loop polling again and a rebalance free to start.
+		var mu sync.Mutex
+		seen, held := map[string]bool{}, false
+		holding, release := make(chan struct{}), make(chan struct{})
+		waiting := make(chan struct{}) // the first member said it waits for its batch
+		var waitingOnce sync.Once
+		logA := slog.New(&onMessage{substr: "waits for the batch in hand", fn: func() { waitingOnce.Do(func() { close(waiting) }) }})
+		stopA := runPipelined(t, brokers, group, topics.Requested, logA, func(fs kgo.Fetches) func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
+			if len(seen) < n || held {
+				return nil
+			}
+			held = true
+			return func() error {
+				close(holding)
+				<-release
+				return nil
+			}
+		})
+		<-holding
+
+		// The second member joins, and takes some partitions: at once, or once the first
+		// member's batch is committed.
+		type rec struct {
+			p int32
+			v int
+		}
+		got := make(chan rec, 2*n)
+		stopB := runPipelined(t, brokers, group, topics.Requested, slog.New(slog.DiscardHandler), func(fs kgo.Fetches) func() error {
+			fs.EachRecord(func(r *kgo.Record) {
+				v, _ := strconv.Atoi(string(r.Value))
+				got <- rec{r.Partition, v}
+			})
+			return nil
+		})
+		defer stopB()
+		select {
+		case <-got: // the partitions moved while the first member's batch was uncommitted
+		case <-waiting:
+			close(release)
+		}
+
+		// New records on every partition: the new owner persists and commits those of its own.
+		cl, err := events.NewClient(brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		for p := range int32(3) {
+			for i := range 5 {
+				r := &kgo.Record{Topic: topics.Requested, Partition: p, Value: []byte(strconv.Itoa(n + int(p)*5 + i))}
+				if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var p int32
+		for r := range got {
+			if r.v >= n {
+				p = r.p
+				break
+			}
+		}
+		ends, err := events.EndOffsets(context.Background(), adm, topics.Requested)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := ends.Lookup(topics.Requested, p)
+		committed := func() int64 {
+			offs, err := adm.FetchOffsets(context.Background(), group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, _ := offs.Lookup(topics.Requested, p)
+			return o.At
+		}
+		for deadline := time.Now().Add(30 * time.Second); committed() != end.Offset; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("partition %d: its new owner did not commit its records (end %d) in 30s", p, end.Offset)
+			}
+		}
+
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+		stopA() // returns once the held batch is finished and committed
+		if at := committed(); at != end.Offset {
+			t.Errorf("partition %d: committed at %d after its new owner committed %d: the old owner's late commit moved it back", p, at, end.Offset)
+		}
+	})
+}
+
+// runPipelined runs a member of group on topic whose persist is persist (a nil finish: nothing
+// to finish) and returns a func that stops it and waits for it, which the test's end calls too.
+func runPipelined(t *testing.T, brokers []string, group, topic string, log *slog.Logger, persist func(kgo.Fetches) func() error) (stop func()) {
+	t.Helper()
+	cl, err := events.NewGroupClient(brokers, group, topic, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- events.ConsumePipelined(ctx, cl, 1000, log, func(_, _ context.Context, fs kgo.Fetches) (func() error, error) {
+			if f := persist(fs); f != nil {
+				return f, nil
+			}
+			return func() error { return nil }, nil
+		})
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("ConsumePipelined: %v", err)
+			}
+		})
+	}
+	t.Cleanup(func() { stop(); cl.Close() })
+	return stop
+}
+
+// mustClient returns a plain client of brokers, closed when the test ends.
+func mustClient(t *testing.T, brokers []string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// onMessage is a log handler that calls fn for each record whose message holds substr.
+type onMessage struct {
+	substr string
+	fn     func()
+}
+
+func (h *onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.substr) {
+		h.fn()
+	}
+	return nil
+}
+func (h *onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *onMessage) WithGroup(string) slog.Handler      { return h }

@@ -86,14 +86,27 @@ const DefaultSessionTimeout = 6 * time.Second
 
 // NewGroupClient returns a client consuming topic in group the way every role here does:
 // offsets committed by hand after the work is durable (ConsumeLoop), no rebalance while a batch
-// is in hand, and a new group starting at the beginning, since events produced before its first
-// member ran are orders too. session is the group session (0: DefaultSessionTimeout); opts
-// come last (a role's rebalance hooks).
-func NewGroupClient(brokers []string, group, topic string, session time.Duration, opts ...kgo.Opt) (*kgo.Client, error) {
+// is in hand, partitions handed on only once the batch being finished is committed, and a new
+// group starting at the beginning, since events produced before its first member ran are orders
+// too. session is the group session (0: DefaultSessionTimeout); gone, if not nil, is told of the
+// partitions the member gives up or loses; opts come last.
+func NewGroupClient(brokers []string, group, topic string, session time.Duration,
+	gone func(map[string][]int32), opts ...kgo.Opt) (*kgo.Client, error) {
 	if session <= 0 {
 		session = DefaultSessionTimeout
 	}
+	h := &handoff{}
+	leave := func(_ context.Context, _ *kgo.Client, ps map[string][]int32) {
+		h.wait(ps)
+		if gone != nil {
+			gone(ps)
+		}
+	}
 	base := []kgo.Opt{
+		// ConsumePipelined finds the handoff of its client here.
+		kgo.WithContext(context.WithValue(context.Background(), handoffKey{}, h)),
+		kgo.OnPartitionsRevoked(leave),
+		kgo.OnPartitionsLost(leave),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(),
@@ -108,6 +121,41 @@ func NewGroupClient(brokers []string, group, topic string, session time.Duration
 		kgo.FetchMaxWait(250 * time.Millisecond),
 	}
 	return NewClient(brokers, append(base, opts...)...)
+}
+
+// handoff holds the partitions a rebalance takes from a member until the batch the member is
+// finishing (ConsumePipelined) is committed. Committed after they went, the batch's offsets
+// could land after the new owner's later ones and move the partition back: its records done
+// again, and the group's lag above zero until the partition's next record.
+type handoff struct {
+	mu        sync.Mutex
+	finishing <-chan struct{} // closed once the batch being finished is committed; nil when none
+	log       *slog.Logger
+}
+
+type handoffKey struct{}
+
+// finish records the batch being finished, or none (nil).
+func (h *handoff) finish(done <-chan struct{}, log *slog.Logger) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.finishing, h.log = done, log
+}
+
+// wait returns once no batch is being finished.
+func (h *handoff) wait(gone map[string][]int32) {
+	h.mu.Lock()
+	done, log := h.finishing, h.log
+	h.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	default:
+		log.Info("a rebalance waits for the batch in hand to be committed", "partitions", gone)
+		<-done
+	}
 }
 
 // Record returns the Kafka record of e on topic, keyed by Key.
