@@ -11,15 +11,17 @@ import (
 // store write for nothing.
 //
 // It opens on a sustained failure only: failedOpens failures within window with no success
-// between them, where failures less than burst apart count as one (a batch of produces that
-// time out together is one late acknowledgement, not an outage: on a cold broker one such
-// batch used to refuse 17,000 buyers). Open, it refuses purchases before they reserve for a
+// between them, where failures within burst of the first of them count as one (a batch of
+// produces that time out together is one late acknowledgement, not an outage: on a cold broker
+// one such batch used to refuse 17,000 buyers). Measured from the burst's first failure, not
+// from the latest: under a crowd a failure follows the one before within milliseconds for as
+// long as Kafka is down, and chained so they made one burst that never ended. Open, it refuses purchases before they reserve for a
 // cooldown, then lets one purchase through per cooldown as a probe; a successful produce closes
 // it and a failed probe keeps it open. A probe that ends before it produces (sold out, say)
 // costs nothing: the next one comes a cooldown later.
 type breaker struct {
 	cooldown    time.Duration
-	burst       time.Duration // failures closer than this are one
+	burst       time.Duration // failures within this of a burst's first are one
 	window      time.Duration // failures further apart than this are unrelated
 	failedOpens int           // failures (bursts) within window that open it
 	open        atomic.Bool   // fast path: a closed breaker costs one atomic load
@@ -29,7 +31,7 @@ type breaker struct {
 	nextProbe time.Time
 	failures  int       // bursts of failures since the last success, within window
 	first     time.Time // the first of them
-	last      time.Time // the latest failure
+	burstAt   time.Time // the first failure of the latest burst
 }
 
 func newBreaker() *breaker {
@@ -68,14 +70,13 @@ func (b *breaker) record(err error, now time.Time) {
 		breakerOpen.Set(0)
 	case b.open.Load(): // a probe failed
 		b.nextProbe = now.Add(b.cooldown)
-	case b.failures > 0 && now.Sub(b.last) < b.burst: // the same burst
-		b.last = now
+	case b.failures > 0 && now.Sub(b.burstAt) < b.burst: // the same burst
 	default:
 		if b.failures == 0 || now.Sub(b.first) > b.window {
 			b.failures, b.first = 0, now
 		}
 		b.failures++
-		b.last = now
+		b.burstAt = now
 		if b.failures >= b.failedOpens {
 			b.nextProbe = now.Add(b.cooldown)
 			b.open.Store(true)

@@ -56,6 +56,21 @@ func TestBreakerOpensOnSustainedFailure(t *testing.T) {
 	}
 }
 
+// TestBreakerOpensUnderACrowd: Kafka down under a crowd fails a produce every few milliseconds,
+// for as long as it is down. Failures that never stop are the sustained failure the breaker is
+// for, not one burst of late acknowledgements, however close together each is to the one before.
+func TestBreakerOpensUnderACrowd(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := newBreaker()
+	at := t0
+	for ; at.Before(t0.Add(10 * time.Second)); at = at.Add(10 * time.Millisecond) {
+		b.record(errDown, at)
+	}
+	if b.allow(at) {
+		t.Fatal("ten seconds of a failed produce every 10ms, no success between them, left the breaker closed")
+	}
+}
+
 // TestBreakerProbes: open, it lets one purchase through per cooldown; a failed probe keeps it
 // open, a successful one closes it.
 func TestBreakerProbes(t *testing.T) {
