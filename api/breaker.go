@@ -15,10 +15,10 @@ import (
 // produces that time out together is one late acknowledgement, not an outage: on a cold broker
 // one such batch used to refuse 17,000 buyers). Measured from the burst's first failure, not
 // from the latest: under a crowd a failure follows the one before within milliseconds for as
-// long as Kafka is down, and chained so they made one burst that never ended. Open, it refuses purchases before they reserve for a
-// cooldown, then lets one purchase through per cooldown as a probe; a successful produce closes
-// it and a failed probe keeps it open. A probe that ends before it produces (sold out, say)
-// costs nothing: the next one comes a cooldown later.
+// long as Kafka is down, and chained so they made one burst that never ended. Open, it refuses
+// purchases before they reserve for a cooldown, then lets one purchase through per cooldown as
+// a probe; a successful produce closes it and a failed probe keeps it open. A probe that ends
+// before it produces (sold out, say) costs nothing: the next one comes a cooldown later.
 type breaker struct {
 	cooldown    time.Duration
 	burst       time.Duration // failures within this of a burst's first are one
