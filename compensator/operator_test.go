@@ -397,3 +397,24 @@ func TestCancelWhoseSaleIsBehind(t *testing.T) {
 		t.Errorf("remaining %d after the cancel, want the whole stock %d back", left, e.stock)
 	}
 }
+
+// TestPurchaseAfterCancelWhoseSaleIsBehind: while a cancel's Redis step has failed, Redis still
+// sells until the sweeper closes the sale. A purchase it takes meanwhile must not become a
+// confirmed order of the cancelled campaign: the cancel's run is over, and nothing would ever
+// refund it.
+func TestPurchaseAfterCancelWhoseSaleIsBehind(t *testing.T) {
+	e := newEnv(t, 20, 5)
+	op := e.operator()
+	op.Sales = brokenSync{op.Sales}
+	if _, _, err := op.Cancel(e.ctx, e.campaign, nil); events.ErrorCode(err) != events.Unavailable {
+		t.Fatalf("cancel with redis behind: %v, want unavailable", err)
+	}
+	late := e.reserve(t, 1, time.Hour) // Redis has not heard of the cancel yet
+	out, err := e.st.ConfirmOrders(e.ctx, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Status == events.Confirmed || out[0].Reason == "" {
+		t.Errorf("the consumer's confirmation of a purchase after the cancel: %+v, want it refused", out[0])
+	}
+}

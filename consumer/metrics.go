@@ -38,7 +38,7 @@ var (
 // increase() sees nothing in a series born at 1, so the first dead letter of each reason after
 // a start would not raise SeckillDeadLetters (deploy/prometheus/alerts.yml).
 func init() {
-	for _, reason := range []string{events.ReasonPoison, string(events.CampaignNotFound), events.ReasonStoreLimit, events.ReasonStoreSoldOut} {
+	for _, reason := range []string{events.ReasonPoison, string(events.CampaignNotFound), string(events.CampaignCancelled), events.ReasonStoreLimit, events.ReasonStoreSoldOut} {
 		deadLettered.WithLabelValues(reason)
 	}
 }

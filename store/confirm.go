@@ -221,6 +221,11 @@ func (b *batch) decide(evs []events.Event, results []Result) (accepted []int, re
 			results[i] = Result{Status: st, Duplicate: true}
 		case c == nil:
 			results[i] = Result{Reason: string(events.CampaignNotFound)}
+		// Redis may sell a cancelled campaign for a while (the cancel's Redis step failed, or
+		// the campaign was frozen), and the cancel's refunds ran before such an order existed:
+		// confirmed, it would stay charged. The campaign lock orders this against the cancel.
+		case c.CancelledAtMs > 0:
+			results[i] = Result{Reason: string(events.CampaignCancelled)}
 		// Compared with what is left, never as held+q or sold+q: a quantity near 2^63 would
 		// wrap the sum negative and pass. held, limit, sold and stock are all from 0 to
 		// 2^63-1, so neither difference wraps.

@@ -311,7 +311,7 @@ type Result struct {
 	// Duplicate is true when the order was in the store already, so this call changed nothing.
 	Duplicate bool
 	// Reason says why the store refused the order: events.ReasonStoreSoldOut,
-	// events.ReasonStoreLimit, or events.CampaignNotFound.
+	// events.ReasonStoreLimit, events.CampaignNotFound, or events.CampaignCancelled.
 	Reason string
 }
 
