@@ -23,7 +23,7 @@ The store changes first; Redis follows at once (or within a sweep); each prints 
 
   close       end the sale now (purchases are refused as ended at every api)
   extend      move the end: --ends-at 2026-12-01T20:00:00Z or --ends-at +30m
-  add-stock   put more units on sale: --add N
+  add-stock   put more units on sale: --add N, or --to TOTAL (safe to run again)
   cancel      close for good, release every pending reservation, refund every confirmed
               and paid order (with progress); run again, it finishes what was left
 `
@@ -53,18 +53,22 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 	c := f.conn()
 	id := f.String("id", "", "the campaign id (required)")
 	var endsAt *string
-	var add *int64
+	var add, to *int64
 	switch action {
 	case "extend":
 		endsAt = f.String("ends-at", "", "the new end: an RFC 3339 time, or +DURATION from now, such as +30m (required)")
 	case "add-stock":
-		add = f.Int64("add", 0, "how many units to put on sale (required)")
+		add = f.Int64("add", 0, "how many units to put on sale (this or --to)")
+		to = f.Int64("to", 0, "the total stock to raise it to: running it again adds nothing more (this or --add)")
 	}
 	if err := f.parse(args[1:]); err != nil {
 		return err
 	}
 	if *id == "" {
 		return usagef("campaign %s: --id is required", action)
+	}
+	if action == "add-stock" && (*add == 0) == (*to == 0) {
+		return usagef("campaign add-stock: give --add or --to, not both")
 	}
 	var ends time.Time
 	if endsAt != nil {
@@ -87,7 +91,11 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 	case "extend":
 		camp, err = op.Extend(ctx, *id, ends)
 	case "add-stock":
-		camp, err = op.AddStock(ctx, *id, *add)
+		if *to != 0 {
+			camp, err = op.RaiseStock(ctx, *id, *to)
+		} else {
+			camp, err = op.AddStock(ctx, *id, *add)
+		}
 	case "cancel":
 		update, stop := bench.NewProgress(os.Stderr).Track("cancel " + *id)
 		tally = new(compensator.Tally)

@@ -64,8 +64,11 @@ func (s *Server) extendCampaign(c echo.Context) error {
 	})
 }
 
+// stockRequest is add (units to add) or stock (the total to raise the stock to: a retry of it
+// adds nothing more).
 type stockRequest struct {
-	Add *int64 `json:"add"`
+	Add   *int64 `json:"add"`
+	Stock *int64 `json:"stock"`
 }
 
 func (s *Server) addStock(c echo.Context) error {
@@ -73,10 +76,13 @@ func (s *Server) addStock(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
-	if req.Add == nil {
-		return events.Errorf(events.Invalid, "add is required: how many units to put on sale")
+	if (req.Add == nil) == (req.Stock == nil) {
+		return events.Errorf(events.Invalid, "give add (how many units to put on sale) or stock (the total to raise it to), not both")
 	}
 	return s.campaignControl(c, func(ctx context.Context, id string) (store.Campaign, error) {
+		if req.Stock != nil {
+			return s.operator.RaiseStock(ctx, id, *req.Stock)
+		}
 		return s.operator.AddStock(ctx, id, *req.Add)
 	})
 }

@@ -85,13 +85,30 @@ func (o *Operator) Extend(ctx context.Context, id string, ends time.Time) (store
 	})
 }
 
-// AddStock puts n more units of the campaign on sale.
+// AddStock puts n more units of the campaign on sale. Unlike the other controls, running it
+// again adds again: a caller that cannot tell whether a call was taken retries with RaiseStock.
 func (o *Operator) AddStock(ctx context.Context, id string, n int64) (store.Campaign, error) {
 	return o.change(ctx, id, func(c *store.Campaign) error {
 		if n < 1 || n > events.MaxUnits-c.Stock { // not c.Stock+n, which wraps for an n near 2^63
 			return events.Errorf(events.Invalid, "add must be a whole number from 1 to %d", events.MaxUnits-c.Stock)
 		}
 		c.Stock += n
+		return nil
+	})
+}
+
+// RaiseStock puts units of the campaign on sale until its stock is total. Unlike AddStock it
+// is idempotent: run again after an error or a timeout, it adds nothing more and brings Redis
+// along. A total below the stock is refused (another raise may have gone past it).
+func (o *Operator) RaiseStock(ctx context.Context, id string, total int64) (store.Campaign, error) {
+	return o.change(ctx, id, func(c *store.Campaign) error {
+		switch {
+		case total == c.Stock:
+			return errUnchanged
+		case total < c.Stock || total > events.MaxUnits:
+			return events.Errorf(events.Invalid, "stock must be a whole number from %d to %d", c.Stock, events.MaxUnits)
+		}
+		c.Stock = total
 		return nil
 	})
 }

@@ -418,3 +418,27 @@ func TestPurchaseAfterCancelWhoseSaleIsBehind(t *testing.T) {
 		t.Errorf("the consumer's confirmation of a purchase after the cancel: %+v, want it refused", out[0])
 	}
 }
+
+// TestRaiseStockRetried: an operator whose add-stock answered 503 (its Redis step failed, or
+// the call timed out) cannot tell whether the store took it, and the answer says to run it
+// again. Raising the stock to a total, run twice, puts the units on sale once; adding, run
+// twice, would add twice.
+func TestRaiseStockRetried(t *testing.T) {
+	e := newEnv(t, 10, 1)
+	op := e.operator()
+	behind := *op
+	behind.Sales = brokenSync{op.Sales}
+	if _, err := behind.RaiseStock(e.ctx, e.campaign, 15); events.ErrorCode(err) != events.Unavailable {
+		t.Fatalf("raise with redis behind: %v, want unavailable", err)
+	}
+	c, err := op.RaiseStock(e.ctx, e.campaign, 15) // the retry the answer asks for
+	if err != nil || c.Stock != 15 {
+		t.Fatalf("the retry: stock %d, %v; want 15", c.Stock, err)
+	}
+	if remaining, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || remaining != 15 {
+		t.Errorf("remaining %d, %v after the retry; want 15", remaining, err)
+	}
+	if _, err := op.RaiseStock(e.ctx, e.campaign, 12); events.ErrorCode(err) != events.Invalid {
+		t.Errorf("raise below the stock: %v, want invalid", err)
+	}
+}
