@@ -171,8 +171,10 @@ func (o *Operator) change(ctx context.Context, id string, fn func(*store.Campaig
 		return c, err
 	}
 	if _, err := o.Sales.Sync(ctx, RedisCampaign(c)); err != nil {
+		// Not "run this again": the sweeper brings the sale along, and an add-stock run again
+		// adds again.
 		return c, events.Wrap(events.Unavailable, fmt.Errorf("%w: %w", errSaleBehind, err),
-			"campaign %q was changed in the store; its sale follows within seconds, or run this again", id)
+			"campaign %q was changed in the store, and its sale follows within seconds: nothing needs running again", id)
 	}
 	return c, nil
 }
