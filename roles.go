@@ -188,11 +188,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 
 // runWithOps runs a role beside a small server of /healthz, /readyz (ready) and /metrics.
 func runWithOps(ctx context.Context, addr string, log *slog.Logger, ready http.Handler, role func(context.Context) error) error {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.Handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.Handle("GET /readyz", ready)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := opsServer(addr, ready)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := srv.ListenAndServe(); err != http.ErrServerClosed {
@@ -211,6 +207,18 @@ func runWithOps(ctx context.Context, addr string, log *slog.Logger, ready http.H
 		log.Info("stopped", "err", err)
 	}
 	return err
+}
+
+// opsServer is the server of /healthz, /readyz (ready) and /metrics on addr. Its timeouts
+// are the public server's: it shares the process's open files with it, and a connection left
+// idle, or a body that never comes, would hold one for good.
+func opsServer(addr string, ready http.Handler) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	mux.Handle("GET /readyz", ready)
+	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		IdleTimeout: 90 * time.Second}
 }
 
 // depsReady is the /readyz of a consumer or a compensator: ready when Kafka (ping), the store
