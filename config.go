@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -281,14 +282,27 @@ func (c conn) logStart(log *slog.Logger, role string, extra ...any) {
 }
 
 func redactURL(s string) string {
+	// lib/pq takes the password from the query as well as from the user info.
+	s, query, hasQuery := strings.Cut(s, "?")
 	if i := strings.Index(s, "://"); i >= 0 {
 		if at := strings.LastIndex(s, "@"); at > i {
 			if colon := strings.Index(s[i+3:at], ":"); colon >= 0 {
-				return s[:i+3+colon+1] + "xxxxx" + s[at:]
+				s = s[:i+3+colon+1] + "xxxxx" + s[at:]
 			}
 		}
 	}
-	return s
+	if !hasQuery {
+		return s
+	}
+	q, err := url.ParseQuery(query)
+	switch {
+	case err != nil: // what it holds cannot be told apart
+		return s + "?xxxxx"
+	case q.Has("password"):
+		q.Set("password", "xxxxx")
+		query = q.Encode()
+	}
+	return s + "?" + query
 }
 
 func (c conn) openStore(ctx context.Context) (*store.Store, error) {
