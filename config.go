@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -156,11 +155,11 @@ func (f *flags) conn() conn {
 	f.after = append(f.after, func() error {
 		o, err := redisurl.Parse(*c.redisURL)
 		if err != nil {
-			return usagef("--redis-url %s: %v", redactURL(*c.redisURL), err)
+			return usagef("--redis-url %s: %v", store.RedactURL(*c.redisURL), err)
 		}
 		*c.redis = o
 		if err := store.CheckURL(*c.postgresURL); err != nil {
-			return usagef("--postgres-url %s: %v", redactURL(*c.postgresURL), err)
+			return usagef("--postgres-url %s: %v", store.RedactURL(*c.postgresURL), err)
 		}
 		return nil
 	})
@@ -276,33 +275,9 @@ func newLogger(format string, out io.Writer) *slog.Logger {
 
 // logStart prints the configuration once, without secrets.
 func (c conn) logStart(log *slog.Logger, role string, extra ...any) {
-	args := []any{"role", role, "redis", redactURL(*c.redisURL), "store", redactURL(*c.postgresURL),
+	args := []any{"role", role, "redis", store.RedactURL(*c.redisURL), "store", store.RedactURL(*c.postgresURL),
 		"kafka", *c.brokers, "topics", *c.topicPrefix}
 	log.Info("starting", append(args, extra...)...)
-}
-
-func redactURL(s string) string {
-	// lib/pq takes the password from the query as well as from the user info.
-	s, query, hasQuery := strings.Cut(s, "?")
-	if i := strings.Index(s, "://"); i >= 0 {
-		if at := strings.LastIndex(s, "@"); at > i {
-			if colon := strings.Index(s[i+3:at], ":"); colon >= 0 {
-				s = s[:i+3+colon+1] + "xxxxx" + s[at:]
-			}
-		}
-	}
-	if !hasQuery {
-		return s
-	}
-	q, err := url.ParseQuery(query)
-	switch {
-	case err != nil: // what it holds cannot be told apart
-		return s + "?xxxxx"
-	case q.Has("password"):
-		q.Set("password", "xxxxx")
-		query = q.Encode()
-	}
-	return s + "?" + query
 }
 
 func (c conn) openStore(ctx context.Context) (*store.Store, error) {

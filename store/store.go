@@ -64,7 +64,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open store %s: %w", redact(dsn), err)
+		return nil, fmt.Errorf("open store %s: %w", RedactURL(dsn), err)
 	}
 	return &Store{db: db, sqlite: db.DriverName() == "sqlite"}, nil
 }
@@ -85,7 +85,7 @@ func CheckURL(dsn string) error {
 			return errors.New("sqlite: names no file (want sqlite:PATH)")
 		}
 	default:
-		return fmt.Errorf("unsupported url %q (want postgres://… or sqlite:PATH)", redact(dsn))
+		return fmt.Errorf("unsupported url %q (want postgres://… or sqlite:PATH)", RedactURL(dsn))
 	}
 	return nil
 }
@@ -117,12 +117,31 @@ func pqDefaults(dsn string) string {
 }
 
 // redact hides the password of a database URL, for logs and errors.
-func redact(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "<unparsable url>"
+// RedactURL is url with its passwords masked, for logs and errors: the user info's, and the
+// query's (lib/pq takes a password from the query too); a query that does not parse is masked
+// whole. It serves every URL a role takes (PostgreSQL, Redis, Sentinel, Cluster), including
+// those net/url cannot parse (several hosts).
+func RedactURL(s string) string {
+	s, query, hasQuery := strings.Cut(s, "?")
+	if i := strings.Index(s, "://"); i >= 0 {
+		if at := strings.LastIndex(s, "@"); at > i {
+			if colon := strings.Index(s[i+3:at], ":"); colon >= 0 {
+				s = s[:i+3+colon+1] + "xxxxx" + s[at:]
+			}
+		}
 	}
-	return u.Redacted()
+	if !hasQuery {
+		return s
+	}
+	q, err := url.ParseQuery(query)
+	switch {
+	case err != nil: // what it holds cannot be told apart
+		return s + "?xxxxx"
+	case q.Has("password"):
+		q.Set("password", "xxxxx")
+		query = q.Encode()
+	}
+	return s + "?" + query
 }
 
 // DB returns the underlying database, for tests and the audit.

@@ -1,0 +1,26 @@
+package store_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/seckill/seckill/store"
+)
+
+// TestRedactURL: the start line, the usage errors and the store's own errors print the Redis
+// and PostgreSQL URLs without their passwords, wherever the URL carries one.
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis://:pw@r:6379/0":                             "redis://:xxxxx@r:6379/0",
+		"redis+sentinel://u:pw@s1:26379,s2:26379/mymaster": "redis+sentinel://u:xxxxx@s1:26379,s2:26379/mymaster",
+		"postgres://app:pw@db:5432/seckill":                "postgres://app:xxxxx@db:5432/seckill",
+		"postgres://app@db:5432/seckill?sslmode=require":   "postgres://app@db:5432/seckill?sslmode=require",
+		// lib/pq reads a password from the query too.
+		"postgres://app@db:5432/seckill?password=pw&sslmode=require": "postgres://app@db:5432/seckill?password=xxxxx&sslmode=require",
+		"postgres://app@db/seckill?password=pw;%zz":                  "postgres://app@db/seckill?xxxxx",
+	} {
+		if got := store.RedactURL(in); got != want || strings.Contains(got, "pw") {
+			t.Errorf("store.RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
