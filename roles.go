@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -158,7 +159,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer cons.Close()
-	return runWithOps(ctx, *metricsAddr, log, depsReady(d, cons.Ping), cons.Run)
+	return runWithOps(ctx, *metricsAddr, log, depsReady(d, cons.Ping, log), cons.Run)
 }
 
 func runCompensator(ctx context.Context, args []string, stdout io.Writer) error {
@@ -183,7 +184,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	defer comp.Close()
-	return runWithOps(ctx, *metricsAddr, log, depsReady(d, comp.Ping), comp.Run)
+	return runWithOps(ctx, *metricsAddr, log, depsReady(d, comp.Ping, log), comp.Run)
 }
 
 // runWithOps runs a role beside a small server of /healthz, /readyz (ready) and /metrics.
@@ -222,19 +223,22 @@ func opsServer(addr string, ready http.Handler) *http.Server {
 }
 
 // depsReady is the /readyz of a consumer or a compensator: ready when Kafka (ping), the store
-// and Redis all answer.
-func depsReady(d deps, pingKafka func(context.Context) error) http.Handler {
+// and Redis all answer. The body names those that do not, as the api's does; why (an address,
+// a refusal) goes to log.
+func depsReady(d deps, pingKafka func(context.Context) error, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var failed []error
+		var down []string
 		for name, err := range api.PingAll(r.Context(), 2*time.Second, map[string]func(context.Context) error{
 			"kafka": pingKafka, "store": d.store.Ping, "redis": d.redis.Ping,
 		}) {
 			if err != nil {
-				failed = append(failed, fmt.Errorf("%s: %w", name, err))
+				down = append(down, name)
+				log.Warn("a dependency does not answer", "dependency", name, "err", err)
 			}
 		}
-		if len(failed) > 0 {
-			http.Error(w, errors.Join(failed...).Error(), http.StatusServiceUnavailable)
+		if len(down) > 0 {
+			slices.Sort(down)
+			http.Error(w, strings.Join(down, ", ")+": unavailable", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ok\n")
