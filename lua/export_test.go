@@ -55,3 +55,18 @@ func ReserveReplies(ctx context.Context, rdb redis.Scripter, campaign string, tt
 	}
 	return out, nil
 }
+
+// ReserveRaw runs the reserve script over one purchase whose quantity is the raw argument
+// given, as a caller other than Reserve could pass it, and returns the purchase's status.
+func ReserveRaw(ctx context.Context, rdb redis.Scripter, campaign string, ttl time.Duration, orderID, user, qty string) (string, error) {
+	k := KeysOf(campaign)
+	v, err := reserveScript.Run(ctx, rdb, []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Meta}, ttl.Milliseconds(), orderID, user, qty).Slice()
+	if err != nil {
+		return "", err
+	}
+	if len(v) != 4 {
+		return "", fmt.Errorf("unexpected reply %v to one purchase", v)
+	}
+	status, _ := v[0].(string)
+	return status, nil
+}
