@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
 )
 
@@ -26,8 +27,10 @@ type storedCampaign struct {
 	paid int64
 }
 
-// campaignCache keeps each campaign's storedCampaign for campaignTTL. Concurrent misses of one
-// campaign share one read; errors (a campaign not found, a store down) are not kept.
+// campaignCache keeps each campaign's storedCampaign for campaignTTL, and that a campaign was
+// not found for as long: a crowd polling, or buying, a campaign not created yet (a page out
+// before its sale, a link with a typo) would otherwise reach the store at every request.
+// Concurrent misses of one campaign share one read; a store down is not kept.
 type campaignCache struct {
 	read  func(ctx context.Context, id string) (storedCampaign, error)
 	group singleflight.Group
@@ -36,10 +39,15 @@ type campaignCache struct {
 	// gen counts forgets: a read that started before one keeps nothing, for it may have read
 	// the campaign before the change that was forgotten.
 	gen uint64
+	// sweepAt is when keep next drops the entries that ended: once a campaignTTL rather than at
+	// every keep, for ids of no campaign are anyone's to choose, and a sweep of the entries of
+	// thousands of them at each miss would cost their square.
+	sweepAt time.Time
 }
 
 type cachedCampaign struct {
 	storedCampaign
+	err   error // the campaign was not found
 	until time.Time
 }
 
@@ -57,7 +65,7 @@ func (c *campaignCache) get(ctx context.Context, id string) (storedCampaign, err
 	e, ok := c.m[id]
 	c.mu.Unlock()
 	if ok && time.Now().Before(e.until) {
-		return e.storedCampaign, nil
+		return e.storedCampaign, e.err
 	}
 	ch := c.group.DoChan(id, func() (any, error) {
 		c.mu.Lock()
@@ -66,8 +74,8 @@ func (c *campaignCache) get(ctx context.Context, id string) (storedCampaign, err
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), campaignReadTimeout)
 		defer cancel()
 		sc, err := c.read(rctx, id)
-		if err == nil {
-			c.keep(id, sc, gen)
+		if err == nil || events.ErrorCode(err) == events.CampaignNotFound {
+			c.keep(id, sc, err, gen)
 		}
 		return sc, err
 	})
@@ -82,22 +90,25 @@ func (c *campaignCache) get(ctx context.Context, id string) (storedCampaign, err
 	}
 }
 
-// keep stores sc, read from generation gen, for campaignTTL, and drops the entries of
-// campaigns nobody asked for since theirs ended, so that the map holds only campaigns being
-// looked at.
-func (c *campaignCache) keep(id string, sc storedCampaign, gen uint64) {
+// keep stores sc, or notFound, read from generation gen, for campaignTTL, and drops the
+// entries of campaigns nobody asked for since theirs ended, so that the map holds only the
+// campaigns looked at in the last two campaignTTLs.
+func (c *campaignCache) keep(id string, sc storedCampaign, notFound error, gen uint64) {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if gen != c.gen {
 		return
 	}
-	for k, e := range c.m {
-		if !now.Before(e.until) {
-			delete(c.m, k)
+	if !now.Before(c.sweepAt) {
+		for k, e := range c.m {
+			if !now.Before(e.until) {
+				delete(c.m, k)
+			}
 		}
+		c.sweepAt = now.Add(campaignTTL)
 	}
-	c.m[id] = cachedCampaign{storedCampaign: sc, until: now.Add(campaignTTL)}
+	c.m[id] = cachedCampaign{storedCampaign: sc, err: notFound, until: now.Add(campaignTTL)}
 }
 
 // forget drops campaign id, changed through this api: its next GET reads the store.

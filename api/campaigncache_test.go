@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -96,7 +97,8 @@ func TestCampaignPagePolledByACrowd(t *testing.T) {
 			t.Errorf("a second later: %d store reads, want 2", st.campaigns.Load())
 		}
 
-		// Neither a campaign not found nor a store down is kept.
+		// A campaign not found is kept as one found is (TestUnknownCampaignPolledByACrowd); a
+		// store down is not.
 		for range 2 {
 			if code, _ := get("nope"); code != http.StatusNotFound {
 				t.Errorf("unknown campaign answered %d", code)
@@ -111,8 +113,57 @@ func TestCampaignPagePolledByACrowd(t *testing.T) {
 		if code, _ := get("page"); code != http.StatusOK {
 			t.Errorf("store back: answered %d, want 200 at once", code)
 		}
-		if n := st.campaigns.Load(); n != 6 {
-			t.Errorf("%d store reads; want 6: two unknown campaigns, the failed read and the one after it read anew", n)
+		if n := st.campaigns.Load(); n != 5 {
+			t.Errorf("%d store reads; want 5: one of the unknown campaign, the failed read and the one after it read anew", n)
 		}
 	})
+}
+
+// TestUnknownCampaignPolledByACrowd: a campaign's page is out before the campaign is created
+// (or a link has a typo), and its crowd polls it and presses buy. Each poll and each purchase
+// asked the store again, as a miss was never kept: the store is read once a second per
+// campaign id instead, whatever the number of polls and purchases, and the ids of campaigns
+// that do not exist are forgotten a few seconds after they were asked for.
+func TestUnknownCampaignPolledByACrowd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &pageStore{}
+		r := &fakeRedis{err: events.Errorf(events.CampaignNotFound, "campaign not found")}
+		srv := api.New(api.Config{Logger: slog.New(slog.DiscardHandler), InsecureUserHeader: true}, st, r, nil)
+		defer srv.Close()
+		for i := range 100 {
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/campaigns/soon", nil))
+			if rec.Code != http.StatusNotFound {
+				t.Fatalf("poll %d answered %d %s, want 404", i, rec.Code, rec.Body)
+			}
+			rec = httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, request("POST", "/v1/campaigns/soon/purchases", `{"quantity":1}`, user(fmt.Sprint("buyer", i))...))
+			if rec.Code != http.StatusNotFound {
+				t.Fatalf("purchase %d answered %d %s, want 404", i, rec.Code, rec.Body)
+			}
+		}
+		if n := st.campaigns.Load(); n != 1 {
+			t.Errorf("100 polls and 100 purchases of a campaign that does not exist read the store %d times; want once", n)
+		}
+
+		for i := range 1000 {
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, fmt.Sprint("/v1/campaigns/nope", i), nil))
+		}
+		time.Sleep(3 * time.Second)
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/campaigns/page", nil))
+		if n := api.CampaignsKept(srv); n > 1 {
+			t.Errorf("3 s after 1,000 ids of no campaign were asked for, %d campaigns are kept; want only the one asked for since", n)
+		}
+	})
+}
+
+// TestCreatedCampaignShownAtOnce: a campaign polled before it existed is shown by the api that
+// created it as soon as it answers 201, not a campaignTTL later.
+func TestCreatedCampaignShownAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.fail(t, request("GET", "/v1/campaigns/fresh", ""), http.StatusNotFound, events.CampaignNotFound)
+	h.createCampaign(t, `{"id":"fresh","name":"Fresh","stock":5,"per_user_limit":1}`)
+	h.do(t, request("GET", "/v1/campaigns/fresh", ""), http.StatusOK)
 }

@@ -50,3 +50,10 @@ var GivenBackBy = givenBackBy
 func DependencyUp(dependency string) float64 {
 	return testutil.ToFloat64(dependencyUp.WithLabelValues(dependency))
 }
+
+// CampaignsKept is how many campaigns, found or not, s's campaign cache holds.
+func CampaignsKept(s *Server) int {
+	s.campaigns.mu.Lock()
+	defer s.campaigns.mu.Unlock()
+	return len(s.campaigns.m)
+}

@@ -216,6 +216,9 @@ func (s *Server) createCampaign(c echo.Context) error {
 	defer cancel()
 	retried := false
 	err := s.store.CreateCampaign(ctx, camp)
+	// This api may have kept that the campaign was not found: it is shown at once here, as a
+	// control's change is (the other apis show it within campaignTTL).
+	s.campaigns.forget(camp.ID)
 	if events.ErrorCode(err) == events.CampaignExists {
 		stored, serr := s.store.Campaign(ctx, camp.ID)
 		if serr != nil {
@@ -592,7 +595,10 @@ func (s *Server) notInRedis(ctx context.Context, campaign string, notFound error
 	if _, ok := s.known.Load(campaign); ok {
 		return events.Errorf(events.Unavailable, "campaign %q is being restored; try again in a few seconds", campaign)
 	}
-	camp, err := s.store.Campaign(ctx, campaign)
+	// Through the campaign cache: a crowd buying a campaign not created yet asks the store once
+	// a campaignTTL, not once a purchase.
+	sc, err := s.campaigns.get(ctx, campaign)
+	camp := sc.camp
 	switch events.ErrorCode(err) {
 	case "":
 		if camp.Over(time.Now().UnixMilli()) {
