@@ -90,16 +90,18 @@ func (s *Server) handleError(err error, c echo.Context) {
 
 // logRefusal logs an answer at the level an operator on call wants: a failure of ours at ERROR,
 // a dependency that failed at WARN, and an expected refusal (sold out, a campaign being
-// restored, the breaker open: said, not caused) at DEBUG; the counters count them all.
+// restored, the breaker open: said, not caused) at DEBUG; the counters count them all. A
+// dependency's call that failed because the client hung up (which ends the request's context)
+// is no failure of the dependency: at DEBUG, or any client could write a WARN per request.
 func (s *Server) logRefusal(c echo.Context, status int, err error, expected bool) {
+	ctx := c.Request().Context()
 	level := slog.LevelDebug
 	switch {
 	case status == http.StatusInternalServerError:
 		level = slog.LevelError
-	case status == http.StatusServiceUnavailable && !expected:
+	case status == http.StatusServiceUnavailable && !expected && ctx.Err() == nil:
 		level = slog.LevelWarn
 	}
-	ctx := c.Request().Context()
 	if !s.cfg.Logger.Enabled(ctx, level) { // a crowd's refusals: nothing to build
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +25,7 @@ import (
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
 )
 
 // pipelineGate is a go-redis hook that holds every command and pipeline while it is shut, so a
@@ -350,4 +352,53 @@ func TestNotReadyWithoutLeaders(t *testing.T) {
 	if ready["kafka"] != "unavailable" || ready["redis"] != "ok" || ready["store"] != "ok" {
 		t.Errorf("readyz without the requested topic: %v", ready)
 	}
+}
+
+// stuckCampaigns is a store whose reads of a campaign wait until they are given up.
+type stuckCampaigns struct{ api.Store }
+
+func (stuckCampaigns) Campaign(ctx context.Context, _ string) (store.Campaign, error) {
+	<-ctx.Done()
+	return store.Campaign{}, ctx.Err()
+}
+
+// TestHangUpsLogNoWarnings: a client that hangs up while its request waits on the store makes
+// the read fail, and nobody reads the 503; a WARN each, at the per-address rate, would let
+// anyone fill the operators' log with "a dependency failed" lines while nothing failed.
+func TestHangUpsLogNoWarnings(t *testing.T) {
+	hungUp := func(r *http.Request) *http.Request {
+		ctx, cancel := context.WithCancel(r.Context())
+		cancel()
+		return r.WithContext(ctx)
+	}
+	warnings := func(logs *levelCounter) int {
+		n := logs.take()
+		return n[slog.LevelWarn] + n[slog.LevelError]
+	}
+	t.Run("order", func(t *testing.T) {
+		logs := &levelCounter{n: map[slog.Level]int{}}
+		h := newHarness(t, func(c *api.Config) { c.Logger = slog.New(logs) })
+		logs.take()
+		for range 100 {
+			h.srv.Handler().ServeHTTP(httptest.NewRecorder(), hungUp(request("GET", "/v1/orders/o1.06h0rsx4wyb3q6hsykas4jrv8w", "", user("ann")...)))
+		}
+		if n := warnings(logs); n != 0 {
+			t.Errorf("100 reads of an order whose clients hung up logged %d warnings; want none", n)
+		}
+	})
+	t.Run("campaign", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			logs := &levelCounter{n: map[slog.Level]int{}}
+			srv := api.New(api.Config{Logger: slog.New(logs)}, stuckCampaigns{}, nil, nil)
+			defer srv.Close()
+			logs.take()
+			for i := range 100 {
+				srv.Handler().ServeHTTP(httptest.NewRecorder(), hungUp(request("GET", fmt.Sprint("/v1/campaigns/c", i), "")))
+			}
+			if n := warnings(logs); n != 0 {
+				t.Errorf("100 reads of campaigns whose clients hung up logged %d warnings; want none", n)
+			}
+			time.Sleep(10 * time.Second) // the shared reads run on to their timeout: let them end
+		})
+	})
 }
