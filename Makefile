@@ -1,13 +1,16 @@
 # `make run` and `make test` work on a fresh machine; see README.md.
 GO ?= go
+# Where make build (and so make run) puts the binary.
+BIN ?= bin/seckill
 SERVICES := deploy/local/services.sh
 # The tests read the addresses of the test services from these variables.
 TEST_ENV = eval "$$($(SERVICES) env)"
 
 .PHONY: run demo test test-fast build vet services-up services-down schemathesis
 
-run: ## start api + consumer + compensator on embedded Kafka, Redis and SQLite
-	$(GO) run . dev
+# Built, then run: go run exits 1 when interrupted, so make would end a clean Ctrl-C with an error.
+run: build ## start api + consumer + compensator on embedded Kafka, Redis and SQLite
+	$(BIN) dev
 
 # The fault tests (faults_test.go) spend their time waiting on servers and processes, not on the
 # CPU: four at once halve the root package's time even on 2 cores (go test's default is GOMAXPROCS).
@@ -31,7 +34,7 @@ schemathesis: ## schemathesis (PyPI, cached) against a live `seckill dev`: no 5x
 	GO=$(GO) api/schemathesis.sh
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/seckill .
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) .
 
 vet:
 	$(GO) vet ./...

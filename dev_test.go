@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -161,4 +165,46 @@ func TestDevOneAtATime(t *testing.T) {
 		t.Fatalf("lock after the first dev stopped: %v", err)
 	}
 	f.Close()
+}
+
+// TestMakeRunCtrlC runs make run as a terminal does and stops it with Ctrl-C: SIGINT to the
+// whole foreground process group. seckill dev drains and exits 0, and make must not call that
+// a failure: go run exits 1 whenever it was interrupted, whatever its program did, and make
+// then ended a clean stop with "make: *** [Makefile:10: run] Error 1".
+func TestMakeRunCtrlC(t *testing.T) {
+	mk, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatal("no make: install Debian's make package (.ci/run does)")
+	}
+	out := &syncBuffer{}
+	cmd := exec.Command(mk, "run", "BIN="+filepath.Join(t.TempDir(), "seckill"))
+	cmd.Env = append(os.Environ(), "SECKILL_ADDR="+freeAddr(t), "SECKILL_DATA_DIR="+t.TempDir())
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own, as a terminal's job
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	group := -cmd.Process.Pid
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			syscall.Kill(group, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	// The first make run compiles seckill.
+	eventually(t, 5*time.Minute, "make run is up", func() bool { return strings.Contains(out.String(), "console: ") })
+	if err := syscall.Kill(group, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	// make dies of the SIGINT itself, as any make interrupted in a terminal does, and the shell
+	// says nothing of that; what must not be there is make's report of a failed recipe.
+	if got := out.String(); strings.Contains(got, "make: ***") || !strings.Contains(got, `"seckill dev stopped" err=<nil>`) {
+		t.Errorf("make run after Ctrl-C (%v): want seckill dev stopped cleanly and no error from make:\n%s", waitErr, got)
+	}
 }
