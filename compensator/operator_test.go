@@ -442,3 +442,43 @@ func TestRaiseStockRetried(t *testing.T) {
 		t.Errorf("raise below the stock: %v, want invalid", err)
 	}
 }
+
+// TestPurchaseAfterCancelDeadLettered follows the refused purchase of a cancelled campaign to
+// its end, as the consumer and the compensator handle it: dead-lettered with reason
+// campaign_cancelled, then failed by the compensator, whose release gives its units back in
+// Redis even once the sale has caught up with the cancel; the audit finds every invariant held.
+func TestPurchaseAfterCancelDeadLettered(t *testing.T) {
+	e := newEnv(t, 20, 5)
+	op := e.operator()
+	op.Sales = brokenSync{op.Sales}
+	if _, _, err := op.Cancel(e.ctx, e.campaign, nil); events.ErrorCode(err) != events.Unavailable {
+		t.Fatalf("cancel with redis behind: %v, want unavailable", err)
+	}
+	late := e.reserve(t, 1, time.Hour)
+	out, err := e.st.ConfirmOrders(e.ctx, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Reason != string(events.CampaignCancelled) {
+		t.Fatalf("the store's answer to a purchase after the cancel: %+v, want reason %s", out[0], events.CampaignCancelled)
+	}
+	// The sweeper brings the sale along before the dead letter is resolved.
+	c, err := e.st.Campaign(e.ctx, e.campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.Sync(e.ctx, compensator.RedisCampaign(c)); err != nil {
+		t.Fatal(err)
+	}
+	o, err := op.Resolver.Fail(e.ctx, late[0], out[0].Reason, "dlq")
+	if err != nil || o.Status != events.Failed || o.Reason != string(events.CampaignCancelled) {
+		t.Fatalf("the dead letter's resolution: %+v, %v; want failed, campaign_cancelled", o, err)
+	}
+	e.check(t, late)
+	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
+		t.Errorf("remaining %d after the dead letter, want the whole stock %d back", left, e.stock)
+	}
+	if rep, text := e.audit(t); !rep.OK() {
+		t.Errorf("audit after the dead letter:\n%s", text)
+	}
+}
