@@ -18,6 +18,9 @@ func TestRedactURL(t *testing.T) {
 		// lib/pq reads a password from the query too.
 		"postgres://app@db:5432/seckill?password=pw&sslmode=require": "postgres://app@db:5432/seckill?password=xxxxx&sslmode=require",
 		"postgres://app@db/seckill?password=pw;%zz":                  "postgres://app@db/seckill?xxxxx",
+		// A key=value DSN, which lib/pq takes and CheckURL refuses: its usage error prints it.
+		"host=db user=app password=pw sslmode=disable": "host=db user=app password=xxxxx sslmode=disable",
+		"host=db password='p w' user=app":              "host=db password=xxxxx user=app",
 	} {
 		if got := store.RedactURL(in); got != want || strings.Contains(got, "pw") {
 			t.Errorf("store.RedactURL(%q) = %q, want %q", in, got, want)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -116,12 +117,15 @@ func pqDefaults(dsn string) string {
 	return u.String()
 }
 
-// redact hides the password of a database URL, for logs and errors.
 // RedactURL is url with its passwords masked, for logs and errors: the user info's, and the
 // query's (lib/pq takes a password from the query too); a query that does not parse is masked
 // whole. It serves every URL a role takes (PostgreSQL, Redis, Sentinel, Cluster), including
 // those net/url cannot parse (several hosts).
 func RedactURL(s string) string {
+	if !strings.Contains(s, "://") {
+		// A key=value DSN (lib/pq's other form), which CheckURL refuses with it in its message.
+		return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
+	}
 	s, query, hasQuery := strings.Cut(s, "?")
 	if i := strings.Index(s, "://"); i >= 0 {
 		if at := strings.LastIndex(s, "@"); at > i {
@@ -143,6 +147,9 @@ func RedactURL(s string) string {
 	}
 	return s + "?" + query
 }
+
+// dsnPassword is the password of a key=value DSN: a word, or a quoted value.
+var dsnPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 // DB returns the underlying database, for tests and the audit.
 func (s *Store) DB() *sqlx.DB { return s.db }
