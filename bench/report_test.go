@@ -263,3 +263,48 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("the full sizes are not the issue's: %+v", full)
 	}
 }
+
+// targetOf returns the named target of r.
+func targetOf(t *testing.T, r *Result, name string) Target {
+	t.Helper()
+	for _, tg := range r.Targets {
+		if tg.Name == name {
+			return tg
+		}
+	}
+	t.Fatalf("no target %q", name)
+	return Target{}
+}
+
+// flashRound is a flash crowd of stock 10 in one round, correct unless over is above zero.
+func flashRound(round int, over int64) ScenarioResult {
+	f := &FlashResult{Stock: 10, Limit: 1, Accepted: 10, Sold: 10, Confirmed: 10, OverLimit: over, OK: over == 0}
+	return ScenarioResult{Name: ScFlashCrowd, Round: round, Throughput: 1000, Flash: f,
+		Load: &LoadResult{Outcomes: map[string]int64{"202": 10}}}
+}
+
+// TestTargetsFromTheRoundsThatHadThem: a target's threshold and note come from a round that had
+// its figures, not from the first round, whose scenario may have failed; and a note with
+// figures speaks of the round whose figure is the median.
+func TestTargetsFromTheRoundsThatHadThem(t *testing.T) {
+	t.Run("the first round failed", func(t *testing.T) {
+		r := &Result{Scenarios: []ScenarioResult{{Name: ScFlashCrowd, Round: 1, Error: "the api did not start"}, flashRound(2, 0), flashRound(3, 0)}}
+		r.ComputeTargets()
+		if sold := targetOf(t, r, "flash-crowd sold"); sold.Verdict() != "PASS" || sold.WantString() != "= 10 units" {
+			t.Errorf("rounds 2 and 3 sold their stock of 10: %s, want %s", sold.Verdict(), sold.WantString())
+		}
+	})
+	t.Run("the median round speaks", func(t *testing.T) {
+		r := &Result{}
+		for round, p99 := range []float64{40, 12, 30} {
+			f := flashRound(round+1, 0)
+			f.Latency.P99 = p99
+			r.Scenarios = append(r.Scenarios, f,
+				ScenarioResult{Name: ScConstant, Round: round + 1, Baseline: true, Throughput: 1000, Latency: Latency{P99: 10}})
+		}
+		r.ComputeTargets()
+		if p99 := targetOf(t, r, "flash-crowd p99 / constant p99"); p99.GotString() != "3.00×" || !strings.Contains(p99.Note, ": 30.0 ms against 10.0 ms") {
+			t.Errorf("p99 ratios 4.0, 1.2 and 3.0: %s, note %q", p99.GotString(), p99.Note)
+		}
+	})
+}

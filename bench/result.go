@@ -210,28 +210,46 @@ func (r *Result) ComputeTargets() {
 	}
 	sort.Ints(rounds)
 	r.Targets = nil
-	for k, round := range rounds {
+	var had [][]Target // by target, the target in each round that had its figures
+	for _, round := range rounds {
 		ts := targetsOf(byRound[round], r.Sizes)
-		if k == 0 {
-			r.Targets = ts
+		if r.Targets == nil {
+			r.Targets, had = ts, make([][]Target, len(ts))
 		}
 		for i, t := range ts {
 			if t.Pass != nil || t.Info && t.Got != 0 {
-				r.Targets[i].Rounds = append(r.Targets[i].Rounds, t.Got)
+				had[i] = append(had[i], t)
 			}
 		}
 	}
-	for i := range r.Targets {
-		t := &r.Targets[i]
-		if len(t.Rounds) == 0 {
-			t.Pass = nil
-			continue
-		}
-		t.Got = median(t.Rounds)
-		if !t.Info {
-			t.Pass = ptr(t.meets(t.Got))
+	for i, ts := range had {
+		if len(ts) > 0 {
+			r.Targets[i] = judge(ts)
 		}
 	}
+}
+
+// judge returns the target of the rounds ts, judged on the median of their figures. Its
+// threshold and note are those of the round nearest the median: a round whose scenario failed
+// has neither, and the note's own figures (p99s in ms) then match the median it stands beside.
+func judge(ts []Target) Target {
+	vs := make([]float64, len(ts))
+	for i, t := range ts {
+		vs[i] = t.Got
+	}
+	m := median(vs)
+	near := 0
+	for i, v := range vs {
+		if math.Abs(v-m) < math.Abs(vs[near]-m) {
+			near = i
+		}
+	}
+	t := ts[near]
+	t.Got, t.Rounds = m, vs
+	if !t.Info {
+		t.Pass = ptr(t.meets(m))
+	}
+	return t
 }
 
 // median returns the median of vs (the mean of the middle two of an even count).
