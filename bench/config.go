@@ -126,7 +126,7 @@ type Config struct {
 	Keep bool
 	// Rounds is how many times every scenario runs, one round after another, so that each
 	// target's pair of scenarios alternates: seckill, baseline, seckill, baseline. A target is
-	// judged on the median of its rounds. Default: 3.
+	// judged on the median of its rounds, an exact count (the stock sold) on every round. Default: 3.
 	Rounds int
 	// RedisBenchmark is the redis-benchmark binary. Default: "redis-benchmark".
 	RedisBenchmark string

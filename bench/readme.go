@@ -23,7 +23,7 @@ func (r *Result) Markdown(jsonPath, htmlPath string) string {
 	fmt.Fprintf(&b, "Latest run%s: %s on %d × %s (%d GiB), everything colocated; buyers named by %s.\n",
 		commit, r.Started.Format("2006-01-02"), r.Host.CPUs, r.Host.CPU, r.Host.MemoryGiB, r.Identity)
 	fmt.Fprintf(&b, "Produced by `%s`; full result in [`%s`](%s), report in [`%s`](%s).\n\n", r.Command, jsonPath, jsonPath, htmlPath, htmlPath)
-	b.WriteString("Each target is judged on the median of its rounds; the rounds ran one after another, so each ratio's two scenarios alternated.\n\n")
+	b.WriteString("Each target is judged on the median of its rounds, an exact count on every round; the rounds ran one after another, so each ratio's two scenarios alternated.\n\n")
 	b.WriteString("| target | median | rounds | want | | note |\n|---|--:|--:|--:|---|---|\n")
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", t.Name, t.GotString(), t.Spread(), t.WantString(), t.Verdict(), strings.ReplaceAll(t.Note, "|", "/"))

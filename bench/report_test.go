@@ -283,6 +283,25 @@ func flashRound(round int, over int64) ScenarioResult {
 		Load: &LoadResult{Outcomes: map[string]int64{"202": 10}}}
 }
 
+// TestExactTargetsHoldInEveryRound: a count that must be exact (the stock sold, no 503) is
+// judged on every round: the median of three rounds' counts hides the one round that sold to a
+// buyer over the limit, or refused purchases.
+func TestExactTargetsHoldInEveryRound(t *testing.T) {
+	r := &Result{Scenarios: []ScenarioResult{flashRound(1, 0), flashRound(2, 1), flashRound(3, 0)}}
+	for round, refused := range []int64{0, 7, 0} {
+		r.Scenarios = append(r.Scenarios, ScenarioResult{Name: ScAllAccept, Round: round + 1, Throughput: 1000,
+			Load: &LoadResult{Outcomes: map[string]int64{"202": 100, "503 unavailable": refused}}})
+	}
+	r.ComputeTargets()
+	sold := targetOf(t, r, "flash-crowd sold")
+	if sold.Verdict() != "FAIL" || !strings.Contains(sold.Note, "round 2") || !strings.Contains(sold.Note, "over the limit 1") {
+		t.Errorf("round 2 sold to a buyer over the limit: %s, note %q", sold.Verdict(), sold.Note)
+	}
+	if v := targetOf(t, r, "all-accept 503 answers").Verdict(); v != "FAIL" {
+		t.Errorf("round 2 answered 503 seven times: %s", v)
+	}
+}
+
 // TestTargetsFromTheRoundsThatHadThem: a target's threshold and note come from a round that had
 // its figures, not from the first round, whose scenario may have failed; and a note with
 // figures speaks of the round whose figure is the median.

@@ -210,29 +210,33 @@ func (r *Result) ComputeTargets() {
 	}
 	sort.Ints(rounds)
 	r.Targets = nil
-	var had [][]Target // by target, the target in each round that had its figures
+	// By target, the target in each round that had its figures, and those rounds.
+	var had [][]Target
+	var hadRounds [][]int
 	for _, round := range rounds {
 		ts := targetsOf(byRound[round], r.Sizes)
 		if r.Targets == nil {
-			r.Targets, had = ts, make([][]Target, len(ts))
+			r.Targets, had, hadRounds = ts, make([][]Target, len(ts)), make([][]int, len(ts))
 		}
 		for i, t := range ts {
 			if t.Pass != nil || t.Info && t.Got != 0 {
-				had[i] = append(had[i], t)
+				had[i], hadRounds[i] = append(had[i], t), append(hadRounds[i], round)
 			}
 		}
 	}
 	for i, ts := range had {
 		if len(ts) > 0 {
-			r.Targets[i] = judge(ts)
+			r.Targets[i] = judge(ts, hadRounds[i])
 		}
 	}
 }
 
-// judge returns the target of the rounds ts, judged on the median of their figures. Its
-// threshold and note are those of the round nearest the median: a round whose scenario failed
-// has neither, and the note's own figures (p99s in ms) then match the median it stands beside.
-func judge(ts []Target) Target {
+// judge returns the target of the rounds ts (numbered rounds), judged on the median of their
+// figures. Its threshold and note are those of the round nearest the median: a round whose
+// scenario failed has neither, and the note's own figures (p99s in ms) then match the median it
+// stands beside. An exact count ("==": the stock sold, no 503) is a correctness check, not a
+// speed: it must hold in every round, and the first round where it did not speaks for it.
+func judge(ts []Target, rounds []int) Target {
 	vs := make([]float64, len(ts))
 	for i, t := range ts {
 		vs[i] = t.Got
@@ -246,6 +250,15 @@ func judge(ts []Target) Target {
 	}
 	t := ts[near]
 	t.Got, t.Rounds = m, vs
+	if t.Op == "==" {
+		for i, r := range ts {
+			if !*r.Pass {
+				r.Got, r.Rounds = m, vs
+				r.Note = fmt.Sprintf("round %d: %s", rounds[i], r.Note)
+				return r
+			}
+		}
+	}
 	if !t.Info {
 		t.Pass = ptr(t.meets(m))
 	}
