@@ -49,7 +49,7 @@ func fakeResult() *Result {
 	add(ScDrain, false, "orders/s", 20000, nil).Drain = &DrainResult{Events: 1000, Persisted: 1000, BatchSize: 500, Batches: 2, CampaignUpdates: 1000,
 		Timeline: []DrainPoint{{T: 1, Rate: 500, Done: 500, Lag: 500}, {T: 2, Rate: 500, Done: 1000, Lag: 0}}}
 	add(ScRowAtATime, true, "orders/s", 1000, nil).Drain = &DrainResult{Events: 100, Persisted: 100, BatchSize: 1}
-	un := add(ScAllAcceptUnpaced, false, "req/s", 8000, load(8000, 40, map[string]int64{"202": 100}))
+	un := add(ScAllAcceptUnpaced, false, "req/s", 8000, load(8000, 40, map[string]int64{"202": 100_000}))
 	un.CPU = map[string]float64{"api": 5, "redis": 3, "bench": 1}
 	un.setCPUPerOp(100_000)
 	r.Scenarios = append(r.Scenarios, ScenarioResult{Name: "broken", Error: "it broke\nbadly"})
@@ -326,4 +326,20 @@ func TestTargetsFromTheRoundsThatHadThem(t *testing.T) {
 			t.Errorf("p99 ratios 4.0, 1.2 and 3.0: %s, note %q", p99.GotString(), p99.Note)
 		}
 	})
+}
+
+// TestCPUPerOrderCountsOrders: the CPU target is per order, from the purchase to the row in
+// PostgreSQL: a refused purchase (503, or no answer) is no order, and dividing by every
+// request made a run that refused half its purchases look twice as frugal.
+func TestCPUPerOrderCountsOrders(t *testing.T) {
+	l := &LoadResult{Requests: 100_000, Outcomes: map[string]int64{"202": 50_000, "503 unavailable": 50_000}}
+	s := ScenarioResult{Name: ScAllAcceptUnpaced, Round: 1, Throughput: 1000, Load: l,
+		CPU: map[string]float64{"api": 8, "postgres": 2, "bench": 5}}
+	s.setCPUPerOp(l.Requests) // as httpResult does: the scenario's table shows CPU per request
+	r := &Result{Scenarios: []ScenarioResult{s}}
+	r.ComputeTargets()
+	cpu := targetOf(t, r, "CPU per order (all-accept-unpaced)")
+	if cpu.GotString() != "200 µs" || cpu.Verdict() != "FAIL" || !strings.Contains(cpu.Note, "api 160µs · postgres 40µs") {
+		t.Errorf("10s of CPU for 50,000 orders: %s %s, note %q", cpu.GotString(), cpu.Verdict(), cpu.Note)
+	}
 }
