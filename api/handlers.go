@@ -16,7 +16,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
@@ -723,17 +722,7 @@ func (s *Server) produce(ctx context.Context, ev events.Event) error {
 		return err
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
-	defer cancel()
-	// Not ProduceSync: a record already sent can outlive its context inside the client, and
-	// a buyer must never wait on a broker that does not answer.
-	done := make(chan error, 1)
-	s.producer.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		err = fmt.Errorf("no acknowledgement within %v", s.cfg.ProduceTimeout)
-	}
+	err = events.Acked(context.WithoutCancel(ctx), s.producer.Produce, rec, s.cfg.ProduceTimeout)
 	produceSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return fmt.Errorf("produce %s: %w", ev.OrderID, err)

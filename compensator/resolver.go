@@ -171,16 +171,7 @@ func (r *Resolver) publishAcked(ctx context.Context, e events.Event) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, announceTimeout)
-	defer cancel()
-	acked := make(chan error, 1)
-	r.Producer.TryProduce(ctx, rec, func(_ *kgo.Record, err error) { acked <- err })
-	select {
-	case err = <-acked:
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
+	if err := events.Acked(ctx, r.Producer.TryProduce, rec, announceTimeout); err != nil {
 		return events.Wrap(events.Unavailable, err, "order %s is paid, but its announcement did not reach Kafka: pay again with the same payment_id", e.OrderID)
 	}
 	return nil

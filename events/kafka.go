@@ -225,6 +225,23 @@ func ValueOmitted(r *kgo.Record) int {
 	return n
 }
 
+// Acked hands rec to produce (a client's Produce, or TryProduce, which refuses at once when
+// the client's buffer is full) and waits until Kafka has it, at most within. Not ProduceSync:
+// a record already sent can outlive its context inside the client, and the caller (a buyer, a
+// payment service) must never wait on a broker that does not answer.
+func Acked(ctx context.Context, produce func(context.Context, *kgo.Record, func(*kgo.Record, error)), rec *kgo.Record, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	done := make(chan error, 1)
+	produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no acknowledgement within %v: %w", within, context.Cause(ctx))
+	}
+}
+
 // Header returns the value of the record header key, or "".
 func Header(r *kgo.Record, key string) string {
 	for _, h := range r.Headers {
