@@ -303,11 +303,7 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r ReplayRedis, pro
 			for i, o := range page {
 				ids[i] = o.OrderID
 			}
-			var res map[string]lua.Reservation
-			err := events.Retry(ctx, cfg.Logger, "replay: read reservations", func() (err error) {
-				res, err = r.Reservations(ctx, ids)
-				return err
-			})
+			res, err := reservations(ctx, cfg.Logger, r, ids)
 			if err != nil {
 				return n, err
 			}
@@ -360,11 +356,7 @@ func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r Re
 		evs = append(evs, e)
 		ids = append(ids, e.OrderID)
 	}
-	var held map[string]lua.Reservation
-	err := events.Retry(ctx, log, "replay: read reservations", func() (err error) {
-		held, err = r.Reservations(ctx, ids)
-		return err
-	})
+	held, err := reservations(ctx, log, r, ids)
 	if err != nil {
 		return 0, err
 	}
@@ -386,6 +378,16 @@ func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r Re
 		return err
 	})
 	return n, err
+}
+
+// reservations reads the reservations of ids from Redis, retrying while Redis does not answer.
+func reservations(ctx context.Context, log *slog.Logger, r ReplayRedis, ids []string) (map[string]lua.Reservation, error) {
+	var res map[string]lua.Reservation
+	err := events.Retry(ctx, log, "replay: read reservations", func() (err error) {
+		res, err = r.Reservations(ctx, ids)
+		return err
+	})
+	return res, err
 }
 
 // recordPaid records the payments of recs, records of the results topic, that the store does
