@@ -403,20 +403,29 @@ func TestCancelWhoseSaleIsBehind(t *testing.T) {
 // confirmed order of the cancelled campaign: the cancel's run is over, and nothing would ever
 // refund it.
 func TestPurchaseAfterCancelWhoseSaleIsBehind(t *testing.T) {
+	_, _, out := purchaseAfterCancel(t)
+	if out.Status == events.Confirmed || out.Reason == "" {
+		t.Errorf("the consumer's confirmation of a purchase after the cancel: %+v, want it refused", out)
+	}
+}
+
+// purchaseAfterCancel cancels a campaign while its Redis step fails, then has Redis take a
+// purchase, which has not heard of the cancel, and the store decide it: the purchase and the
+// store's answer.
+func purchaseAfterCancel(t *testing.T) (*env, events.Event, store.Result) {
+	t.Helper()
 	e := newEnv(t, 20, 5)
 	op := e.operator()
 	op.Sales = brokenSync{op.Sales}
 	if _, _, err := op.Cancel(e.ctx, e.campaign, nil); events.ErrorCode(err) != events.Unavailable {
 		t.Fatalf("cancel with redis behind: %v, want unavailable", err)
 	}
-	late := e.reserve(t, 1, time.Hour) // Redis has not heard of the cancel yet
+	late := e.reserve(t, 1, time.Hour)
 	out, err := e.st.ConfirmOrders(e.ctx, late)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out[0].Status == events.Confirmed || out[0].Reason == "" {
-		t.Errorf("the consumer's confirmation of a purchase after the cancel: %+v, want it refused", out[0])
-	}
+	return e, late[0], out[0]
 }
 
 // TestRaiseStockRetried: an operator whose add-stock answered 503 (its Redis step failed, or
@@ -448,19 +457,9 @@ func TestRaiseStockRetried(t *testing.T) {
 // campaign_cancelled, then failed by the compensator, whose release gives its units back in
 // Redis even once the sale has caught up with the cancel; the audit finds every invariant held.
 func TestPurchaseAfterCancelDeadLettered(t *testing.T) {
-	e := newEnv(t, 20, 5)
-	op := e.operator()
-	op.Sales = brokenSync{op.Sales}
-	if _, _, err := op.Cancel(e.ctx, e.campaign, nil); events.ErrorCode(err) != events.Unavailable {
-		t.Fatalf("cancel with redis behind: %v, want unavailable", err)
-	}
-	late := e.reserve(t, 1, time.Hour)
-	out, err := e.st.ConfirmOrders(e.ctx, late)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out[0].Reason != string(events.CampaignCancelled) {
-		t.Fatalf("the store's answer to a purchase after the cancel: %+v, want reason %s", out[0], events.CampaignCancelled)
+	e, late, out := purchaseAfterCancel(t)
+	if out.Reason != string(events.CampaignCancelled) {
+		t.Fatalf("the store's answer to a purchase after the cancel: %+v, want reason %s", out, events.CampaignCancelled)
 	}
 	// The sweeper brings the sale along before the dead letter is resolved.
 	c, err := e.st.Campaign(e.ctx, e.campaign)
@@ -470,11 +469,11 @@ func TestPurchaseAfterCancelDeadLettered(t *testing.T) {
 	if _, err := e.r.Sync(e.ctx, compensator.RedisCampaign(c)); err != nil {
 		t.Fatal(err)
 	}
-	o, err := op.Resolver.Fail(e.ctx, late[0], out[0].Reason, "dlq")
+	o, err := e.operator().Resolver.Fail(e.ctx, late, out.Reason, "dlq")
 	if err != nil || o.Status != events.Failed || o.Reason != string(events.CampaignCancelled) {
 		t.Fatalf("the dead letter's resolution: %+v, %v; want failed, campaign_cancelled", o, err)
 	}
-	e.check(t, late)
+	e.check(t, []events.Event{late})
 	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
 		t.Errorf("remaining %d after the dead letter, want the whole stock %d back", left, e.stock)
 	}
