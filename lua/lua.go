@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -493,17 +494,28 @@ func (r *Redis) Reservations(ctx context.Context, orderIDs []string) (map[string
 	}
 	out := make(map[string]Reservation, len(orderIDs))
 	for i, g := range groups {
-		for j, v := range cmds[i].Val() {
-			rec, ok := v.(string)
-			if !ok { // nil: no record
-				continue
-			}
-			if res, err := parseReservation(g.campaign, g.ids[j], rec); err == nil {
-				out[res.OrderID] = res
-			}
-		}
+		parseRecords(out, g.campaign, g.ids, cmds[i].Val()) // a malformed record is skipped
 	}
 	return out, nil
+}
+
+// parseRecords adds to out the reservations of HMGET's reply vals for ids of campaign (nil: no
+// record), and returns the error of the first malformed record, which it skips.
+func parseRecords(out map[string]Reservation, campaign string, ids []string, vals []any) error {
+	var first error
+	for i, v := range vals {
+		rec, ok := v.(string)
+		if !ok { // nil: no record
+			continue
+		}
+		res, err := parseReservation(campaign, ids[i], rec)
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		out[res.OrderID] = res
+	}
+	return first
 }
 
 func parseReservation(campaign, orderID, rec string) (Reservation, error) {

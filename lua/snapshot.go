@@ -86,16 +86,8 @@ func (r *Redis) Records(ctx context.Context, campaign string, orderIDs []string)
 	_, exists := m["limit"]
 	_, frozen := m["frozen"]
 	out := make(map[string]Reservation, len(orderIDs))
-	for i, v := range recs.Val() {
-		rec, ok := v.(string)
-		if !ok { // nil: no record
-			continue
-		}
-		res, err := parseReservation(campaign, orderIDs[i], rec)
-		if err != nil {
-			return nil, false, err
-		}
-		out[res.OrderID] = res
+	if err := parseRecords(out, campaign, orderIDs, recs.Val()); err != nil {
+		return nil, false, err
 	}
 	return out, exists && !frozen, nil
 }
