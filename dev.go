@@ -32,7 +32,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("dev", "Run api, consumer and compensator in one process on embedded Kafka (kfake, kept in\n--data-dir), Redis (miniredis, in memory: every start freezes the campaigns and\nrebuilds them from the store) and SQLite (in --data-dir). Nothing else to install.", stdout)
 	addr := f.listenAddr("addr", "127.0.0.1:8080", "listen address of the API")
 	dataDir := f.String("data-dir", devDataDir, "where the Kafka log and the SQLite database live, and the addresses operator commands read with --dev")
-	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: a new one, printed at start)")
+	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: one kept in --data-dir, printed at start)")
 	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
 	sweep := f.duration("sweep-interval", time.Second, false, "how often the sweeper looks for expired reservations")
 	logFormat := f.logFormat("text") // a terminal's, by default
@@ -41,10 +41,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := newLogger(*logFormat, os.Stderr)
-	if *adminToken == "" {
-		*adminToken = randomToken()
-	}
-	cfg := api.Config{Addr: *addr, AdminToken: *adminToken, Topics: events.NewTopics(events.DefaultPrefix), ReservationTTL: *ttl, Logger: log}
+	cfg := api.Config{Addr: *addr, Topics: events.NewTopics(events.DefaultPrefix), ReservationTTL: *ttl, Logger: log}
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -55,6 +52,16 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	// Released after every other deferred call, the removal of dev.json among them: dev.json
 	// is written and removed only by the dev that holds the lock.
 	defer lock.Close()
+	if *adminToken == "" {
+		// Kept with the data, so the console page and an operator's TOKEN keep working across
+		// restarts of make run.
+		kept, err := keptSecret(filepath.Join(*dataDir, "admin-token"))
+		if err != nil {
+			return err
+		}
+		*adminToken = kept
+	}
+	cfg.AdminToken = *adminToken
 	if *guards.orderIDSecret == "" {
 		// Kept with the data, so a keyed retry after a restart names the same order.
 		kept, err := keptSecret(filepath.Join(*dataDir, "order-id-secret"))

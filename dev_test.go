@@ -17,7 +17,8 @@ import (
 
 // TestDevRestart runs seckill dev twice on one data directory, as `make run` would: the second
 // start finds an empty miniredis, freezes the campaign, rebuilds it from SQLite, and sells again
-// with what the first run sold still sold.
+// with what the first run sold still sold, and the admin token and the buyers' token secret are
+// the ones it kept in the data directory.
 func TestDevRestart(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeAddr(t)
@@ -29,7 +30,7 @@ func TestDevRestart(t *testing.T) {
 		var out bytes.Buffer
 		go func() {
 			defer wg.Done()
-			if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir, "--admin-token", "dev-test-admin-token-of-32-bytes!"}, &out, &out); code != 0 {
+			if code := run(ctx, []string{"dev", "--addr", addr, "--data-dir", dir}, &out, &out); code != 0 {
 				t.Errorf("dev exited %d:\n%s", code, out.String())
 			}
 		}()
@@ -71,8 +72,17 @@ func TestDevRestart(t *testing.T) {
 		return m["remaining"]
 	}
 
+	adminToken := func() string {
+		a, err := readDevAddrs(dir)
+		if err != nil || a.AdminToken == "" {
+			t.Fatalf("the running dev's admin token: %+v, %v", a, err)
+		}
+		return a.AdminToken
+	}
+
 	stop := start()
-	if code, body := post("/v1/campaigns", "", `{"id":"demo","name":"Demo","stock":10,"per_user_limit":2}`, "Authorization", "Bearer dev-test-admin-token-of-32-bytes!"); code != 201 {
+	token := adminToken()
+	if code, body := post("/v1/campaigns", "", `{"id":"demo","name":"Demo","stock":10,"per_user_limit":2}`, "Authorization", "Bearer "+token); code != 201 {
 		t.Fatalf("create: %d %v", code, body)
 	}
 	eventually(t, 10*time.Second, "a first purchase", func() bool {
@@ -100,6 +110,9 @@ func TestDevRestart(t *testing.T) {
 
 	stop = start()
 	defer stop()
+	if got := adminToken(); got != token {
+		t.Errorf("the admin token changed across the restart: %q, then %q", token, got)
+	}
 	var code int
 	eventually(t, 30*time.Second, "sales resume after the rebuild", func() bool {
 		code, _ = post("/v1/campaigns/demo/purchases", "bob", `{"quantity":1}`)
