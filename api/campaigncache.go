@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
@@ -34,6 +35,10 @@ type storedCampaign struct {
 type campaignCache struct {
 	read  func(ctx context.Context, id string) (storedCampaign, error)
 	group singleflight.Group
+	// unknown budgets the reads of ids the cache does not hold as a campaign: ids of no
+	// campaign are anyone's to make up, and each new one was a store read, up to the
+	// per-address limit (2,000 a second by default) for every client.
+	unknown *rate.Limiter
 	mu    sync.Mutex
 	m     map[string]cachedCampaign
 	// gen counts forgets: a read that started before one keeps nothing, for it may have read
@@ -56,8 +61,18 @@ type cachedCampaign struct {
 const campaignReadTimeout = 5 * time.Second
 
 func newCampaignCache(read func(ctx context.Context, id string) (storedCampaign, error)) *campaignCache {
-	return &campaignCache{read: read, m: map[string]cachedCampaign{}}
+	return &campaignCache{read: read, m: map[string]cachedCampaign{}, unknown: rate.NewLimiter(unknownReads, unknownReads)}
 }
+
+// unknownReads is how many store reads a second an api spends on ids it does not know to be
+// campaigns: a new campaign's first view, and made-up ids. A sale has a handful of campaigns,
+// each read once a campaignTTL once known, so this is spent only by ids that come and go; past
+// it, an unknown id is answered 503 (try again) without asking the store, and a campaign of
+// this api's own making is known at once (forget keeps it out of the budget).
+const unknownReads = 100
+
+// errUnknownBudget refuses a lookup past unknownReads.
+var errUnknownBudget = events.Errorf(events.Unavailable, "too many lookups of unknown campaigns right now; try again shortly")
 
 // get returns campaign id's storedCampaign, read at most campaignTTL ago.
 func (c *campaignCache) get(ctx context.Context, id string) (storedCampaign, error) {
@@ -67,7 +82,11 @@ func (c *campaignCache) get(ctx context.Context, id string) (storedCampaign, err
 	if ok && time.Now().Before(e.until) {
 		return e.storedCampaign, e.err
 	}
+	known := ok && e.err == nil
 	ch := c.group.DoChan(id, func() (any, error) {
+		if !known && !c.unknown.Allow() {
+			return storedCampaign{}, errUnknownBudget
+		}
 		c.mu.Lock()
 		gen := c.gen
 		c.mu.Unlock()
@@ -111,11 +130,12 @@ func (c *campaignCache) keep(id string, sc storedCampaign, notFound error, gen u
 	c.m[id] = cachedCampaign{storedCampaign: sc, err: notFound, until: now.Add(campaignTTL)}
 }
 
-// forget drops campaign id, changed through this api: its next GET reads the store.
+// forget drops what is kept of campaign id, changed through this api: its next GET reads the
+// store, outside the budget of unknown ids, for this api knows it is a campaign.
 func (c *campaignCache) forget(id string) {
 	c.group.Forget(id)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
-	delete(c.m, id)
+	c.m[id] = cachedCampaign{} // known, and due for a read
 }

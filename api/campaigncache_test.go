@@ -167,3 +167,38 @@ func TestCreatedCampaignShownAtOnce(t *testing.T) {
 	h.createCampaign(t, `{"id":"fresh","name":"Fresh","stock":5,"per_user_limit":1}`)
 	h.do(t, request("GET", "/v1/campaigns/fresh", ""), http.StatusOK)
 }
+
+// TestMadeUpCampaignIDs: ids of no campaign are anyone's to make up, and each new one was a
+// store read, up to the per-address limit of every client. The store now sees at most
+// api.UnknownReads a second of them; the rest are told to try again, and a campaign the store
+// knows is read as soon as the budget allows.
+func TestMadeUpCampaignIDs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, r := &pageStore{}, &liveSale{}
+		srv := api.New(api.Config{Logger: slog.New(slog.DiscardHandler)}, st, r, nil)
+		defer srv.Close()
+		get := func(id string) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/campaigns/"+id, nil))
+			return rec
+		}
+		codes := map[int]int{}
+		for i := range 1000 {
+			rec := get(fmt.Sprint("made-up-", i))
+			codes[rec.Code]++
+			if rec.Code == http.StatusServiceUnavailable && rec.Header().Get("Retry-After") == "" {
+				t.Fatalf("a 503 without Retry-After: %s", rec.Body)
+			}
+		}
+		if n := st.campaigns.Load(); n > api.UnknownReads {
+			t.Errorf("1,000 made-up ids at once read the store %d times; want at most %d", n, api.UnknownReads)
+		}
+		if codes[http.StatusNotFound]+codes[http.StatusServiceUnavailable] != 1000 || codes[http.StatusNotFound] == 0 {
+			t.Errorf("answers %v; want 404 for the ids read, 503 for the rest", codes)
+		}
+		time.Sleep(time.Second)
+		if rec := get("page"); rec.Code != http.StatusOK {
+			t.Errorf("a second later, a campaign the store knows answered %d %s", rec.Code, rec.Body)
+		}
+	})
+}

@@ -57,3 +57,6 @@ func CampaignsKept(s *Server) int {
 	defer s.campaigns.mu.Unlock()
 	return len(s.campaigns.m)
 }
+
+// UnknownReads is unknownReads, for the tests.
+const UnknownReads = unknownReads
