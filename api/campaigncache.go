@@ -39,8 +39,8 @@ type campaignCache struct {
 	// campaign are anyone's to make up, and each new one was a store read, up to the
 	// per-address limit (2,000 a second by default) for every client.
 	unknown *rate.Limiter
-	mu    sync.Mutex
-	m     map[string]cachedCampaign
+	mu      sync.Mutex
+	m       map[string]cachedCampaign
 	// gen counts forgets: a read that started before one keeps nothing, for it may have read
 	// the campaign before the change that was forgotten.
 	gen uint64
