@@ -26,6 +26,7 @@ type CampaignStore interface {
 type CampaignRedis interface {
 	Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error)
 	Pending(ctx context.Context, campaign string, limit int) ([]string, error)
+	Now(ctx context.Context) (int64, error)
 }
 
 var (
@@ -53,10 +54,14 @@ type Tally struct {
 // Progress is told how many of the orders a long control has handled, and of how many.
 type Progress func(done, total int)
 
-// Close ends the campaign's sale now. Closing an ended campaign changes nothing.
+// Close ends the campaign's sale now, by Redis's clock. Closing an ended campaign changes
+// nothing.
 func (o *Operator) Close(ctx context.Context, id string) (store.Campaign, error) {
+	now, err := o.saleNow(ctx, id)
+	if err != nil {
+		return store.Campaign{}, err
+	}
 	return o.change(ctx, id, func(c *store.Campaign) error {
-		now := time.Now().UnixMilli()
 		if c.Over(now) {
 			return errUnchanged
 		}
@@ -117,11 +122,14 @@ func (o *Operator) RaiseStock(ctx context.Context, id string, total int64) (stor
 // every confirmed or paid order. Cancelling again finishes what an interrupted cancel left and
 // changes nothing else.
 func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (store.Campaign, Tally, error) {
+	now, err := o.saleNow(ctx, id)
+	if err != nil {
+		return store.Campaign{}, Tally{}, err
+	}
 	c, err := o.change(ctx, id, func(c *store.Campaign) error {
 		if c.CancelledAtMs > 0 {
 			return errUnchanged
 		}
-		now := time.Now().UnixMilli()
 		c.CancelledAtMs = now
 		if !c.Over(now) {
 			c.EndsAtMs = max(now, c.StartsAtMs) // as Close
@@ -142,6 +150,18 @@ func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (st
 	}
 	c, cerr = o.Campaigns.Campaign(ctx, id) // sold, as the refunds left it
 	return c, t, errors.Join(err, cerr)
+}
+
+// saleNow returns the instant by Redis's clock, in milliseconds. Redis, not the store, tells a
+// late purchase (reserve.lua compares its own TIME with the sale's end), so an end taken from
+// this process's clock would leave Redis selling for as long as its clock is behind ours, after
+// the operator was told the sale was closed.
+func (o *Operator) saleNow(ctx context.Context, id string) (int64, error) {
+	now, err := o.Sales.Now(ctx)
+	if err != nil {
+		return 0, events.Wrap(events.Unavailable, err, "campaign %q was not changed: the sale's clock cannot be read right now; try again shortly", id)
+	}
+	return now, nil
 }
 
 // errSaleBehind is a control stored in the store whose Redis step failed: the sweeper brings

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
@@ -479,5 +481,44 @@ func TestPurchaseAfterCancelDeadLettered(t *testing.T) {
 	}
 	if rep, text := e.audit(t); !rep.OK() {
 		t.Errorf("audit after the dead letter:\n%s", text)
+	}
+}
+
+// TestCloseWhileRedisClockIsBehind: Redis decides whether a purchase is late with its own
+// clock (reserve.lua reads TIME), so an end taken from the closing process's clock left Redis
+// selling for as long as its clock was behind that process's, after the operator was told the
+// sale was closed. A close (and a cancel, which closes too) ends the sale at Redis's instant,
+// and the store records that same instant.
+func TestCloseWhileRedisClockIsBehind(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		close func(*env, *compensator.Operator) (store.Campaign, error)
+	}{
+		{"close", func(e *env, op *compensator.Operator) (store.Campaign, error) {
+			return op.Close(e.ctx, e.campaign)
+		}},
+		{"cancel", func(e *env, op *compensator.Operator) (store.Campaign, error) {
+			c, _, err := op.Cancel(e.ctx, e.campaign, nil)
+			return c, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// miniredis, because a real server's clock cannot be set: this one stands a minute
+			// behind this process's, and still.
+			mr := miniredis.RunT(t)
+			redisNow := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+			mr.SetTime(redisNow)
+			e := newEnvOn(t, redis.NewClient(&redis.Options{Addr: mr.Addr()}), 10, 2, 0)
+			c, err := tc.close(e, e.operator())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.EndsAtMs != redisNow.UnixMilli() {
+				t.Errorf("the store records the end at %d, want Redis's instant %d (%+dms off)", c.EndsAtMs, redisNow.UnixMilli(), c.EndsAtMs-redisNow.UnixMilli())
+			}
+			if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Minute); events.ErrorCode(err) != events.Ended {
+				t.Errorf("a purchase after the %s: %v, want ended", tc.name, err)
+			}
+		})
 	}
 }
