@@ -135,7 +135,7 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 			continue
 		case err != nil:
 			return nil, 0, err
-		case res.State != "pending":
+		case res.State != lua.StatePending:
 			skip(l, "reservation "+e.OrderID+" is "+res.State)
 			continue
 		case res.User != e.UserID || res.Quantity != e.Quantity:

@@ -536,8 +536,8 @@ func (s *Server) purchase(c echo.Context) error {
 		return events.Errorf(events.IdempotencyKeyReused, "this Idempotency-Key named an order of %d units; use a new key for another purchase", res.Quantity)
 	}
 	switch res.State {
-	case "pending":
-	case "released": // a retry of a first attempt whose order was cancelled
+	case lua.StatePending:
+	case lua.StateReleased: // a retry of a first attempt whose order was cancelled
 		return s.cancelled(c, idem, orderID)
 	default: // confirmed or refunded: the first attempt's event reached the consumer
 		return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})

@@ -194,30 +194,30 @@ func (a *Auditor) auditCampaign(ctx context.Context, c store.Campaign) (Campaign
 	for _, res := range snap.Reservations {
 		row := rows[res.OrderID] // Status "" when the store has no row
 		switch res.State {
-		case "pending":
+		case lua.StatePending:
 			pending += int64(res.Quantity)
 			redisByUser[res.User] += int64(res.Quantity)
 			if res.Deadline.UnixMilli()+grace.Milliseconds() < now {
 				stale = append(stale, res.OrderID)
 			}
-		case "confirmed":
+		case lua.StateConfirmed:
 			confirmed += int64(res.Quantity)
 			redisByUser[res.User] += int64(res.Quantity)
 		}
 		// Allowed pairs: the store's final row and the Redis state that follows from it, or a
 		// pending record whose resolution is on its way (counted by I5 if it stays).
 		allowed := map[events.Status][]string{
-			"":               {"pending"},
-			events.Confirmed: {"confirmed", "pending"},
-			events.Failed:    {"released", "pending"},
-			events.Refunded:  {"refunded", "confirmed", "pending"},
-			events.Paid:      {"confirmed", "pending"},
-			events.Expired:   {"expired", "confirmed", "pending"}, // confirmed: its units are on their way back
+			"":               {lua.StatePending},
+			events.Confirmed: {lua.StateConfirmed, lua.StatePending},
+			events.Failed:    {lua.StateReleased, lua.StatePending},
+			events.Refunded:  {lua.StateRefunded, lua.StateConfirmed, lua.StatePending},
+			events.Paid:      {lua.StateConfirmed, lua.StatePending},
+			events.Expired:   {lua.StateExpired, lua.StateConfirmed, lua.StatePending}, // confirmed: its units are on their way back
 		}[row.Status]
 		switch {
 		case !slices.Contains(allowed, res.State):
 			mismatches = append(mismatches, fmt.Sprintf("%s is %q in the store but %s in redis", res.OrderID, row.Status, res.State))
-		case res.State == "confirmed" && (row.Status == events.Refunded || row.Status == events.Expired) &&
+		case res.State == lua.StateConfirmed && (row.Status == events.Refunded || row.Status == events.Expired) &&
 			row.UpdatedAtMs+grace.Milliseconds() < now:
 			// The compensator gives the units back right after the store's step, and the
 			// sweeper finishes one that stopped between the two at its next round (the grace):

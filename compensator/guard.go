@@ -273,12 +273,12 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 func records(h store.Held) []lua.Reservation {
 	out := make([]lua.Reservation, 0, len(h.Orders)+len(h.Ended))
 	for _, o := range h.Orders {
-		out = append(out, lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity), State: "confirmed"})
+		out = append(out, lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity), State: lua.StateConfirmed})
 	}
 	for _, o := range h.Ended {
 		state := string(o.Status) // refunded and expired records are named as their orders
 		if o.Status == events.Failed {
-			state = "released"
+			state = lua.StateReleased
 		}
 		out = append(out, lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity),
 			State: state, Ended: time.UnixMilli(o.UpdatedAtMs)})

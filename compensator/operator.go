@@ -257,7 +257,7 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		if err != nil {
 			return err
 		}
-		if ord.Status == events.Failed && res.State == "pending" {
+		if ord.Status == events.Failed && res.State == lua.StatePending {
 			atomic.AddInt64(&t.Released, 1)
 		} else {
 			atomic.AddInt64(&t.Unchanged, 1)

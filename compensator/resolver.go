@@ -77,7 +77,7 @@ func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, sourc
 		if err != nil {
 			return o, err
 		}
-		compensations.WithLabelValues(source, outcome(out, "released")).Inc()
+		compensations.WithLabelValues(source, outcome(out, lua.StateReleased)).Inc()
 		// Sent again on a retry, so the results topic is at least once; readers key on order_id.
 		ev := e.New(events.OrderFailed, time.Now())
 		ev.Reason = o.Reason
@@ -85,7 +85,7 @@ func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, sourc
 	case events.Confirmed, events.Paid:
 		// The consumer won; make sure the sweeper stops seeing the reservation as pending.
 		out, err := r.Redis.Confirm(ctx, o.OrderID)
-		compensations.WithLabelValues(source, outcome(out, "confirmed")).Inc()
+		compensations.WithLabelValues(source, outcome(out, lua.StateConfirmed)).Inc()
 		return o, err
 	case events.Refunded:
 		// A refund that stopped between the store and Redis; finish it.
@@ -96,7 +96,7 @@ func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, sourc
 		// under the id of an order that expired long ago (its record trimmed after the
 		// retention, and the Idempotency-Key's record with it, so the key came back as new):
 		// either way its units go back, once.
-		_, err := r.giveBack(ctx, o, r.Redis.Expire, source, "expired", events.OrderExpired)
+		_, err := r.giveBack(ctx, o, r.Redis.Expire, source, lua.StateExpired, events.OrderExpired)
 		return o, err
 	}
 	return o, nil
@@ -187,7 +187,7 @@ func (r *Resolver) Expire(ctx context.Context, orderID string, now time.Time) (s
 		return o, err
 	}
 	failpoint.Inject(failpoint.CompensatorMidExpiry)
-	if _, err := r.giveBack(ctx, o, r.Redis.Expire, "payment_window", "expired", events.OrderExpired); err != nil {
+	if _, err := r.giveBack(ctx, o, r.Redis.Expire, "payment_window", lua.StateExpired, events.OrderExpired); err != nil {
 		return o, err
 	}
 	if err := r.Store.MarkUnpaid(ctx, o.OrderID); err != nil {
@@ -210,7 +210,7 @@ func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, erro
 // records in the store that they are back, so that Store.Refunding lists a refund until this
 // has run to its end. It reports whether this call gave the units back.
 func (r *Resolver) refundReservation(ctx context.Context, o store.Order, source string) (bool, error) {
-	changed, err := r.giveBack(ctx, o, r.Redis.Refund, source, "refunded", events.OrderRefunded)
+	changed, err := r.giveBack(ctx, o, r.Redis.Refund, source, lua.StateRefunded, events.OrderRefunded)
 	if err != nil {
 		return changed, err
 	}

@@ -248,12 +248,12 @@ var givenBackAs = map[string]struct {
 	move   func(st ReplayStore, ctx context.Context, orderID string) (store.Order, error)
 	mark   func(st ReplayStore, ctx context.Context, orderID string) error
 }{
-	"released": {events.Failed, events.ReasonReleasedBeforeReplay, nil, nil},
-	"refunded": {events.Refunded, events.ReasonOperator, ReplayStore.RefundOrder, ReplayStore.MarkRefunded},
+	lua.StateReleased: {events.Failed, events.ReasonReleasedBeforeReplay, nil, nil},
+	lua.StateRefunded: {events.Refunded, events.ReasonOperator, ReplayStore.RefundOrder, ReplayStore.MarkRefunded},
 	// Redis expired it, so its pay_by had passed by the compensator's clock, and has by ours
 	// unless the two clocks disagree; then the order stays confirmed here and the sweeper
 	// expires it once past its pay_by, its units already back in Redis.
-	"expired": {events.Expired, events.ReasonUnpaid, func(st ReplayStore, ctx context.Context, id string) (store.Order, error) {
+	lua.StateExpired: {events.Expired, events.ReasonUnpaid, func(st ReplayStore, ctx context.Context, id string) (store.Order, error) {
 		return st.ExpireOrder(ctx, id, time.Now())
 	}, ReplayStore.MarkUnpaid},
 }

@@ -7,7 +7,7 @@
 // as one reserve call per campaign, which answers each as if it had run alone.
 //
 // A reservation is a field of the campaign's res hash, "state|quantity|deadline_ms|user". Its
-// state moves pending -> confirmed (confirm) or pending -> released (release), and
-// confirmed -> refunded (release again); release gives units back only on those transitions,
-// so running it twice restores once.
+// state (the State constants) moves pending -> confirmed (confirm) or pending -> released
+// (release), and confirmed -> refunded or confirmed -> expired (release again); release gives
+// units back only on those transitions, so running it twice restores once.
 package lua

@@ -269,13 +269,34 @@ func (r *Redis) LoadCampaign(ctx context.Context, c Campaign) (bool, error) {
 	return n == 1, nil
 }
 
+// The states of a reservation record, the first part of its "state|quantity|deadline_ms|user".
+// The scripts write them; the Go code that reads or asks for one names it by these.
+const (
+	// StatePending is a reservation that holds its units until the consumer confirms it or the
+	// compensator releases it (by its deadline at the latest). reserve.lua writes it.
+	StatePending = "pending"
+	// StateConfirmed is a reservation whose order the store holds, confirmed or paid: its
+	// units stay taken. confirm.lua writes it (Confirm, ConfirmAll), and Restore rebuilds it.
+	StateConfirmed = "confirmed"
+	// StateReleased is a pending reservation that will not become an order: its units are
+	// back on sale. release.lua writes it (Release), and Restore rebuilds it.
+	StateReleased = "released"
+	// StateRefunded is a confirmed reservation whose order was refunded: its units are back
+	// on sale. release.lua writes it (Refund), and Restore rebuilds it.
+	StateRefunded = "refunded"
+	// StateExpired is a confirmed reservation whose order was not paid within its campaign's
+	// payment window: its units are back on sale. release.lua writes it (Expire), and Restore
+	// rebuilds it.
+	StateExpired = "expired"
+)
+
 // Reservation is one reservation record.
 type Reservation struct {
 	OrderID  string
 	Campaign string
 	User     string
 	Quantity int
-	State    string // pending, confirmed (also of a paid order), released, refunded, expired
+	State    string // one of the State constants
 	Deadline time.Time
 	// Ended is when a released, refunded or expired reservation ended, which Restore writes
 	// in the done set (trim.lua drops the record a retention after it). Zero when read back.
@@ -290,7 +311,7 @@ func (r *Redis) Reserve(ctx context.Context, campaign, orderID, user string, qty
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reserve campaign %s: %w", campaign, err)
 	}
-	res := Reservation{OrderID: orderID, Campaign: campaign, User: user, Quantity: qty, State: "pending", Deadline: time.UnixMilli(v.deadline)}
+	res := Reservation{OrderID: orderID, Campaign: campaign, User: user, Quantity: qty, State: StatePending, Deadline: time.UnixMilli(v.deadline)}
 	switch v.status {
 	case "ok":
 		return res, nil
@@ -332,18 +353,18 @@ var ErrNoReservation = errors.New("no reservation")
 
 // Release moves a pending reservation to released and gives its units back.
 func (r *Redis) Release(ctx context.Context, orderID string) (Outcome, error) {
-	return r.release(ctx, orderID, "pending", "released")
+	return r.release(ctx, orderID, StatePending, StateReleased)
 }
 
 // Refund moves a confirmed reservation to refunded and gives its units back.
 func (r *Redis) Refund(ctx context.Context, orderID string) (Outcome, error) {
-	return r.release(ctx, orderID, "confirmed", "refunded")
+	return r.release(ctx, orderID, StateConfirmed, StateRefunded)
 }
 
 // Expire moves a confirmed reservation whose order was not paid in its window to expired and
 // gives its units back.
 func (r *Redis) Expire(ctx context.Context, orderID string) (Outcome, error) {
-	return r.release(ctx, orderID, "confirmed", "expired")
+	return r.release(ctx, orderID, StateConfirmed, StateExpired)
 }
 
 func (r *Redis) release(ctx context.Context, orderID, from, to string) (Outcome, error) {
@@ -414,7 +435,7 @@ type confirmOutcome struct{ outcome, state string }
 func confirmOutcomes(v []any, n int) ([]confirmOutcome, error) {
 	out := make([]confirmOutcome, n)
 	for i := range out {
-		out[i] = confirmOutcome{"done", "confirmed"}
+		out[i] = confirmOutcome{"done", StateConfirmed}
 	}
 	err := confirmListed(v, n, func(i int, o confirmOutcome) { out[i] = o })
 	return out, err

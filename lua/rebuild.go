@@ -225,9 +225,9 @@ func (r *Redis) Restore(ctx context.Context, mark string, c Campaign, records []
 	for _, res := range records {
 		rec := res.State + "|" + strconv.Itoa(res.Quantity) + "|0|" + res.User
 		switch res.State {
-		case "confirmed":
+		case StateConfirmed:
 			confirmed = append(confirmed, res.OrderID, rec)
-		case "released", "refunded", "expired":
+		case StateReleased, StateRefunded, StateExpired:
 			ended = append(ended, res.OrderID, rec, res.Ended.UnixMilli())
 		default:
 			return fmt.Errorf("restore campaign %s: order %s: no record to restore in state %q", c.ID, res.OrderID, res.State)
