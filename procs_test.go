@@ -830,7 +830,7 @@ func (c *cluster) describePending(campaign string) string {
 	if err != nil || len(ids) == 0 {
 		return ""
 	}
-	now, _ := c.redis.Now(ctx)
+	now, _ := c.redis.Now(ctx, campaign)
 	var b strings.Builder
 	b.WriteString("; first pending:")
 	for _, z := range ids {

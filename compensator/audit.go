@@ -154,7 +154,7 @@ func (a *Auditor) auditCampaign(ctx context.Context, c store.Campaign) (Campaign
 	if grace <= 0 {
 		grace = 5 * time.Second
 	}
-	now, err := a.Redis.Now(ctx)
+	now, err := a.Redis.Now(ctx, c.ID)
 	if err != nil {
 		return CampaignAudit{}, err
 	}

@@ -26,7 +26,7 @@ type CampaignStore interface {
 type CampaignRedis interface {
 	Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error)
 	Pending(ctx context.Context, campaign string, limit int) ([]string, error)
-	Now(ctx context.Context) (int64, error)
+	Now(ctx context.Context, campaign string) (int64, error)
 }
 
 var (
@@ -157,7 +157,7 @@ func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (st
 // this process's clock would leave Redis selling for as long as its clock is behind ours, after
 // the operator was told the sale was closed.
 func (o *Operator) saleNow(ctx context.Context, id string) (int64, error) {
-	now, err := o.Sales.Now(ctx)
+	now, err := o.Sales.Now(ctx, id)
 	if err != nil {
 		return 0, events.Wrap(events.Unavailable, err, "campaign %q was not changed: the sale's clock cannot be read right now; try again shortly", id)
 	}

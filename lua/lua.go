@@ -52,6 +52,8 @@ var (
 	lockRenewSrc string
 	//go:embed lock_release.lua
 	lockReleaseSrc string
+	//go:embed now.lua
+	nowSrc string
 
 	reserveScript    = newScript(reserveSrc)
 	releaseScript    = newScript(releaseSrc)
@@ -70,6 +72,7 @@ var (
 	lockAcquire      = newScript(lockAcquireSrc)
 	lockRenew        = newScript(lockRenewSrc)
 	lockRelease      = newScript(lockReleaseSrc)
+	nowScript        = newScript(nowSrc)
 )
 
 // Keys are the Redis keys of one campaign.

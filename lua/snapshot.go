@@ -92,11 +92,20 @@ func (r *Redis) Records(ctx context.Context, campaign string, orderIDs []string)
 	return out, exists && !frozen, nil
 }
 
-// Now returns Redis's clock, the one deadlines are written with.
-func (r *Redis) Now(ctx context.Context) (int64, error) {
-	t, err := r.rdb.Time(ctx).Result()
-	if err != nil {
-		return 0, fmt.Errorf("redis time: %w", err)
+// Now returns the clock, in Unix milliseconds, of the Redis server that holds campaign: the
+// one its deadlines are written with and its sale's end is compared with.
+func (r *Redis) Now(ctx context.Context, campaign string) (int64, error) {
+	v, err := callScript(ctx, r.rdb, nowScript, []string{KeysOf(campaign).Meta}).reply(ctx, r.rdb)
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("%d values, want 2", len(v))
 	}
-	return t.UnixMilli(), nil
+	if err != nil {
+		return 0, fmt.Errorf("redis time of %s: %w", campaign, err)
+	}
+	sec, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+	usec, err2 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("redis time of %s: %w", campaign, err)
+	}
+	return sec*1000 + usec/1000, nil
 }

@@ -1,0 +1,6 @@
+-- now: the clock of the server that holds a campaign, the one its deadlines and its sale's end
+-- are compared with (reserve.lua, expired.lua). On a Cluster each primary has its own clock,
+-- and a TIME without a key goes to any of them; the key sends this to the campaign's.
+-- KEYS: 1 the campaign's meta (any of its keys would do: they share one slot)
+-- Returns TIME's seconds and microseconds.
+return redis.call('TIME')
