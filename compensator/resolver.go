@@ -3,6 +3,7 @@ package compensator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -155,32 +156,38 @@ func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Or
 	// the window, where a clock reading taken after the commit may be past pay_by.
 	ev := orderEvent(o).New(events.OrderPaid, time.UnixMilli(o.UpdatedAtMs))
 	ev.PaymentID = o.PaymentID
-	return o, r.publishAcked(ctx, ev)
+	return o, r.publishAcked(ctx, ev, "paid", "pay again with the same payment_id")
 }
 
 // announceTimeout bounds publishAcked's wait for Kafka.
 const announceTimeout = 5 * time.Second
 
+// errNotAnnounced is an announcement Kafka refused or did not take within announceTimeout.
+var errNotAnnounced = errors.New("the announcement did not reach Kafka")
+
 // publishAcked announces e and waits until Kafka has it, for an announcement that nothing else
 // brings back once lost. OrderPaid is one: Redis keeps a paid order as confirmed, so a replay
-// after a store restore learns of the payment from the results topic alone. Refused or not
-// taken in time, it is an events.Unavailable error: the payment service retries with the same
-// payment id, and the retry announces it again.
-func (r *Resolver) publishAcked(ctx context.Context, e events.Event) error {
+// after a store restore learns of the payment from the results topic alone. OrderRefunded is
+// another: the payment service gives the payment back when it reads it. Refused or not taken
+// in time, it is an events.Unavailable error (wrapping errNotAnnounced) that tells the caller
+// the order is status and what then announces it again.
+func (r *Resolver) publishAcked(ctx context.Context, e events.Event, status, then string) error {
 	rec, err := events.Record(r.Results, e)
 	if err != nil {
 		return err
 	}
 	if err := events.Acked(ctx, r.Producer.TryProduce, rec, announceTimeout); err != nil {
-		return events.Wrap(events.Unavailable, err, "order %s is paid, but its announcement did not reach Kafka: pay again with the same payment_id", e.OrderID)
+		return events.Wrap(events.Unavailable, fmt.Errorf("%w: %w", errNotAnnounced, err),
+			"order %s is %s, but its announcement did not reach Kafka: %s", e.OrderID, status, then)
 	}
 	return nil
 }
 
 // Expire ends an order left unpaid past its pay_by: the store records it expired (the first
 // final row wins, so an order paid at the same instant stays paid), Redis gives its units back
-// once, OrderExpired is announced, and the store notes that the units are back. An expiry that
-// stopped half way is finished by the next call (store.ExpiringOrders lists it again).
+// once, Kafka takes OrderExpired, and only then the store notes that the units are back. An
+// expiry that stopped half way, or whose announcement Kafka did not take (an events.Unavailable
+// error), is finished by the next call: store.ExpiringOrders lists it until the note.
 func (r *Resolver) Expire(ctx context.Context, orderID string, now time.Time) (store.Order, error) {
 	o, err := r.Store.ExpireOrder(ctx, orderID, now)
 	if err != nil || o.Status != events.Expired || o.Reason != "" {
@@ -206,9 +213,11 @@ func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, erro
 	return o, err
 }
 
-// refundReservation gives a refunded order's units back in Redis, once, announces it, and then
-// records in the store that they are back, so that Store.Refunding lists a refund until this
-// has run to its end. It reports whether this call gave the units back.
+// refundReservation gives a refunded order's units back in Redis, once, announces it, and once
+// Kafka has the announcement records in the store that they are back, so that Store.Refunding
+// lists a refund until this has run to its end: the payment service gives the payment back on
+// OrderRefunded, so a refund must not be marked finished with its announcement lost. It
+// reports whether this call gave the units back.
 func (r *Resolver) refundReservation(ctx context.Context, o store.Order, source string) (bool, error) {
 	changed, err := r.giveBack(ctx, o, r.Redis.Refund, source, lua.StateRefunded, events.OrderRefunded)
 	if err != nil {
@@ -218,8 +227,9 @@ func (r *Resolver) refundReservation(ctx context.Context, o store.Order, source 
 }
 
 // giveBack moves a stored order's confirmed reservation on with move (which gives its units
-// back, once), counts it as changed under source, and announces t. It reports whether move
-// gave the units back (false: an earlier call did, or Redis no longer has the reservation).
+// back, once), counts it as changed under source, and announces t, waiting until Kafka has it
+// (publishAcked). It reports whether move gave the units back (false: an earlier call did, or
+// Redis no longer has the reservation).
 func (r *Resolver) giveBack(ctx context.Context, o store.Order, move func(context.Context, string) (lua.Outcome, error),
 	source, changed string, t events.Type) (bool, error) {
 	// Confirm first: if the consumer stopped between the store and Redis, the reservation is
@@ -236,7 +246,10 @@ func (r *Resolver) giveBack(ctx context.Context, o store.Order, move func(contex
 	// The refund of a paid order names its payment: the payment service reading the results
 	// topic gives it back to the payer. An order never paid has none.
 	ev.PaymentID = o.PaymentID
-	return out.Changed, r.publish(ctx, ev)
+	// At least once: the store marks the order finished (MarkUnpaid, MarkRefunded) only after
+	// this returns nil, so an order whose announcement Kafka did not take stays listed, and
+	// the next sweep announces it again; readers key on order_id.
+	return out.Changed, r.publishAcked(ctx, ev, changed, "the sweeper announces it again once Kafka answers")
 }
 
 func (r *Resolver) publish(ctx context.Context, e events.Event) error {
@@ -244,9 +257,12 @@ func (r *Resolver) publish(ctx context.Context, e events.Event) error {
 	if err != nil {
 		return err
 	}
-	// The store holds the outcome already; the event only announces it. Waiting for Kafka here
-	// would stop the sweeper (and everything behind it) while Kafka is down, so the client
-	// keeps the record and delivers it when Kafka is back; past its buffer (10,000 records by
+	// OrderFailed alone comes here. The store holds the outcome already, final, and the event
+	// only announces it: a lost one leaves the buyer's open event streams without the order's
+	// end until they reconnect, and the other apis' sold-out flags set for up to their
+	// SoldOutTTL (half a second); no money waits on it. Waiting for Kafka here would stop the
+	// sweeper's releases (and everything behind them) while Kafka is down, so the client keeps
+	// the record and delivers it when Kafka is back; past its buffer (10,000 records by
 	// default) it refuses the record at once, and the promise logs it.
 	log := r.Logger
 	if log == nil {
