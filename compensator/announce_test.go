@@ -2,6 +2,7 @@ package compensator_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -102,5 +103,59 @@ func TestGivenBackAnnouncedOnceKafkaHasIt(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSweepLeavesAnnouncementsToTheNextWhileKafkaIsDown: once Kafka has not taken one
+// announcement of a sweep, the sweep leaves its other refunds and expiries to the next one.
+// Each would wait for Kafka in turn, up to announceTimeout: a page of them while Kafka is down
+// would hold the sweep, and the releases of the next one, for over an hour.
+func TestSweepLeavesAnnouncementsToTheNextWhileKafkaIsDown(t *testing.T) {
+	e := newEnvPaying(t, 100, 3, time.Hour)
+	evs := e.reserve(t, 8, time.Hour)
+	e.confirm(t, evs)
+	// Given back in the store, and Redis and Kafka never heard of it: the sweeper's to-do.
+	for i, ev := range evs {
+		var err error
+		if i < 3 {
+			_, err = e.st.RefundOrder(e.ctx, ev.OrderID)
+		} else {
+			_, err = e.st.ExpireOrder(e.ctx, ev.OrderID, time.Now().Add(2*time.Hour))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.compensator(t, compensator.Config{})
+	handed := func(p *recordingProducer) (n int) {
+		for _, ev := range evs {
+			n += p.announced(events.OrderRefunded, ev.OrderID) + p.announced(events.OrderExpired, ev.OrderID)
+		}
+		return n
+	}
+	down := &recordingProducer{refuse: errors.New("kafka refused the record")}
+	c.Producer = down
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); events.ErrorCode(err) != events.Unavailable {
+		t.Errorf("sweep while Kafka refuses: %v; want unavailable", err)
+	}
+	if n := handed(down); n != 1 {
+		t.Errorf("the sweep while Kafka refuses handed Kafka %d announcements, want 1: the rest wait for the next", n)
+	}
+	if left := e.toAnnounce(t); len(left) != len(evs) {
+		t.Errorf("after the sweep while Kafka refuses, %d orders left to announce, want all %d", len(left), len(evs))
+	}
+	up := &recordingProducer{}
+	c.Producer = up
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := handed(up); n != len(evs) {
+		t.Errorf("the sweep after Kafka came back announced %d orders, want each of the %d once", n, len(evs))
+	}
+	if left := e.toAnnounce(t); len(left) != 0 {
+		t.Errorf("after the sweep, still to announce: %v", left)
+	}
+	if remaining, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || remaining != e.stock {
+		t.Errorf("remaining %d, %v after the sweeps; want every order's units back once: %d", remaining, err, e.stock)
 	}
 }

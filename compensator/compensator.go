@@ -303,7 +303,8 @@ func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) err
 // the sweeper lock's token (zero: unfenced). A campaign or an order it cannot resolve (its shard
 // does not answer, Redis holds a record it cannot parse) is reported in the error once the rest
 // is done: it must not keep every campaign, refund and expiry after it waiting, sweep after
-// sweep. Only a stale fence or the end of ctx stops the sweep at once.
+// sweep. Only a stale fence or the end of ctx stops the sweep at once. Once Kafka has not taken
+// an announcement the sweep waits for, the refunds and expiries left are skipped (see unannounced).
 func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, error) {
 	cs, err := c.campaigns.Campaigns(ctx)
 	if err != nil {
@@ -313,9 +314,17 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 	now := time.Now()
 	defer func() { reservationsOverdue.Set(float64(overdue)) }()
 	var errs []error
+	// unannounced says that Kafka refused, or did not take within announceTimeout, an
+	// announcement this sweep waited for. Kafka is then most likely down for the rest of it,
+	// and each refund and expiry left would wait announceTimeout in turn: a page of them would
+	// hold the sweep, and the reservations of the next one, for over an hour. Those left are
+	// skipped instead: the store lists them until Kafka has their announcement, so the next
+	// sweep takes them.
+	unannounced := false
 	// stop keeps err for the answer and says whether the sweep must end now.
 	stop := func(err error) bool {
 		errs = append(errs, err)
+		unannounced = unannounced || errors.Is(err, errNotAnnounced)
 		return errors.Is(err, store.ErrStaleFence) || ctx.Err() != nil
 	}
 	for _, camp := range cs {
@@ -356,6 +365,9 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 			n++
 		}
 	}
+	if unannounced {
+		return n, errors.Join(errs...)
+	}
 	// A refund that stopped between the store and Redis (an operator's control cut short, a
 	// compensator killed mid-cancel) holds its units until someone runs the control again; the
 	// sweeper gives them back, a page per sweep. Finishing one twice gives nothing twice.
@@ -364,6 +376,9 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 		return n, errors.Join(errs...)
 	}
 	for _, o := range refunds {
+		if unannounced {
+			return n, errors.Join(errs...)
+		}
 		if _, err := c.refundReservation(ctx, o, "sweeper"); err != nil {
 			if stop(err) {
 				return n, errors.Join(errs...)
@@ -378,6 +393,9 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 		return n, errors.Join(errs...)
 	}
 	for _, o := range unpaid {
+		if unannounced {
+			return n, errors.Join(errs...)
+		}
 		if _, err := c.Expire(ctx, o.OrderID, now); err != nil {
 			if stop(err) {
 				return n, errors.Join(errs...)

@@ -12,10 +12,12 @@ import (
 	"github.com/seckill/seckill/events"
 )
 
-// recordingProducer is Kafka taking every record; it keeps their events.
+// recordingProducer is Kafka taking every record, or refusing each with refuse when it is set;
+// it keeps the events it was handed.
 type recordingProducer struct {
-	mu  sync.Mutex
-	evs []events.Event
+	refuse error
+	mu     sync.Mutex
+	evs    []events.Event
 }
 
 func (p *recordingProducer) TryProduce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
@@ -24,7 +26,7 @@ func (p *recordingProducer) TryProduce(_ context.Context, r *kgo.Record, promise
 		p.evs = append(p.evs, e)
 		p.mu.Unlock()
 	}
-	promise(r, nil)
+	promise(r, p.refuse)
 }
 
 // announced returns how many events of type t name orderID.
