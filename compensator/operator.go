@@ -72,12 +72,16 @@ func (o *Operator) Close(ctx context.Context, id string) (store.Campaign, error)
 	})
 }
 
-// Extend moves the campaign's end to ends, which must be in the future; it may reopen a closed
-// campaign, never a cancelled one.
+// Extend moves the campaign's end to ends, which must be in the future by the sale's clock
+// (Redis's, as Close); it may reopen a closed campaign, never a cancelled one.
 func (o *Operator) Extend(ctx context.Context, id string, ends time.Time) (store.Campaign, error) {
+	now, err := o.saleNow(ctx, id)
+	if err != nil {
+		return store.Campaign{}, err
+	}
 	return o.change(ctx, id, func(c *store.Campaign) error {
 		switch ms := ends.UnixMilli(); {
-		case !ends.After(time.Now()):
+		case ms <= now:
 			return events.Errorf(events.Invalid, "ends_at must be in the future")
 		case ms <= c.StartsAtMs:
 			return events.Errorf(events.Invalid, "ends_at must be after the campaign's start")

@@ -522,3 +522,20 @@ func TestCloseWhileRedisClockIsBehind(t *testing.T) {
 		})
 	}
 }
+
+// TestExtendJudgedByRedisClock: "ends_at must be in the future" is the sale's future, the one
+// Redis sells by. With Redis's clock a minute ahead of this process's, an end thirty seconds
+// from now by ours has passed by Redis's: taken, it told the operator the sale runs on while
+// Redis refused every purchase as ended.
+func TestExtendJudgedByRedisClock(t *testing.T) {
+	mr := miniredis.RunT(t)
+	mr.SetTime(time.Now().Add(time.Minute))
+	e := newEnvOn(t, redis.NewClient(&redis.Options{Addr: mr.Addr()}), 10, 2, 0)
+	_, err := e.operator().Extend(e.ctx, e.campaign, time.Now().Add(30*time.Second))
+	if events.ErrorCode(err) != events.Invalid {
+		t.Fatalf("extend to an end Redis's clock has passed: %v, want invalid", err)
+	}
+	if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "buyer", 1, time.Minute); err != nil {
+		t.Errorf("the refused extension changed the sale: a purchase answered %v", err)
+	}
+}
