@@ -276,9 +276,12 @@ func records(h store.Held) []lua.Reservation {
 		out = append(out, lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity), State: lua.StateConfirmed})
 	}
 	for _, o := range h.Ended {
-		state := string(o.Status) // refunded and expired records are named as their orders
-		if o.Status == events.Failed {
-			state = lua.StateReleased
+		state := lua.StateReleased // a failed order's
+		switch o.Status {
+		case events.Refunded:
+			state = lua.StateRefunded
+		case events.Expired:
+			state = lua.StateExpired
 		}
 		out = append(out, lua.Reservation{OrderID: o.OrderID, User: o.UserID, Quantity: int(o.Quantity),
 			State: state, Ended: time.UnixMilli(o.UpdatedAtMs)})
