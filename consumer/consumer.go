@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/time/rate"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/failpoint"
@@ -28,9 +27,10 @@ type Config struct {
 	Group string
 	// BatchSize is the most events persisted in one transaction. Default: 500.
 	BatchSize int
-	// MaxRate is the most events persisted per second, the design's controlled pace: Kafka
-	// holds a burst and the database takes it at a rate it sustains beside everything else.
-	// 0: as fast as the database takes them.
+	// MaxRate is the most events the whole group persists per second, the design's controlled
+	// pace: Kafka holds a burst and the database takes it at a rate it sustains beside
+	// everything else. Each member takes the share of it that its partitions of the requested
+	// topic are of all the topic's partitions. 0: as fast as the database takes them.
 	MaxRate int
 	// SessionTimeout is how long the partitions of a consumer that died stay with it before the
 	// group hands them to the others. Default: events.DefaultSessionTimeout.
@@ -82,9 +82,10 @@ var (
 
 // Consumer is the group consumer of OrderRequested events.
 type Consumer struct {
-	cfg Config
-	h   *handler
-	cl  *kgo.Client
+	cfg  Config
+	h    *handler
+	cl   *kgo.Client
+	pace *pace
 }
 
 // New returns a Consumer; it joins its group when Run starts polling.
@@ -93,7 +94,12 @@ func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout, forgetLag,
+	pace := newPace(cfg)
+	gone := func(ps map[string][]int32) {
+		forgetLag(ps)
+		pace.gone(ps)
+	}
+	opts := []kgo.Opt{
 		events.WarnUnreachable(cfg.Logger),
 		// A fetch answered with whatever had arrived (Kafka's 1 byte) made batches of a few
 		// orders under load, and the broker, this process and PostgreSQL paid per batch. Waiting
@@ -101,11 +107,19 @@ func New(cfg Config, st Persister, r Confirmer) (*Consumer, error) {
 		// by side in the bench's all-accept-unpaced, two rounds each: consumer 17-20 µs an order
 		// against 26, Kafka 19-26 against 31-41, PostgreSQL 17-19 against 22-24. A quiet sale's
 		// order is confirmed up to 100ms later.
-		kgo.FetchMinBytes(256<<10), kgo.FetchMaxWait(100*time.Millisecond))
+		kgo.FetchMinBytes(256 << 10), kgo.FetchMaxWait(100 * time.Millisecond),
+	}
+	if cfg.MaxRate > 0 {
+		// franz-go fetches the partitions an assignment adds only after this callback, so their
+		// first batch is paced by the new share. With BlockRebalanceOnPoll the callback also
+		// waits for the batch in hand, as a revocation does: an unpaced consumer goes without.
+		opts = append(opts, kgo.OnPartitionsAssigned(pace.assigned))
+	}
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.Requested, cfg.SessionTimeout, gone, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, cl: cl, h: &handler{cfg: cfg, store: st, redis: r, cl: cl}}, nil
+	return &Consumer{cfg: cfg, cl: cl, pace: pace, h: &handler{cfg: cfg, store: st, redis: r, cl: cl}}, nil
 }
 
 // Close leaves the group and closes the Kafka client.
@@ -119,15 +133,8 @@ func (c *Consumer) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 func (c *Consumer) Run(ctx context.Context) error {
 	log := c.cfg.Logger.With("role", "consumer", "group", c.cfg.Group)
 	log.Info("consuming", "topic", c.cfg.Topics.Requested, "batch_size", c.cfg.BatchSize, "max_rate", c.cfg.MaxRate)
-	batch, pace := c.cfg.BatchSize, rate.NewLimiter(rate.Inf, 0)
-	if c.cfg.MaxRate > 0 {
-		// A batch waits for its whole size at once, so no batch may be larger than a second's
-		// worth: a longer wait would hold the group's rebalances with it.
-		batch = min(batch, c.cfg.MaxRate)
-		pace = rate.NewLimiter(rate.Limit(c.cfg.MaxRate), batch)
-	}
-	return events.ConsumePipelined(ctx, c.cl, batch, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
-		if err := pace.WaitN(stop, fs.NumRecords()); err != nil {
+	return events.ConsumePipelined(ctx, c.cl, c.pace.batchSize, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+		if err := c.pace.wait(stop, fs.NumRecords()); err != nil {
 			return nil, err // stopping: the batch is redelivered
 		}
 		finish, err := c.h.persist(work, stop, fs.Records())

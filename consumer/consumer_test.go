@@ -121,8 +121,8 @@ func orderEvent(campaign, user string, qty int) events.Event {
 }
 
 // runConsumer runs a consumer of cfg (logging nowhere unless cfg says) over st until the test
-// ends, then stops it and waits for it.
-func runConsumer(t *testing.T, cfg consumer.Config, st consumer.Persister) {
+// ends, or until stop, which stops it, waits for it and leaves the group; it returns both.
+func runConsumer(t *testing.T, cfg consumer.Config, st consumer.Persister) (cons *consumer.Consumer, stop func()) {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -134,11 +134,16 @@ func runConsumer(t *testing.T, cfg consumer.Config, st consumer.Persister) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		cons.Close()
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			cons.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return cons, stop
 }
 
 // openCampaign stores a campaign of stock units, limit per buyer, on sale since a minute ago

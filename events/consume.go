@@ -19,7 +19,7 @@ import (
 // to finish but the offset commit.
 func ConsumeLoop(ctx context.Context, cl *kgo.Client, max int, log *slog.Logger,
 	handle func(work, stop context.Context, fs kgo.Fetches) error) error {
-	return ConsumePipelined(ctx, cl, max, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+	return ConsumePipelined(ctx, cl, func() int { return max }, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
 		if err := handle(work, stop, fs); err != nil {
 			return nil, err
 		}
@@ -69,7 +69,10 @@ func (p permanent) Unwrap() error { return p.error }
 //
 // A rebalance that takes partitions while a batch is being finished waits for its commit (with a
 // client from NewGroupClient), so the new owner starts after the batch.
-func ConsumePipelined(ctx context.Context, cl *kgo.Client, max int, log *slog.Logger,
+//
+// max is asked before each poll for the most records of the next batch (at least 1): a member
+// whose pace follows its partitions (the consumer's) batches what its current pace allows.
+func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, log *slog.Logger,
 	persist func(work, stop context.Context, fs kgo.Fetches) (finish func() error, err error)) error {
 	defer cl.AllowRebalance()
 	work := context.WithoutCancel(ctx)
@@ -94,7 +97,7 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max int, log *slog.Lo
 		return nil // stopped while a dependency was down: the batch is redelivered
 	}
 	for {
-		fetches := cl.PollRecords(ctx, max)
+		fetches := cl.PollRecords(ctx, max())
 		if ctx.Err() != nil && fetches.NumRecords() == 0 {
 			return stopped(settle())
 		}

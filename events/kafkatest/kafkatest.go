@@ -102,3 +102,20 @@ func Topics(tb testing.TB, brokers []string) events.Topics {
 func IsReal(brokers []string) bool {
 	return strings.Join(brokers, ",") == os.Getenv(BrokersEnv)
 }
+
+// GrowPartitions gives topic n partitions in all, as an operator growing it would.
+func GrowPartitions(tb testing.TB, brokers []string, topic string, n int) {
+	tb.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		tb.Fatalf("kafka client: %v", err)
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).UpdatePartitions(context.Background(), n, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		tb.Fatalf("grow %s to %d partitions: %v", topic, n, err)
+	}
+}
