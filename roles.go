@@ -142,7 +142,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	c := f.conn()
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
-	maxRate := f.atLeast("max-rate", 0, 0, "most events this consumer persists per second, the controlled pace: Kafka holds a burst and the database takes it at this rate from each consumer, so N consumers at N times it (0: as fast as the database takes them)")
+	maxRate := f.atLeast("max-rate", 0, 0, "most events the consumer group persists per second, the controlled pace: Kafka holds a burst and the database takes it at this rate from all the group's consumers together, each pacing at its share of the requested topic's partitions (0: as fast as the database takes them)")
 	session := f.duration("session-timeout", events.DefaultSessionTimeout, false, "how long the partitions of a consumer that died wait before the group hands them to the others; below 6s the brokers' group.min.session.timeout.ms must allow it (2s hands them on within 3s)")
 	if err := f.parse(args); err != nil {
 		return err
