@@ -37,6 +37,10 @@ type Config struct {
 	// RebuildGrace is how long a rebuild waits after freezing for purchases in flight to reach
 	// Kafka or fail: at least the api's produce timeout. Default: 6s.
 	RebuildGrace time.Duration
+	// DrainTimeout is how long a stopping compensator goes on finishing the work in hand (the
+	// dead letters of the batch it holds, the order the sweeper is resolving) before it gives
+	// up on it; what it gives up on is done again later. Default: events.DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// Logger receives progress and errors. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -59,6 +63,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RebuildGrace <= 0 {
 		c.RebuildGrace = 6 * time.Second
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = events.DefaultDrainTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -193,7 +200,7 @@ func (c *Compensator) exportAudits(ctx context.Context) error {
 func (c *Compensator) consumeDLQ(ctx context.Context) error {
 	log := c.cfg.Logger.With("role", "compensator", "topic", c.cfg.Topics.DLQ)
 	log.Info("consuming dead letters", "group", c.cfg.Group)
-	return events.ConsumeLoop(ctx, c.cl, 100, log, func(work, stop context.Context, fs kgo.Fetches) error {
+	return events.ConsumeLoop(ctx, c.cl, 100, c.cfg.DrainTimeout, log, func(work, stop context.Context, fs kgo.Fetches) error {
 		for _, rec := range fs.Records() {
 			if err := c.deadLetter(work, stop, rec); err != nil {
 				return err

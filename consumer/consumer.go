@@ -35,6 +35,9 @@ type Config struct {
 	// SessionTimeout is how long the partitions of a consumer that died stay with it before the
 	// group hands them to the others. Default: events.DefaultSessionTimeout.
 	SessionTimeout time.Duration
+	// DrainTimeout is how long a stopping consumer goes on finishing the batch in hand before it
+	// gives up on it (the batch is redelivered). Default: events.DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// Logger receives progress and errors. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -48,6 +51,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 500
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = events.DefaultDrainTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -129,11 +135,11 @@ func (c *Consumer) Close() { c.cl.Close() }
 func (c *Consumer) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 
 // Run polls and persists until ctx is canceled; the batch in hand when it is canceled is
-// finished and committed first. It returns nil after a clean stop.
+// finished and committed first, within DrainTimeout. It returns nil after a clean stop.
 func (c *Consumer) Run(ctx context.Context) error {
 	log := c.cfg.Logger.With("role", "consumer", "group", c.cfg.Group)
 	log.Info("consuming", "topic", c.cfg.Topics.Requested, "batch_size", c.cfg.BatchSize, "max_rate", c.cfg.MaxRate)
-	return events.ConsumePipelined(ctx, c.cl, c.pace.batchSize, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+	return events.ConsumePipelined(ctx, c.cl, c.pace.batchSize, c.cfg.DrainTimeout, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
 		if err := c.pace.wait(stop, fs.NumRecords()); err != nil {
 			return nil, err // stopping: the batch is redelivered
 		}

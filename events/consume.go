@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -13,18 +14,66 @@ import (
 // ConsumeLoop polls a group client built with DisableAutoCommit and BlockRebalanceOnPoll, hands
 // each batch of at most max records to handle, and commits the batch's offsets after handle
 // returns nil: at-least-once, so handle must be idempotent. handle gets two contexts: work, for
-// its I/O, which is not canceled so a batch in hand finishes (the drain), and stop, canceled
-// with ctx, which tells retry loops to give up. ConsumeLoop returns nil when ctx is canceled,
-// and handle's error if it fails while ctx is live. It is ConsumePipelined with nothing left
+// its I/O, which is not canceled with ctx so a batch in hand finishes (the drain; see Drain,
+// whose bound is drain), and stop, canceled with ctx, which tells retry loops to give up.
+// ConsumeLoop returns nil when ctx is canceled, and handle's error if it fails while ctx is live. It is ConsumePipelined with nothing left
 // to finish but the offset commit.
-func ConsumeLoop(ctx context.Context, cl *kgo.Client, max int, log *slog.Logger,
+func ConsumeLoop(ctx context.Context, cl *kgo.Client, max int, drain time.Duration, log *slog.Logger,
 	handle func(work, stop context.Context, fs kgo.Fetches) error) error {
-	return ConsumePipelined(ctx, cl, func() int { return max }, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+	return ConsumePipelined(ctx, cl, func() int { return max }, drain, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
 		if err := handle(work, stop, fs); err != nil {
 			return nil, err
 		}
 		return func() error { return nil }, nil
 	})
+}
+
+// DefaultDrainTimeout is how long a role told to stop goes on with the work in hand before it
+// gives up on it. It fits the roles' termination grace (30 s in deploy/) with the Kafka
+// client's flush at Close (at most 10 s) after it.
+const DefaultDrainTimeout = 15 * time.Second
+
+// ErrDrainTimeout is the cause of a Drain's work context when the work in hand outlasted the
+// drain's bound.
+var ErrDrainTimeout = errors.New("the work in hand outlasted the drain")
+
+// Drain returns work, the context of the I/O of a role's work in hand, for a role told to stop
+// by stop: a stop must let a resolution or a batch that has started finish rather than cut it
+// in the middle, so work is not canceled with stop. It is canceled bound (0:
+// DefaultDrainTimeout) after stop is done, with ErrDrainTimeout and a WARN to log naming what,
+// so that a dependency that hangs cannot hold a stop forever. The caller checks stop before
+// taking new work, and calls release when it is done with work; release returns once the
+// timer behind work is gone.
+func Drain(stop context.Context, bound time.Duration, log *slog.Logger, what string) (work context.Context, release func()) {
+	if bound <= 0 {
+		bound = DefaultDrainTimeout
+	}
+	work, cancel := context.WithCancelCause(context.WithoutCancel(stop))
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case <-done:
+			return
+		case <-stop.Done():
+		}
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			log.Warn("stopping: gave up on the work in hand", "what", what, "drain_timeout", bound)
+			cancel(fmt.Errorf("%s: %w", what, ErrDrainTimeout))
+		}
+	}()
+	var once sync.Once
+	return work, func() {
+		once.Do(func() {
+			close(done)
+			<-exited
+			cancel(nil)
+		})
+	}
 }
 
 // Retry calls fn until it succeeds or stop is done, backing off from 100ms to 5s, and logs each
@@ -72,10 +121,13 @@ func (p permanent) Unwrap() error { return p.error }
 //
 // max is asked before each poll for the most records of the next batch (at least 1): a member
 // whose pace follows its partitions (the consumer's) batches what its current pace allows.
-func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, log *slog.Logger,
+// When ctx is canceled, the batches in hand are finished and committed within drain (0:
+// DefaultDrainTimeout); past it their I/O is canceled, and those not done are redelivered.
+func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, drain time.Duration, log *slog.Logger,
 	persist func(work, stop context.Context, fs kgo.Fetches) (finish func() error, err error)) error {
 	defer cl.AllowRebalance()
-	work := context.WithoutCancel(ctx)
+	work, release := Drain(ctx, drain, log, "the batch in hand")
+	defer release()
 	h, _ := cl.Context().Value(handoffKey{}).(*handoff)
 	if h == nil {
 		h = &handoff{} // not a client of NewGroupClient: no rebalance waits on it

@@ -89,7 +89,7 @@ func TestConsumePipelined(t *testing.T) {
 			defer cancel()
 			errc := make(chan error, 1)
 			go func() {
-				errc <- events.ConsumePipelined(ctx, cl, func() int { return 25 }, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+				errc <- events.ConsumePipelined(ctx, cl, func() int { return 25 }, 0, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
 					m.mu.Lock()
 					m.persisted++
 					batch := m.persisted
@@ -460,7 +460,7 @@ func runPipelined(t *testing.T, brokers []string, group, topic string, log *slog
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		errc <- events.ConsumePipelined(ctx, cl, func() int { return 1000 }, log, func(_, _ context.Context, fs kgo.Fetches) (func() error, error) {
+		errc <- events.ConsumePipelined(ctx, cl, func() int { return 1000 }, 0, log, func(_, _ context.Context, fs kgo.Fetches) (func() error, error) {
 			if f := persist(fs); f != nil {
 				return f, nil
 			}
