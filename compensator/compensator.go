@@ -161,7 +161,9 @@ func (c *Compensator) Close() { events.FlushAndClose(c.cl) }
 func (c *Compensator) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 
 // Run consumes the DLQ, sweeps, and guards Redis until ctx is canceled, finishing the work in
-// hand first.
+// hand first (within DrainTimeout): the dead letters of the batch it holds, resolved and
+// committed, and the order the sweeper is resolving; the sweeper then lets its lease go. It
+// returns nil after a clean stop.
 func (c *Compensator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.consumeDLQ(ctx) })
@@ -237,7 +239,7 @@ func (c *Compensator) sweep(ctx context.Context) error {
 		lock, err := c.locker.TryLock(ctx, name, lease)
 		switch {
 		case err == nil:
-			err = lock.Hold(ctx, func(ctx context.Context) error { return c.sweepFenced(ctx, lock, name) })
+			err = lock.Hold(ctx, func(held context.Context) error { return c.sweepFenced(held, lock, name) })
 			reservationsOverdue.Set(0) // the next holder reports them: a standby's figure would be stale
 			if ctx.Err() == nil {
 				c.cfg.Logger.Warn("sweeper lease ended", "err", err)
@@ -265,7 +267,8 @@ func sweeperLease(interval time.Duration) (lease, retry time.Duration) {
 
 // sweepFenced sweeps while lock (the lease called name) is held, under a fencing token the store
 // issues for this holding: the store then refuses every earlier holder's writes, even those of
-// one paused past its lease that has not noticed yet.
+// one paused past its lease that has not noticed yet. ctx ends with the holding: at a stop, or
+// when the lease is lost.
 func (c *Compensator) sweepFenced(ctx context.Context, lock *lua.Lock, name string) error {
 	fence, err := c.fencer.IssueFence(ctx, name, lock.Count)
 	if err != nil {
@@ -281,25 +284,35 @@ func (c *Compensator) sweepFenced(ctx context.Context, lock *lua.Lock, name stri
 		return errors.New("the lease passed on before its fencing token was issued")
 	}
 	c.cfg.Logger.Info("sweeping as lease holder", "fence", fence.Token)
-	return c.sweepWhileHeld(ctx, fence)
+	// A resolution is several writes (the store, Redis, the announcement, the store again): cut
+	// in the middle by the end of the holding, it would wait for the next sweep to be redone.
+	// So the order in hand runs on a context of its own, which outlives the holding by the
+	// drain's bound at most, and the holding's end only keeps the sweep from taking another.
+	// Finishing it after a lost lease is safe: its writes carry this holding's fence, which the
+	// store refuses once a later holder has one.
+	work, release := events.Drain(ctx, c.cfg.DrainTimeout, c.cfg.Logger, "the sweeper's order in hand")
+	defer release()
+	return c.sweepWhileHeld(work, ctx, fence)
 }
 
-func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) error {
+// sweepWhileHeld sweeps every SweepInterval until stop is done; work is the context of the
+// sweeps' I/O (see sweepOnce).
+func (c *Compensator) sweepWhileHeld(work, stop context.Context, fence store.Fence) error {
 	t := time.NewTicker(c.cfg.SweepInterval)
 	defer t.Stop()
 	for {
-		n, err := c.SweepOnce(ctx, fence)
+		n, err := c.sweepOnce(work, stop, fence)
 		if errors.Is(err, store.ErrStaleFence) {
 			return err // a later holder has taken a token: this one must stop at once
 		}
-		if err != nil && ctx.Err() == nil {
+		if err != nil && stop.Err() == nil {
 			c.cfg.Logger.Warn("sweep failed", "err", err, "count", n)
 		} else if n > 0 {
 			c.cfg.Logger.Info("swept expired reservations", "count", n)
 		}
 		select {
-		case <-ctx.Done():
-			return context.Cause(ctx) // why the holding ended (Lock.Hold's watchdog says), for the log
+		case <-stop.Done():
+			return context.Cause(stop) // why the holding ended (Lock.Hold's watchdog says), for the log
 		case <-t.C:
 		}
 	}
@@ -313,7 +326,15 @@ func (c *Compensator) sweepWhileHeld(ctx context.Context, fence store.Fence) err
 // sweep. Only a stale fence or the end of ctx stops the sweep at once. Once Kafka has not taken
 // an announcement the sweep waits for, the refunds and expiries left are skipped (see unannounced).
 func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, error) {
-	cs, err := c.campaigns.Campaigns(ctx)
+	return c.sweepOnce(ctx, ctx, fence)
+}
+
+// sweepOnce is SweepOnce for a sweeper that may be told to stop mid-sweep: once stop is done it
+// takes no other campaign or order, and returns. Its I/O runs on work, so the order in hand
+// when stop comes is resolved to its end. Only that one: the rest of the page may be a
+// thousand orders, which the next sweep, of any holder, takes as well.
+func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (int, error) {
+	cs, err := c.campaigns.Campaigns(work)
 	if err != nil {
 		return 0, err
 	}
@@ -328,15 +349,20 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 	// skipped instead: the store lists them until Kafka has their announcement, so the next
 	// sweep takes them.
 	unannounced := false
-	// stop keeps err for the answer and says whether the sweep must end now.
-	stop := func(err error) bool {
+	// halt keeps err for the answer and says whether the sweep must end now.
+	halt := func(err error) bool {
 		errs = append(errs, err)
 		unannounced = unannounced || errors.Is(err, errNotAnnounced)
-		return errors.Is(err, store.ErrStaleFence) || ctx.Err() != nil
+		return errors.Is(err, store.ErrStaleFence) || stop.Err() != nil
 	}
+	// stopped ends the sweep before its next campaign or order once stop is done.
+	stopped := func() bool { return stop.Err() != nil }
 	for _, camp := range cs {
-		gone, err := c.retire(ctx, camp, now)
-		if err != nil && stop(err) {
+		if stopped() {
+			return n, errors.Join(errs...)
+		}
+		gone, err := c.retire(work, camp, now)
+		if err != nil && halt(err) {
 			return n, errors.Join(errs...)
 		}
 		if gone { // nothing was pending when its keys went, and nothing can be since
@@ -344,27 +370,30 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 		}
 		// An operator's change whose Redis step failed reaches the sale here.
 		if camp.Version > 0 && !c.retired(camp, now) {
-			if _, err := c.sweeper.Sync(ctx, RedisCampaign(camp)); err != nil && stop(err) {
+			if _, err := c.sweeper.Sync(work, RedisCampaign(camp)); err != nil && halt(err) {
 				return n, errors.Join(errs...)
 			}
 		}
 		// One page per campaign per sweep: the next sweep takes the rest, and a reservation
 		// that somehow stays pending can never trap the sweeper in a loop.
-		ids, err := c.sweeper.Expired(ctx, camp.ID, 1000)
+		ids, err := c.sweeper.Expired(work, camp.ID, 1000)
 		if err != nil {
-			if stop(err) {
+			if halt(err) {
 				return n, errors.Join(errs...)
 			}
 			continue
 		}
 		overdue += len(ids)
 		for _, id := range ids {
-			res, err := c.Redis.Reservation(ctx, id)
+			if stopped() {
+				return n, errors.Join(errs...)
+			}
+			res, err := c.Redis.Reservation(work, id)
 			if err == nil {
-				_, err = c.FailFenced(ctx, reservationEvent(res), events.ReasonExpired, "sweeper", fence)
+				_, err = c.FailFenced(work, reservationEvent(res), events.ReasonExpired, "sweeper", fence)
 			}
 			if err != nil {
-				if stop(err) {
+				if halt(err) {
 					return n, errors.Join(errs...)
 				}
 				continue
@@ -378,16 +407,19 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 	// A refund that stopped between the store and Redis (an operator's control cut short, a
 	// compensator killed mid-cancel) holds its units until someone runs the control again; the
 	// sweeper gives them back, a page per sweep. Finishing one twice gives nothing twice.
-	refunds, err := c.campaigns.UnfinishedRefunds(ctx, 1000)
-	if err != nil && stop(err) {
+	if stopped() {
+		return n, errors.Join(errs...)
+	}
+	refunds, err := c.campaigns.UnfinishedRefunds(work, 1000)
+	if err != nil && halt(err) {
 		return n, errors.Join(errs...)
 	}
 	for _, o := range refunds {
-		if unannounced {
+		if stopped() || unannounced {
 			return n, errors.Join(errs...)
 		}
-		if _, err := c.refundReservation(ctx, o, "sweeper"); err != nil {
-			if stop(err) {
+		if _, err := c.refundReservation(work, o, "sweeper"); err != nil {
+			if halt(err) {
 				return n, errors.Join(errs...)
 			}
 			continue
@@ -395,16 +427,19 @@ func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, er
 		n++
 	}
 	// A page per sweep, as above.
-	unpaid, err := c.campaigns.ExpiringOrders(ctx, now, 1000)
-	if err != nil && stop(err) {
+	if stopped() {
+		return n, errors.Join(errs...)
+	}
+	unpaid, err := c.campaigns.ExpiringOrders(work, now, 1000)
+	if err != nil && halt(err) {
 		return n, errors.Join(errs...)
 	}
 	for _, o := range unpaid {
-		if unannounced {
+		if stopped() || unannounced {
 			return n, errors.Join(errs...)
 		}
-		if _, err := c.Expire(ctx, o.OrderID, now); err != nil {
-			if stop(err) {
+		if _, err := c.Expire(work, o.OrderID, now); err != nil {
+			if halt(err) {
 				return n, errors.Join(errs...)
 			}
 			continue

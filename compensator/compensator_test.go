@@ -754,25 +754,32 @@ func TestCloseDeliversAnnouncements(t *testing.T) {
 		}
 	}
 	c.Close()
+	announced := e.announced(t)
+	for _, ev := range evs {
+		if n := len(announced[ev.OrderID]); n != 1 {
+			t.Errorf("order %s given back before Close was announced %d times, want once", ev.OrderID, n)
+		}
+	}
+}
+
+// announced reads the results topic: the types of the events announced, per order.
+func (e *env) announced(t *testing.T) map[string][]events.Type {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	recs, err := events.ReadTopic(ctx, e.brokers, e.topics.Results)
 	if err != nil {
 		t.Fatal(err)
 	}
-	announced := map[string]int{}
+	announced := map[string][]events.Type{}
 	for _, r := range recs {
-		e, err := events.Decode(r.Value)
+		ev, err := events.Decode(r.Value)
 		if err != nil {
 			t.Fatal(err)
 		}
-		announced[e.OrderID]++
+		announced[ev.OrderID] = append(announced[ev.OrderID], ev.Type)
 	}
-	for _, ev := range evs {
-		if n := announced[ev.OrderID]; n != 1 {
-			t.Errorf("order %s given back before Close was announced %d times, want once", ev.OrderID, n)
-		}
-	}
+	return announced
 }
 
 // TestRebuildOfACampaignLeftFrozen: a rebuild that froze a campaign and died before restoring it

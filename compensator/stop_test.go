@@ -1,0 +1,136 @@
+package compensator_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+)
+
+// stallingStore holds the first order a resolver fails in its store write, telling held
+// which, until resume is closed; it then writes it with the context it was given. With resume
+// nil it is a store that never answers: only the call's context ends the write.
+type stallingStore struct {
+	compensator.Store
+	held   chan string
+	resume chan struct{}
+	once   sync.Once
+}
+
+func newStallingStore(st compensator.Store, resume chan struct{}) *stallingStore {
+	return &stallingStore{Store: st, held: make(chan string, 1), resume: resume}
+}
+
+func (s *stallingStore) FailOrderFenced(ctx context.Context, e events.Event, reason string, f store.Fence) (store.Order, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		s.held <- e.OrderID
+		select {
+		case <-s.resume:
+		case <-ctx.Done():
+			return store.Order{}, context.Cause(ctx)
+		}
+	}
+	return s.Store.FailOrderFenced(ctx, e, reason, f)
+}
+
+// stopWhileHeld runs c until st holds an order, stops it, closes resume (if not nil) and
+// returns the held order's id and what Run returned.
+func stopWhileHeld(t *testing.T, c *compensator.Compensator, st *stallingStore, resume chan struct{}) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var held string
+	select {
+	case held = <-st.held:
+	case <-time.After(time.Minute): // not a measurement: a hang guard
+		cancel()
+		<-done
+		t.Fatal("the compensator never started resolving an order")
+	}
+	cancel() // SIGTERM
+	if resume != nil {
+		close(resume)
+	}
+	select {
+	case err := <-done:
+		return held, err
+	case <-time.After(time.Minute): // not a measurement: the drain is bounded
+		t.Fatal("Run still running a minute after its stop")
+	}
+	return "", nil
+}
+
+// TestStopFinishesTheSweepInHand: a compensator stopped (SIGTERM) while its sweeper resolves an
+// overdue reservation finishes that resolution (the store's failed row, the units back in
+// Redis, the announcement), starts no other, lets its lease go and returns nil. The stop's
+// context went down into the store, Redis and Kafka calls, so the resolution was cut in the
+// middle, for the next sweep to redo.
+func TestStopFinishesTheSweepInHand(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	evs := e.reserve(t, 2, time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // past their deadlines
+	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour})
+	resume := make(chan struct{})
+	st := newStallingStore(e.st, resume)
+	c.Store = st
+	held, err := stopWhileHeld(t, c, st, resume)
+	if err != nil {
+		t.Errorf("Run after a stop: %v, want nil", err)
+	}
+	c.Close() // delivers the announcements
+	announced := e.announced(t)
+	for _, ev := range evs {
+		o, oerr := e.st.Order(e.ctx, ev.OrderID)
+		res, err := e.r.Reservation(e.ctx, ev.OrderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.OrderID == held {
+			if oerr != nil || o.Status != events.Failed || res.State != "released" || !slices.Equal(announced[held], []events.Type{events.OrderFailed}) {
+				t.Errorf("the order in hand at the stop: store %s (%v), redis %s, announced %v; want failed, released, [OrderFailed]",
+					o.Status, oerr, res.State, announced[held])
+			}
+			continue
+		}
+		if events.ErrorCode(oerr) != events.OrderNotFound || res.State != "pending" || len(announced[ev.OrderID]) > 0 {
+			t.Errorf("an order not started before the stop: store %s (%v), redis %s, announced %v; want it left to the next sweep",
+				o.Status, oerr, res.State, announced[ev.OrderID])
+		}
+	}
+	lock := "seckill:{lock:" + e.topics.Prefix + ".sweeper}"
+	if n := e.r.Client().Exists(e.ctx, lock).Val(); n != 0 {
+		t.Errorf("the sweeper's lease is still held after the stop")
+	}
+}
+
+// TestStopGivesUpOnAStuckSweep: the drain of a stop is bounded: a store that never answers
+// holds the order in hand only until DrainTimeout, then the compensator warns that it gave up
+// and returns nil; the next sweep resolves the order.
+func TestStopGivesUpOnAStuckSweep(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	e.reserve(t, 1, time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // past its deadline
+	var logs bytes.Buffer
+	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, DrainTimeout: time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	st := newStallingStore(e.st, nil)
+	c.Store = st
+	if _, err := stopWhileHeld(t, c, st, nil); err != nil {
+		t.Errorf("Run after a drain that gave up: %v, want nil", err)
+	}
+	if !strings.Contains(logs.String(), `"level":"WARN","msg":"stopping: gave up on the work in hand"`) {
+		t.Errorf("no warning that the stop gave up on the stuck order:\n%s", logs.String())
+	}
+}
