@@ -203,6 +203,10 @@ func (c *Compensator) consumeDLQ(ctx context.Context) error {
 	log := c.cfg.Logger.With("role", "compensator", "topic", c.cfg.Topics.DLQ)
 	log.Info("consuming dead letters", "group", c.cfg.Group)
 	return events.ConsumeLoop(ctx, c.cl, 100, c.cfg.DrainTimeout, log, func(work, stop context.Context, fs kgo.Fetches) error {
+		// A stop lets the whole batch in hand finish, not only the letter being resolved: its
+		// offsets are committed as one, and stopping part way would leave the letters already
+		// resolved uncommitted, to be resolved again by whoever takes the partition. A batch is
+		// at most 100 letters of a few round trips each, within the drain's bound.
 		for _, rec := range fs.Records() {
 			if err := c.deadLetter(work, stop, rec); err != nil {
 				return err

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
@@ -132,5 +134,43 @@ func TestStopGivesUpOnAStuckSweep(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"level":"WARN","msg":"stopping: gave up on the work in hand"`) {
 		t.Errorf("no warning that the stop gave up on the stuck order:\n%s", logs.String())
+	}
+}
+
+// TestStopFinishesTheDeadLetterInHand: a compensator stopped while it resolves a dead letter
+// finishes it (failed, units back, announced) and commits it, so no other compensator takes it
+// again, and returns nil.
+func TestStopFinishesTheDeadLetterInHand(t *testing.T) {
+	e := newEnv(t, 100, 10)
+	ev := e.reserve(t, 1, time.Hour)[0]
+	cl, err := events.NewClient(e.brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	src, err := events.Record(e.topics.Requested, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(e.ctx, events.DeadLetter(e.topics.DLQ, src, events.ReasonPoison)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour})
+	resume := make(chan struct{})
+	st := newStallingStore(e.st, resume)
+	c.Store = st
+	if _, err := stopWhileHeld(t, c, st, resume); err != nil {
+		t.Errorf("Run after a stop: %v, want nil", err)
+	}
+	c.Close() // delivers the announcements
+	if states := e.check(t, []events.Event{ev}); states[events.Failed] != 1 {
+		t.Errorf("the dead letter in hand at the stop: %v, want its order failed", states)
+	}
+	if got := e.announced(t)[ev.OrderID]; !slices.Equal(got, []events.Type{events.OrderFailed}) {
+		t.Errorf("announced %v, want [OrderFailed]", got)
+	}
+	lag, err := events.Lag(e.ctx, kadm.NewClient(cl), e.topics.DLQ, e.topics.CompensatorGroup())
+	if err != nil || lag != 0 {
+		t.Errorf("dead letters not committed after the stop: %d, %v; want 0", lag, err)
 	}
 }
