@@ -16,3 +16,6 @@ func SetFencer(c *Compensator, f Fencer) { c.fencer = f }
 
 // Resharded is resharded, for the tests.
 var Resharded = resharded
+
+// SweepParallel is sweepParallel, for the tests.
+const SweepParallel = sweepParallel
