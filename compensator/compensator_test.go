@@ -84,6 +84,15 @@ func (e *env) compensator(t *testing.T, cfg compensator.Config) *compensator.Com
 	return c
 }
 
+// loseRedis deletes every key of the campaign's sale, as a Redis that lost its data has none.
+func (e *env) loseRedis(t *testing.T) {
+	t.Helper()
+	k := lua.KeysOf(e.campaign)
+	if err := e.r.Client().Del(e.ctx, k.Stock, k.Buyers, k.Res, k.Pending, k.Meta).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // reserve makes n reservations of random quantities that expire after ttl, and returns their
 // OrderRequested events.
 func (e *env) reserve(t *testing.T, n int, ttl time.Duration) []events.Event {
@@ -357,10 +366,8 @@ func TestRebuild(t *testing.T) {
 		}
 	}
 	// Redis loses everything of the deployment.
+	e.loseRedis(t)
 	k := lua.KeysOf(e.campaign)
-	if err := e.r.Client().Del(e.ctx, k.Stock, k.Buyers, k.Res, k.Pending, k.Meta).Err(); err != nil {
-		t.Fatal(err)
-	}
 	buy := func() error {
 		_, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Hour)
 		return err

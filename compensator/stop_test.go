@@ -18,33 +18,50 @@ import (
 	"github.com/seckill/seckill/store"
 )
 
-// stallingStore holds every order a resolver fails in its store write until resume is closed,
-// telling held which it held first; it then writes them with the context each was given. With
-// resume nil it is a store that never answers: only the call's context ends the write.
-type stallingStore struct {
-	compensator.Store
+// stall holds every call that reaches it until resume is closed, telling held what the first
+// one held; each is then let through with the context it was given. With resume nil it never
+// lets go: only the call's context ends the wait.
+type stall struct {
 	held   chan string
 	resume chan struct{}
 	once   sync.Once
 }
 
+func newStall(resume chan struct{}) *stall {
+	return &stall{held: make(chan string, 1), resume: resume}
+}
+
+// wait holds the call about id, and returns why its context ended if that ends the wait.
+func (s *stall) wait(ctx context.Context, id string) error {
+	s.once.Do(func() { s.held <- id })
+	select {
+	case <-s.resume:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// stallingStore holds every order a resolver fails in its store write on its stall.
+type stallingStore struct {
+	compensator.Store
+	*stall
+}
+
 func newStallingStore(st compensator.Store, resume chan struct{}) *stallingStore {
-	return &stallingStore{Store: st, held: make(chan string, 1), resume: resume}
+	return &stallingStore{Store: st, stall: newStall(resume)}
 }
 
 func (s *stallingStore) FailOrderFenced(ctx context.Context, e events.Event, reason string, f store.Fence) (store.Order, error) {
-	s.once.Do(func() { s.held <- e.OrderID })
-	select {
-	case <-s.resume:
-	case <-ctx.Done():
-		return store.Order{}, context.Cause(ctx)
+	if err := s.wait(ctx, e.OrderID); err != nil {
+		return store.Order{}, err
 	}
 	return s.Store.FailOrderFenced(ctx, e, reason, f)
 }
 
-// stopWhileHeld runs c until st holds an order, stops it, closes resume (if not nil) and
-// returns the held order's id and what Run returned.
-func stopWhileHeld(t *testing.T, c *compensator.Compensator, st *stallingStore, resume chan struct{}) (string, error) {
+// stopWhileHeld runs c until s holds a call, stops it, closes s's resume (if not nil) and
+// returns what s held first and what Run returned.
+func stopWhileHeld(t *testing.T, c *compensator.Compensator, s *stall) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -52,15 +69,15 @@ func stopWhileHeld(t *testing.T, c *compensator.Compensator, st *stallingStore, 
 	go func() { done <- c.Run(ctx) }()
 	var held string
 	select {
-	case held = <-st.held:
+	case held = <-s.held:
 	case <-time.After(time.Minute): // not a measurement: a hang guard
 		cancel()
 		<-done
-		t.Fatal("the compensator never started resolving an order")
+		t.Fatal("the compensator never reached the stalled call")
 	}
 	cancel() // SIGTERM
-	if resume != nil {
-		close(resume)
+	if s.resume != nil {
+		close(s.resume)
 	}
 	select {
 	case err := <-done:
@@ -83,10 +100,9 @@ func TestStopFinishesTheSweepInHand(t *testing.T) {
 	evs := e.reserve(t, compensator.SweepParallel+4, time.Millisecond)
 	time.Sleep(5 * time.Millisecond) // past their deadlines
 	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour})
-	resume := make(chan struct{})
-	st := newStallingStore(e.st, resume)
+	st := newStallingStore(e.st, make(chan struct{}))
 	c.Store = st
-	held, err := stopWhileHeld(t, c, st, resume)
+	held, err := stopWhileHeld(t, c, st.stall)
 	if err != nil {
 		t.Errorf("Run after a stop: %v, want nil", err)
 	}
@@ -132,7 +148,7 @@ func TestStopGivesUpOnAStuckSweep(t *testing.T) {
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	st := newStallingStore(e.st, nil)
 	c.Store = st
-	if _, err := stopWhileHeld(t, c, st, nil); err != nil {
+	if _, err := stopWhileHeld(t, c, st.stall); err != nil {
 		t.Errorf("Run after a drain that gave up: %v, want nil", err)
 	}
 	if !strings.Contains(logs.String(), `"level":"WARN","msg":"stopping: gave up on the work in hand"`) {
@@ -159,10 +175,9 @@ func TestStopFinishesTheDeadLetterInHand(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour})
-	resume := make(chan struct{})
-	st := newStallingStore(e.st, resume)
+	st := newStallingStore(e.st, make(chan struct{}))
 	c.Store = st
-	if _, err := stopWhileHeld(t, c, st, resume); err != nil {
+	if _, err := stopWhileHeld(t, c, st.stall); err != nil {
 		t.Errorf("Run after a stop: %v, want nil", err)
 	}
 	c.Close() // delivers the announcements
