@@ -39,8 +39,9 @@ type Config struct {
 	// Kafka or fail: at least the api's produce timeout. Default: 6s.
 	RebuildGrace time.Duration
 	// DrainTimeout is how long a stopping compensator goes on finishing the work in hand (the
-	// dead letters of the batch it holds, the order the sweeper is resolving) before it gives
-	// up on it; what it gives up on is done again later. Default: events.DefaultDrainTimeout.
+	// dead letters of the batch it holds, the order the sweeper is resolving, the rebuild of
+	// Redis the guard has started) before it gives up on it; what it gives up on is done again
+	// later. Default: events.DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// Logger receives progress and errors. Default: slog.Default().
 	Logger *slog.Logger
@@ -163,8 +164,9 @@ func (c *Compensator) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 
 // Run consumes the DLQ, sweeps, and guards Redis until ctx is canceled, finishing the work in
 // hand first (within DrainTimeout): the dead letters of the batch it holds, resolved and
-// committed, and the order the sweeper is resolving; the sweeper then lets its lease go. It
-// returns nil after a clean stop.
+// committed, the order the sweeper is resolving (the sweeper then lets its lease go), and the
+// rebuild of Redis the guard has started, to its campaigns' unfreezing. It returns nil after a
+// clean stop.
 func (c *Compensator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.consumeDLQ(ctx) })

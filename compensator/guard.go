@@ -27,7 +27,7 @@ func (c *Compensator) guard(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.GuardInterval)
 	defer t.Stop()
 	for {
-		if err := c.CheckRedis(ctx); err != nil && ctx.Err() == nil {
+		if err := c.guardRound(ctx); err != nil && ctx.Err() == nil {
 			c.cfg.Logger.Warn("redis guard", "err", err)
 		}
 		select {
@@ -38,12 +38,32 @@ func (c *Compensator) guard(ctx context.Context) error {
 	}
 }
 
+// guardRound is a round of the guard (CheckRedis) for a guard that may be told to stop mid-round
+// by stop. A rebuild it has started runs on a context of its own, which outlives stop by the
+// drain's bound at most: cut between its freeze and its restore, it would leave the campaigns
+// frozen, their sales down until another round rebuilds them.
+func (c *Compensator) guardRound(stop context.Context) error {
+	work, release := events.Drain(stop, c.cfg.DrainTimeout, c.cfg.Logger, "the redis rebuild in hand")
+	defer release()
+	return c.checkRedis(work, stop)
+}
+
 // CheckRedis does one round of the guard: it rebuilds from the store every campaign whose Redis
 // data may be lost (unless another compensator is at it), and puts on sale what the store has
 // and Redis was never given. Run calls it every GuardInterval; `seckill dev` calls it once
 // before it serves. A shard that does not answer is an error after the other shards are done.
+// The end of ctx ends the round, even a rebuild half way (its campaigns stay frozen for the next
+// round to rebuild).
 func (c *Compensator) CheckRedis(ctx context.Context) error {
-	cs, err := c.snapshots.Campaigns(ctx)
+	return c.checkRedis(ctx, ctx)
+}
+
+// checkRedis is CheckRedis for a guard that may be told to stop mid-round: its reads and its
+// small writes run on stop, which cuts them, and the next round of any compensator does them
+// again. A rebuild runs on work, so one that has started is finished; stop only keeps one from
+// starting.
+func (c *Compensator) checkRedis(work, stop context.Context) error {
+	cs, err := c.snapshots.Campaigns(stop)
 	if err != nil {
 		return err
 	}
@@ -54,10 +74,10 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 			watched = append(watched, camp.ID)
 		}
 	}
-	gens, genErr := c.rebuilder.Generations(ctx, watched)
+	gens, genErr := c.rebuilder.Generations(stop, watched)
 	// After the campaigns are read: a primary that is still the same process now did not
 	// restart while it held what they read.
-	masters, mastersErr := c.rebuilder.Masters(ctx)
+	masters, mastersErr := c.rebuilder.Masters(stop)
 	c.mastersMu.Lock()
 	before := c.masters
 	c.masters = masters
@@ -69,7 +89,7 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 		switch {
 		case !ok:
 		case resharded(g, before, masters):
-			if _, err := c.rebuilder.Rehome(ctx, id, g.Recorded, g.Server); err != nil {
+			if _, err := c.rebuilder.Rehome(stop, id, g.Recorded, g.Server); err != nil {
 				rehomeErrs = append(rehomeErrs, err)
 				continue
 			}
@@ -85,9 +105,9 @@ func (c *Compensator) CheckRedis(ctx context.Context) error {
 	campaignsFrozen.Set(float64(len(lost)))
 	var rebuildErr error
 	if len(lost) > 0 {
-		rebuildErr = c.rebuildLost(ctx, lost)
+		rebuildErr = c.rebuildLost(work, stop, lost)
 	}
-	return errors.Join(genErr, mastersErr, errors.Join(rehomeErrs...), rebuildErr, c.reconcile(ctx, cs, now))
+	return errors.Join(genErr, mastersErr, errors.Join(rehomeErrs...), rebuildErr, c.reconcile(stop, cs, now))
 }
 
 // resharded reports whether g's keys are on another primary than the one that wrote them only
@@ -117,23 +137,33 @@ func resharded(g lua.Generation, before, now map[string]bool) bool {
 func unsellable(g lua.Generation) bool { return g.Lost() || g.Frozen }
 
 // rebuildLost rebuilds the campaigns whose data Redis may have lost, or that a rebuild left
-// frozen, unless another compensator is rebuilding already.
-func (c *Compensator) rebuildLost(ctx context.Context, lost []string) error {
-	lock, err := c.locker.TryLock(ctx, c.cfg.Topics.Prefix+".rebuild", 10*time.Second)
+// frozen, unless another compensator is rebuilding already. Its I/O runs on work; once stop is
+// done it freezes nothing, and a rebuild that has frozen goes on to its restore.
+//
+// The lock is held on work too, so its lease is renewed while a stopping compensator finishes,
+// and no other compensator freezes the campaigns again meanwhile. A rebuild that writes after
+// its lease lapsed anyway (a pause longer than the lease, which Hold's watchdog notices only at
+// its next renewal) is safe: Freeze wrote this rebuild's mark in each campaign's meta, and every
+// step of Restore (restore_clear.lua, restore_fill.lua, restore_ended.lua, restore.lua) first
+// checks that the mark is still there and otherwise writes nothing. A later rebuild's Freeze
+// replaced it, and that rebuild's restore lifted it, so the late one changes nothing
+// (lua.ErrNotFrozenByThis).
+func (c *Compensator) rebuildLost(work, stop context.Context, lost []string) error {
+	lock, err := c.locker.TryLock(work, c.cfg.Topics.Prefix+".rebuild", 10*time.Second)
 	if errors.Is(err, lua.ErrLockHeld) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	return lock.Hold(ctx, func(ctx context.Context) error {
+	return lock.Hold(work, func(ctx context.Context) error {
 		// Another compensator may have rebuilt them between the check and the lock.
 		gens, err := c.rebuilder.Generations(ctx, lost)
 		if err != nil {
 			return err
 		}
 		lost = slices.DeleteFunc(lost, func(id string) bool { return !unsellable(gens[id]) })
-		if len(lost) == 0 {
+		if len(lost) == 0 || stop.Err() != nil {
 			return nil
 		}
 		switch g := gens[lost[0]]; {

@@ -59,6 +59,20 @@ func (s *stallingStore) FailOrderFenced(ctx context.Context, e events.Event, rea
 	return s.Store.FailOrderFenced(ctx, e, reason, f)
 }
 
+// stallingSnapshots holds a rebuild on its stall where it reads a campaign from the store: after
+// its freeze, before its restore.
+type stallingSnapshots struct {
+	compensator.Snapshotter
+	*stall
+}
+
+func (s stallingSnapshots) WhileHeld(ctx context.Context, campaign string, endedSince time.Time, fn func(store.Held) error) error {
+	if err := s.wait(ctx, campaign); err != nil {
+		return err
+	}
+	return s.Snapshotter.WhileHeld(ctx, campaign, endedSince, fn)
+}
+
 // stopWhileHeld runs c until s holds a call, stops it, closes s's resume (if not nil) and
 // returns what s held first and what Run returned.
 func stopWhileHeld(t *testing.T, c *compensator.Compensator, s *stall) (string, error) {
@@ -191,4 +205,100 @@ func TestStopFinishesTheDeadLetterInHand(t *testing.T) {
 	if err != nil || lag != 0 {
 		t.Errorf("dead letters not committed after the stop: %d, %v; want 0", lag, err)
 	}
+}
+
+// TestStopFinishesTheRebuildInHand: a compensator stopped (SIGTERM) while its guard rebuilds a
+// campaign Redis lost, after the freeze and before the restore, finishes the rebuild: the
+// campaign is back on sale with the store's remaining stock, and Run returns nil. The stop's
+// context went down into the rebuild, which stopped there and left the campaign frozen: no sale
+// until another compensator's guard, or this one restarted, rebuilt it.
+func TestStopFinishesTheRebuildInHand(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	evs := e.reserve(t, 2, time.Hour)
+	e.confirm(t, evs)
+	e.loseRedis(t)
+	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, RebuildGrace: time.Millisecond})
+	st := stallingSnapshots{Snapshotter: e.st, stall: newStall(make(chan struct{}))}
+	compensator.SetSnapshots(c, st)
+	if _, err := stopWhileHeld(t, c, st.stall); err != nil {
+		t.Errorf("Run after a stop: %v, want nil", err)
+	}
+	gens, err := e.r.Generations(e.ctx, []string{e.campaign})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gens[e.campaign]; g.Frozen || g.Lost() {
+		t.Fatalf("after a stop mid-rebuild: %+v; want the campaign restored and on sale", g)
+	}
+	var sold int64
+	for _, ev := range evs {
+		sold += int64(ev.Quantity)
+	}
+	if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != 10-sold {
+		t.Errorf("remaining %d, %v; want %d: the store's stock less the confirmed orders' units", left, err, 10-sold)
+	}
+	if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Minute); err != nil {
+		t.Errorf("a purchase after the stop: %v, want it taken", err)
+	}
+}
+
+// TestStopGivesUpOnAStuckRebuild: the rebuild's drain is bounded too: a rebuild that waits on a
+// store that never answers, or a RebuildGrace longer than DrainTimeout, holds the stop only
+// until DrainTimeout; then the compensator warns that it gave up on it and returns nil (the
+// campaign stays frozen, for the next guard round of any compensator).
+func TestStopGivesUpOnAStuckRebuild(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		grace time.Duration
+		// inHand returns the stall that tells when the rebuild is where the stop is to find it.
+		inHand func(t *testing.T, e *env, c *compensator.Compensator) *stall
+	}{
+		{"store never answers", time.Millisecond, func(t *testing.T, e *env, c *compensator.Compensator) *stall {
+			st := stallingSnapshots{Snapshotter: e.st, stall: newStall(nil)}
+			compensator.SetSnapshots(c, st)
+			return st.stall
+		}},
+		{"grace outlasts the drain", time.Hour, func(t *testing.T, e *env, c *compensator.Compensator) *stall {
+			return e.onceFrozen(t)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 10, 5)
+			e.loseRedis(t)
+			var logs bytes.Buffer
+			c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, RebuildGrace: tc.grace,
+				DrainTimeout: time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+			if _, err := stopWhileHeld(t, c, tc.inHand(t, e, c)); err != nil {
+				t.Errorf("Run after a drain that gave up: %v, want nil", err)
+			}
+			if !strings.Contains(logs.String(), `"level":"WARN","msg":"stopping: gave up on the work in hand","what":"the redis rebuild in hand"`) {
+				t.Errorf("no warning that the stop gave up on the stuck rebuild:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// onceFrozen returns a stall that holds nothing and tells held once Redis holds the campaign
+// frozen: a rebuild is then in its RebuildGrace, or on its way there.
+func (e *env) onceFrozen(t *testing.T) *stall {
+	t.Helper()
+	s := newStall(nil)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			if frozen, _ := e.r.Client().HExists(ctx, lua.KeysOf(e.campaign).Meta, "frozen").Result(); frozen {
+				s.held <- e.campaign
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return s
 }
