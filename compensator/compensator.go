@@ -39,7 +39,7 @@ type Config struct {
 	// Kafka or fail: at least the api's produce timeout. Default: 6s.
 	RebuildGrace time.Duration
 	// DrainTimeout is how long a stopping compensator goes on finishing the work in hand (the
-	// dead letters of the batch it holds, the order the sweeper is resolving, the rebuild of
+	// dead letters of the batch it holds, the orders the sweeper is resolving, the rebuild of
 	// Redis the guard has started) before it gives up on it; what it gives up on is done again
 	// later. Default: events.DefaultDrainTimeout.
 	DrainTimeout time.Duration
@@ -164,7 +164,7 @@ func (c *Compensator) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 
 // Run consumes the DLQ, sweeps, and guards Redis until ctx is canceled, finishing the work in
 // hand first (within DrainTimeout): the dead letters of the batch it holds, resolved and
-// committed, the order the sweeper is resolving (the sweeper then lets its lease go), and the
+// committed, the orders the sweeper is resolving (the sweeper then lets its lease go), and the
 // rebuild of Redis the guard has started, to its campaigns' unfreezing. It returns nil after a
 // clean stop.
 func (c *Compensator) Run(ctx context.Context) error {
@@ -293,11 +293,11 @@ func (c *Compensator) sweepFenced(ctx context.Context, lock *lua.Lock, name stri
 	c.cfg.Logger.Info("sweeping as lease holder", "fence", fence.Token)
 	// A resolution is several writes (the store, Redis, the announcement, the store again): cut
 	// in the middle by the end of the holding, it would wait for the next sweep to be redone.
-	// So the order in hand runs on a context of its own, which outlives the holding by the
+	// So the orders in hand run on a context of their own, which outlives the holding by the
 	// drain's bound at most, and the holding's end only keeps the sweep from taking another.
-	// Finishing it after a lost lease is safe: its writes carry this holding's fence, which the
+	// Finishing them after a lost lease is safe: their writes carry this holding's fence, which the
 	// store refuses once a later holder has one.
-	work, release := events.Drain(ctx, c.cfg.DrainTimeout, c.cfg.Logger, "the sweeper's order in hand")
+	work, release := events.Drain(ctx, c.cfg.DrainTimeout, c.cfg.Logger, "the sweeper's orders in hand")
 	defer release()
 	return c.sweepWhileHeld(work, ctx, fence)
 }
