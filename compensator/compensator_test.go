@@ -805,22 +805,29 @@ func TestRebuildOfACampaignLeftFrozen(t *testing.T) {
 	if err := c.CheckRedis(e.ctx); err != nil {
 		t.Fatal(err)
 	}
+	e.checkRestored(t, evs, "a guard round")
+}
+
+// checkRestored asserts that the campaign, rebuilt after when, is on sale again with the units
+// of the confirmed orders evs still sold, and takes a purchase.
+func (e *env) checkRestored(t *testing.T, evs []events.Event, when string) {
+	t.Helper()
 	gens, err := e.r.Generations(e.ctx, []string{e.campaign})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g := gens[e.campaign]; g.Frozen || g.Lost() {
-		t.Fatalf("after a guard round: %+v; want it restored and on sale", g)
+		t.Fatalf("after %s: %+v; want the campaign restored and on sale", when, g)
 	}
 	var sold int64
 	for _, ev := range evs {
 		sold += int64(ev.Quantity)
 	}
-	if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != 10-sold {
-		t.Errorf("remaining %d, %v; want %d: the confirmed orders' units stay sold", left, err, 10-sold)
+	if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != e.stock-sold {
+		t.Errorf("after %s: remaining %d, %v; want %d: the confirmed orders' units stay sold", when, left, err, e.stock-sold)
 	}
 	if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Minute); err != nil {
-		t.Errorf("a purchase after the guard round: %v", err)
+		t.Errorf("a purchase after %s: %v, want it taken", when, err)
 	}
 }
 

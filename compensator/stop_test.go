@@ -223,23 +223,7 @@ func TestStopFinishesTheRebuildInHand(t *testing.T) {
 	if _, err := stopWhileHeld(t, c, st.stall); err != nil {
 		t.Errorf("Run after a stop: %v, want nil", err)
 	}
-	gens, err := e.r.Generations(e.ctx, []string{e.campaign})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g := gens[e.campaign]; g.Frozen || g.Lost() {
-		t.Fatalf("after a stop mid-rebuild: %+v; want the campaign restored and on sale", g)
-	}
-	var sold int64
-	for _, ev := range evs {
-		sold += int64(ev.Quantity)
-	}
-	if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != 10-sold {
-		t.Errorf("remaining %d, %v; want %d: the store's stock less the confirmed orders' units", left, err, 10-sold)
-	}
-	if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Minute); err != nil {
-		t.Errorf("a purchase after the stop: %v, want it taken", err)
-	}
+	e.checkRestored(t, evs, "a stop mid-rebuild")
 }
 
 // TestStopGivesUpOnAStuckRebuild: the rebuild's drain is bounded too: a rebuild that waits on a
