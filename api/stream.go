@@ -36,7 +36,8 @@ func final(o OrderView) bool {
 //	event: status
 //	data: <the order, as GET /v1/orders/{id} answers it>
 //
-// A client that reconnects with Last-Event-ID set to the status it has is not sent it again. An
+// A client that reconnects with Last-Event-ID set to the status it has is not sent it again; when
+// that status is final the answer is 204 No Content, which tells EventSource to stop. An
 // idle stream carries a comment line every StreamHeartbeat. The stream ends after a final
 // status, when the client goes away, when the server shuts down, or after maxStream.
 //
@@ -57,6 +58,12 @@ func (s *Server) orderEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	lastID := c.Request().Header.Get("Last-Event-ID")
+	// EventSource reconnects whenever a 200 stream ends, after a final status too, and would
+	// then read the order every retry for as long as its page is open; a 204 stops it.
+	if final(o) && string(o.Status) == lastID {
+		return c.NoContent(http.StatusNoContent)
+	}
 	release, err := s.streams.take(c, buyer)
 	if err != nil {
 		return err
@@ -74,7 +81,7 @@ func (s *Server) orderEvents(c echo.Context) error {
 	if err := send("retry: 2000\n\n"); err != nil {
 		return nil
 	}
-	if string(o.Status) != c.Request().Header.Get("Last-Event-ID") {
+	if string(o.Status) != lastID {
 		if err := sendOrder(o); err != nil {
 			return nil
 		}

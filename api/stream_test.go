@@ -194,6 +194,20 @@ func TestOrderEvents(t *testing.T) {
 		}
 	})
 
+	// EventSource reconnects whenever a 200 stream ends, the end after a final status too, and
+	// sends Last-Event-ID; only a 204 makes it stop (HTML, server-sent events: "a client can be
+	// told to stop reconnecting using the HTTP 204 No Content response code").
+	t.Run("a client that has the final status is told to stop reconnecting", func(t *testing.T) {
+		id := h.buy(t, "ev", "gina", 1)
+		h.confirm(t, id)
+		h.do(t, request("GET", "/v1/orders/"+id+"/events", "", with(user("gina"), []string{"Last-Event-ID", "confirmed"})...), http.StatusNoContent)
+		// A client a status behind is sent the final one, as before.
+		s := openStream(t, ctx, ts.URL, id, "gina", "Last-Event-ID", "pending")
+		if o, err := s.nextStatus(t); err != nil || o.Status != events.Confirmed {
+			t.Fatalf("a client a status behind: %+v %v", o, err)
+		}
+	})
+
 	t.Run("errors come before the stream, as JSON", func(t *testing.T) {
 		id := h.buy(t, "ev", "dave", 1)
 		h.fail(t, request("GET", "/v1/orders/"+id+"/events", ""), 401, events.Unauthorized)
