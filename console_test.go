@@ -185,6 +185,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the page says %q after creating a campaign twice, want the API's message (%v)", status, err)
 	}
 
+	// An answer to the Extend or Add stock prompt that is not a number (Number gives NaN) is
+	// refused on the page, saying so: not thrown by Date out of the click handler, with nothing
+	// shown, nor sent as {"add": null}, which the API refuses for a reason the operator never gave.
+	for _, action := range []string{"extend", "add stock"} {
+		browse("answer "+action+"'s prompt with words", chromedp.Evaluate[chromedp.Void](`window.prompt = () => "30 minutes"; document.querySelector("#status").textContent = ""`),
+			chromedp.Click(chromedp.CSS(`tr[data-campaign="browser"] button[data-action="`+action+`"]`)))
+		waitFor(action+" says the answer is no number", `document.querySelector("#status").className === "error" && document.querySelector("#status").textContent.includes("not a whole number")`)
+	}
+
 	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("take a screenshot: %v", err)

@@ -168,17 +168,31 @@ function campaignRow(c) {
   return r.tr;
 }
 
+// answer reads a prompt's answer as a whole number from 1 up, or says why not and returns null
+// (null too when the operator cancelled). Number gives NaN for words, which Date throws on and
+// JSON sends as null.
+function answer(what, text) {
+  if (text === null || text.trim() === "") return null;
+  const n = Number(text.trim());
+  if (Number.isSafeInteger(n) && n >= 1) return n;
+  say(what + ": " + JSON.stringify(text) + " is not a whole number from 1 up", true);
+  return null;
+}
+
 function actions(td, c) {
   td.replaceChildren();
   if (c.state === "cancelled") return;
   if (c.state !== "ended") button(td, "Close", () => control(c.id, "close"));
   button(td, "Extend", () => {
-    const m = prompt("Minutes from now until the sale ends:", "30");
-    if (m) control(c.id, "extend", { ends_at: new Date(Date.now() + Number(m) * 60000).toISOString() });
+    const m = answer(c.id + ": extend", prompt("Minutes from now until the sale ends:", "30"));
+    if (m === null) return;
+    const ends = new Date(Date.now() + m * 60000);
+    if (isNaN(ends)) say(c.id + ": extend: " + m + " minutes is past the last date a browser can name", true);
+    else control(c.id, "extend", { ends_at: ends.toISOString() });
   });
   button(td, "Add stock", () => {
-    const n = prompt("Units to put on sale:", "100");
-    if (n) control(c.id, "stock", { add: Number(n) });
+    const n = answer(c.id + ": add stock", prompt("Units to put on sale:", "100"));
+    if (n !== null) control(c.id, "stock", { add: n });
   });
   button(td, "Cancel", () => {
     if (confirm("Cancel " + c.id + "? Every pending reservation is released and every confirmed or paid order refunded.")) cancel(c.id);
