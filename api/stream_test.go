@@ -234,7 +234,8 @@ func TestOrderEvents(t *testing.T) {
 	})
 }
 
-// TestOrderEventsEndAtShutdown checks that an open stream does not hold up the drain.
+// TestOrderEventsEndAtShutdown checks that an open stream, a buyer's or the console's, does not
+// hold up the drain: each ends, so its client reconnects (to another api).
 func TestOrderEventsEndAtShutdown(t *testing.T) {
 	h := newHarness(t, func(c *api.Config) { c.ShutdownTimeout = 20 * time.Second })
 	h.createCampaign(t, `{"id": "sd", "name": "Shutdown", "stock": 1, "per_user_limit": 1}`)
@@ -250,6 +251,9 @@ func TestOrderEventsEndAtShutdown(t *testing.T) {
 	if _, err := s.nextStatus(t); err != nil {
 		t.Fatal(err)
 	}
+	console := openConsole(t, "http://"+ln.Addr().String(), h.admin)
+	defer console.close()
+	console.next(t)
 	start := time.Now()
 	cancel()
 	select {
@@ -262,6 +266,11 @@ func TestOrderEventsEndAtShutdown(t *testing.T) {
 	}
 	if _, err := s.nextStatus(t); !errors.Is(err, io.EOF) {
 		t.Errorf("the stream is still open after shutdown: %v", err)
+	}
+	for console.lines.Scan() { // what was sent before the end
+	}
+	if err := console.lines.Err(); err != nil {
+		t.Errorf("the console's stream did not end cleanly at shutdown: %v", err)
 	}
 	t.Logf("drained in %v with a stream open", time.Since(start))
 }
