@@ -194,6 +194,19 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitFor(action+" says the answer is no number", `document.querySelector("#status").className === "error" && document.querySelector("#status").textContent.includes("not a whole number")`)
 	}
 
+	// A campaign's name is anyone's text to the page: shown as text, never parsed as HTML.
+	const markup = `<img src=x onerror="document.title='xss'"><b>bold</b>`
+	name, _ := json.Marshal(markup)
+	body := `{"id": "markup", "name": ` + string(name) + `, "stock": 1, "per_user_limit": 1}`
+	if code := api("POST", "/v1/campaigns", "", body, nil); code != http.StatusCreated {
+		t.Fatalf("create the campaign named with markup: %d", code)
+	}
+	waitFor("the campaign named with markup appears", `document.querySelector('tr[data-campaign="markup"]') !== null`)
+	if shown, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const tr = document.querySelector('tr[data-campaign="markup"]');
+		return tr.children[1].textContent === `+string(name)+` && tr.querySelector("img, b") === null && document.title !== "xss"; })()`)); err != nil || !shown {
+		t.Errorf("a campaign's name with markup is not shown as its text (%v)", err)
+	}
+
 	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("take a screenshot: %v", err)
