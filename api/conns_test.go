@@ -80,6 +80,13 @@ func closeAll(cs []net.Conn) {
 func serve(t *testing.T, maxConns, perAddr int) string {
 	t.Helper()
 	h := newHarness(t, func(c *api.Config) { c.MaxConns, c.MaxConnsPerAddr = maxConns, perAddr })
+	return h.listen(t)
+}
+
+// listen runs h's server as the api command does (Serve, with its http.Server's timeouts and
+// caps) on a loopback port until the test ends, and returns the address.
+func (h *harness) listen(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -273,6 +274,45 @@ func TestOrderEventsEndAtShutdown(t *testing.T) {
 		t.Errorf("the console's stream did not end cleanly at shutdown: %v", err)
 	}
 	t.Logf("drained in %v with a stream open", time.Since(start))
+}
+
+// TestStreamsOutliveTheServersTimeouts: Serve's http.Server reads a request within 10 s and
+// writes an answer within 15 s; an event stream lives up to maxStream, so it moves its own
+// write deadline at each write. An order stream and a console stream stay open past both: 160
+// heartbeats 100 ms apart, and 17 snapshots a second apart, each take more than 15 s. Cut at
+// either timeout, every client would reconnect (and have its order read again) every 15 s, and
+// no heartbeat of the default 15 s would ever be sent.
+func TestStreamsOutliveTheServersTimeouts(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.StreamHeartbeat = 100 * time.Millisecond })
+	h.createCampaign(t, `{"id": "long", "name": "Long", "stock": 1, "per_user_limit": 1}`)
+	id := h.buy(t, "long", "alice", 1)
+	base := "http://" + h.listen(t)
+
+	s := openStream(t, context.Background(), base, id, "alice", "Last-Event-ID", "pending")
+	c := openConsole(t, base, h.admin)
+	defer c.close()
+	// The order stream is read beside the console's; the goroutine touches no t, so a test
+	// stopped early leaves it to end when openStream's cleanup closes the body.
+	ended := make(chan error, 1)
+	go func() {
+		for beats := 0; beats < 160; {
+			ev, err := s.next()
+			if err != nil {
+				ended <- fmt.Errorf("the order stream ended after %d heartbeats: %w", beats, err)
+				return
+			}
+			if ev.comment {
+				beats++
+			}
+		}
+		ended <- nil
+	}()
+	for range 17 {
+		c.next(t)
+	}
+	if err := <-ended; err != nil {
+		t.Error(err)
+	}
 }
 
 // TestOrderStreamsCostNothingIdle: 2,000 streams open on one order send Redis (and so the
