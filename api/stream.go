@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +57,7 @@ func (s *Server) orderEvents(c echo.Context) error {
 	defer unsubscribe()
 	o, err := s.buyersOrder(ctx, buyer, id)
 	if err != nil {
-		return err
+		return s.reconnectLater(c, err)
 	}
 	lastID := c.Request().Header.Get("Last-Event-ID")
 	// EventSource reconnects whenever a 200 stream ends, after a final status too, and would
@@ -173,6 +174,26 @@ func (sc *streamCaps) take(c echo.Context, buyer string) (release func(), err er
 
 // startEvents answers 200 with an event stream and returns the function that sends a chunk of
 // it at once, each within writeWait.
+// reconnectLater answers an EventSource whose order cannot be read right now (the store or
+// Redis is down): a 503 would close it for good (the HTML standard fails the connection on any
+// status but 200 and 204), and the buyer's page would stop hearing of the order after a blip.
+// An empty stream that asks it to come back in a few seconds keeps it. Any other client, and
+// any other error, gets the error's own answer.
+func (s *Server) reconnectLater(c echo.Context, err error) error {
+	code := events.ErrorCode(err)
+	if code != events.Unavailable && code != events.Internal || // Internal: a dependency's own error
+		!strings.Contains(c.Request().Header.Get(echo.HeaderAccept), "text/event-stream") ||
+		c.Request().Context().Err() != nil { // the client hung up: nobody to tell
+		return err
+	}
+	s.cfg.Logger.Warn("order stream: the order cannot be read; the client is told to come back", "order_id", c.Param("id"), "err", err)
+	startEvents(c)(fmt.Sprintf("retry: %d\n\n", reconnectWait.Milliseconds())) // the client may be gone: nothing to do
+	return nil
+}
+
+// reconnectWait is how long an EventSource whose order cannot be read waits before it asks again.
+const reconnectWait = 5 * time.Second
+
 func startEvents(c echo.Context) func(chunk string) error {
 	w := c.Response()
 	h := w.Header()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,8 @@ import (
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
 )
 
 // sse reads server-sent events.
@@ -454,5 +457,47 @@ func TestOrderStreamHearsOfChangesBeforeItsReaderFindsTheTopicsEnd(t *testing.T)
 	release()
 	if o, err := s.nextStatus(t); err != nil || o.Status != events.Confirmed {
 		t.Fatalf("the stream never heard of the confirmation made before its api's reader found the results topic's end: %+v %v", o, err)
+	}
+}
+
+// unreadableStore and unreadableRedis cannot read orders.
+type unreadableStore struct{ api.Store }
+
+func (unreadableStore) Order(context.Context, string) (store.Order, error) {
+	return store.Order{}, errors.New("dial tcp 10.0.0.5:5432: connection refused")
+}
+
+type unreadableRedis struct{ api.Redis }
+
+func (unreadableRedis) Reservation(context.Context, string) (lua.Reservation, error) {
+	return lua.Reservation{}, errors.New("dial tcp 10.0.0.6:6379: connection refused")
+}
+
+// TestOrderStreamComesBackAfterAnOutage: a buyer's page reconnects its EventSource while the
+// store is down. A 503 closes an EventSource for good (the HTML standard fails the connection
+// on any status but 200 and 204), so the page stopped hearing of the order after a blip; it is
+// answered an empty stream that asks it to come back in a few seconds. A client that does not
+// ask for an event stream still gets the 503.
+func TestOrderStreamComesBackAfterAnOutage(t *testing.T) {
+	srv := api.New(api.Config{Logger: slog.New(slog.DiscardHandler), InsecureUserHeader: true}, unreadableStore{}, unreadableRedis{}, nil)
+	defer srv.Close()
+	path := "/v1/orders/" + events.NewOrderID("blip") + "/events"
+	get := func(accept string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		req.Header.Set("X-User-ID", "alice")
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	rec := get("text/event-stream")
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "text/event-stream" || rec.Body.String() != "retry: 5000\n\n" {
+		t.Errorf("EventSource while the store is down: %d %q %q; want 200, an event stream, retry: 5000",
+			rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	}
+	if rec := get(""); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("a plain client while the store is down: %d %s; want 503 with Retry-After", rec.Code, rec.Body)
 	}
 }
