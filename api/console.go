@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
 
@@ -227,7 +228,7 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 
 	qctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
 	defer cancel()
-	if err := src.campaigns(qctx, &snap, now); err != nil {
+	if err := src.campaigns(qctx, &snap, now, fail); err != nil {
 		fail("campaigns", err)
 	}
 	if src.dlq != nil {
@@ -255,8 +256,11 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 	return snap
 }
 
-// campaigns fills in the newest campaigns with their units by state and their last audit.
-func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot, now time.Time) error {
+// campaigns fills in the newest campaigns with their units by state and their last audit. A
+// campaign whose sale Redis cannot tell (its Cluster shard is down) is shown with the store's
+// figures and named to fail: the incident an operator opens the console for must not take the
+// other campaigns' rows, and their buttons, off the page.
+func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot, now time.Time, fail func(string, error)) error {
 	cs, err := src.s.store.Campaigns(ctx)
 	if err != nil {
 		return err
@@ -288,7 +292,8 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 	for _, c := range cs {
 		sale, err := src.s.redis.Sale(ctx, c.ID)
 		if err != nil {
-			return err
+			fail("campaign "+c.ID, events.Wrap(events.Unavailable, err, "Redis cannot tell its sale right now; its row shows the store's figures"))
+			sale = lua.Sale{}
 		}
 		if !sale.Loaded {
 			sale.Remaining = c.Stock - c.Sold
