@@ -210,9 +210,14 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 	snap := ConsoleSnapshot{At: now.UTC(), Purchases: map[string]float64{}, DeadLetters: map[string]int64{},
 		Compensations: map[string]int64{}, ConsumerLag: -1, PersistedPerSec: -1}
 	fail := func(what string, err error) {
-		if ctx.Err() == nil {
-			snap.Errors = append(snap.Errors, fmt.Sprintf("%s: %s", what, events.ErrorMessage(err)))
+		if ctx.Err() != nil {
+			return
 		}
+		if events.ErrorCode(err) == events.Internal { // a dependency's own error, for the log only
+			src.s.cfg.Logger.Warn("console snapshot", "what", what, "err", err)
+			err = events.Wrap(events.Unavailable, err, "cannot be read right now")
+		}
+		snap.Errors = append(snap.Errors, fmt.Sprintf("%s: %s", what, events.ErrorMessage(err)))
 	}
 	dt := now.Sub(src.last).Seconds()
 	src.last = now
@@ -292,6 +297,7 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 	for _, c := range cs {
 		sale, err := src.s.redis.Sale(ctx, c.ID)
 		if err != nil {
+			src.s.cfg.Logger.Warn("console snapshot: a campaign's sale", "campaign", c.ID, "err", err)
 			fail("campaign "+c.ID, events.Wrap(events.Unavailable, err, "Redis cannot tell its sale right now; its row shows the store's figures"))
 			sale = lua.Sale{}
 		}

@@ -330,7 +330,31 @@ func TestConsoleShowsEveryCampaignWithAShardDown(t *testing.T) {
 	if r, ok := shown["dark"]; !ok || r != 10 {
 		t.Errorf("the dark campaign: shown %v (remaining %d); want it, with the store's 10", ok, r)
 	}
-	if !slices.ContainsFunc(snap.Errors, func(e string) bool { return strings.HasPrefix(e, "campaign dark:") }) {
+	if !slices.ContainsFunc(snap.Errors, func(e string) bool { return strings.HasPrefix(e, "campaign dark: Redis cannot tell") }) {
 		t.Errorf("the snapshot's errors %q do not name the campaign Redis cannot tell", snap.Errors)
+	}
+}
+
+// campaignsDown is a store that cannot list campaigns.
+type campaignsDown struct{ api.Store }
+
+func (campaignsDown) Campaigns(context.Context) ([]store.Campaign, error) {
+	return nil, errors.New("dial tcp 10.0.0.5:5432: connection refused")
+}
+
+// TestConsoleSaysWhatCannotBeRead: a source that fails is named in the snapshot with what the
+// operator can act on; the dependency's own words go to the log. It read "campaigns: internal
+// error", which says a bug of ours where the store was down.
+func TestConsoleSaysWhatCannotBeRead(t *testing.T) {
+	h := newHarness(t)
+	srv := api.New(h.cfg, campaignsDown{h.store}, h.redis, newProducer(t, h.brokers))
+	defer srv.Close()
+	web := httptest.NewServer(srv.Handler())
+	defer web.Close()
+	stream := openConsole(t, web.URL, h.admin)
+	defer stream.close()
+	snap, _ := stream.next(t)
+	if !slices.Contains(snap.Errors, "campaigns: cannot be read right now") {
+		t.Errorf("the snapshot's errors with the store down: %q; want campaigns: cannot be read right now", snap.Errors)
 	}
 }
