@@ -313,13 +313,7 @@ func TestConsoleShowsEveryCampaignWithAShardDown(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "older", "name": "Older", "stock": 10, "per_user_limit": 3}`)
 	h.createCampaign(t, `{"id": "dark", "name": "On the dark shard", "stock": 10, "per_user_limit": 3}`)
-	srv := api.New(h.cfg, h.store, shardDown{Redis: h.redis, campaign: "dark"}, newProducer(t, h.brokers))
-	defer srv.Close()
-	web := httptest.NewServer(srv.Handler())
-	defer web.Close()
-	stream := openConsole(t, web.URL, h.admin)
-	defer stream.close()
-	snap, _ := stream.next(t)
+	snap := firstSnapshot(t, h, h.store, shardDown{Redis: h.redis, campaign: "dark"})
 	shown := map[string]int64{}
 	for _, c := range snap.Campaigns {
 		shown[c.ID] = c.Remaining
@@ -347,14 +341,21 @@ func (campaignsDown) Campaigns(context.Context) ([]store.Campaign, error) {
 // error", which says a bug of ours where the store was down.
 func TestConsoleSaysWhatCannotBeRead(t *testing.T) {
 	h := newHarness(t)
-	srv := api.New(h.cfg, campaignsDown{h.store}, h.redis, newProducer(t, h.brokers))
+	snap := firstSnapshot(t, h, campaignsDown{h.store}, h.redis)
+	if !slices.Contains(snap.Errors, "campaigns: cannot be read right now") {
+		t.Errorf("the snapshot's errors with the store down: %q; want campaigns: cannot be read right now", snap.Errors)
+	}
+}
+
+// firstSnapshot is the first console snapshot of an api of h's on st and r.
+func firstSnapshot(t *testing.T, h *harness, st api.Store, r api.Redis) api.ConsoleSnapshot {
+	t.Helper()
+	srv := api.New(h.cfg, st, r, newProducer(t, h.brokers))
 	defer srv.Close()
 	web := httptest.NewServer(srv.Handler())
 	defer web.Close()
 	stream := openConsole(t, web.URL, h.admin)
 	defer stream.close()
 	snap, _ := stream.next(t)
-	if !slices.Contains(snap.Errors, "campaigns: cannot be read right now") {
-		t.Errorf("the snapshot's errors with the store down: %q; want campaigns: cannot be read right now", snap.Errors)
-	}
+	return snap
 }
