@@ -163,6 +163,11 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 			probs.addf("compose: %s healthcheck must run /healthcheck against port %s, got %v", name, port, healthTest(s))
 		}
 		if name == "api" {
+			for _, key := range apiSecrets {
+				if v := s.Environment[key]; v == nil || len(*v) < minSecretLen {
+					probs.addf("compose: api lacks %s of at least %d bytes", key, minSecretLen)
+				}
+			}
 			published := false
 			for _, pc := range s.Ports {
 				if pc.Published == port && pc.Target == parsePort(port) {

@@ -55,6 +55,13 @@ const startupBudget = 300 // seconds
 // holds the answer that long.
 const readyzSeconds = 2
 
+// apiSecrets are the api's keys that every api of a deployment must share, each read from
+// a Secret. SECKILL_ORDER_ID_SECRET defaults to one derived from SECKILL_JWT_SECRET, so
+// without it a rotation of the JWT secret also changes the order id (and the Redis
+// idempotency record) of every Idempotency-Key: during the rolling update apis disagree,
+// and after it a buyer's retry of the last --idempotency-ttl reserves anew.
+var apiSecrets = []string{"SECKILL_ADMIN_TOKEN", "SECKILL_JWT_SECRET", "SECKILL_ORDER_ID_SECRET"}
+
 // roleKinds is the workload kind of each seckill process in deploy/k8s.
 var roleKinds = map[string]string{
 	"api":         "apps/v1/Deployment",
@@ -479,6 +486,12 @@ func checkRoles(b *bundle) problems {
 		}
 		if d.Spec.Replicas != nil && *d.Spec.Replicas != minReplicas[role] {
 			probs.addf("%s: want %d replicas", m, minReplicas[role])
+		}
+		for _, key := range apiSecrets {
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == key })
+			if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.SecretKeyRef == nil {
+				probs.addf("%s: %s must come from a Secret (secretKeyRef)", m, key)
+			}
 		}
 		// Behind an Ingress every buyer comes from the proxy's address: the per-address
 		// limits would throttle the whole sale.
