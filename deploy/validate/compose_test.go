@@ -44,6 +44,10 @@ var wantDependsOn = map[string]map[string]string{
 // one sentinel (it asks the sentinels which Redis is the primary).
 var infra = []string{"kafka", "kafka-2", "kafka-3", "redis", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3", "postgres"}
 
+// composeScale is how many of each seckill service compose.yaml runs at most: its header
+// suggests --scale consumer=3 and --scale compensator=2, and migrate may be run again.
+var composeScale = map[string]int{"api": 1, "consumer": 3, "compensator": 2, "migrate": 1}
+
 // brokers are the Kafka services, redisNodes the Redis data servers.
 var (
 	brokers    = []string{"kafka", "kafka-2", "kafka-3"}
@@ -236,6 +240,7 @@ func checkComposeInfra(p *types.Project) problems {
 	}
 
 	if pg, err := p.GetService("postgres"); err == nil {
+		probs = append(probs, checkPGConns("compose: postgres", composeScale, pg.Command)...)
 		u, err := url.Parse(env(api, "SECKILL_POSTGRES_URL"))
 		if err != nil {
 			probs.addf("compose: SECKILL_POSTGRES_URL: %v", err)

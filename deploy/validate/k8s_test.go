@@ -630,6 +630,7 @@ func checkInfra(app, infra *bundle) problems {
 		return probs
 	}
 	pg := sts.Spec.Template.Spec.Containers[0]
+	probs = append(probs, checkPGConns("infra: postgres", seckillPods(app), slices.Concat(pg.Command, pg.Args))...)
 	pass, _ := u.User.Password()
 	for _, want := range []struct{ env, got string }{
 		{"POSTGRES_USER", u.User.Username()},

@@ -90,6 +90,8 @@ func TestK8sRejects(t *testing.T) {
 		{"privilege escalation", edit("migrate-job.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true"), "allowPrivilegeEscalation is not false"},
 		{"broker not in infra", edit("configmap.yaml", "SECKILL_KAFKA_BROKERS: kafka:9092", "SECKILL_KAFKA_BROKERS: kafka:9094"), "points at kafka:9094"},
 		{"PostgreSQL password mismatch", edit("infra/postgres-secret.yaml", "POSTGRES_PASSWORD: REPLACE_ME", "POSTGRES_PASSWORD: REPLACE_ME-too"), "password does not match"},
+		{"infra PostgreSQL at its default max_connections", edit("infra/postgres.yaml", "          args: [\"-c\", \"max_connections=300\"]\n", ""), "need 220, but max_connections 100 leaves 97"},
+		{"more consumers than PostgreSQL admits", edit("consumer-deployment.yaml", "replicas: 2", "replicas: 12"), "need 460, but max_connections 300 leaves 297"},
 		{"infra in another namespace", edit("infra/kustomization.yaml", "namespace: seckill", "namespace: data"), "namespace data, want seckill"},
 	}
 	for _, tt := range tests {
@@ -116,6 +118,7 @@ func TestComposeRejects(t *testing.T) {
 		{"role from another Dockerfile", `command: ["api"]`, "command: [\"api\"]\n    build:\n      context: ..\n      dockerfile: deploy/api.Dockerfile", `api builds "deploy/api.Dockerfile"`},
 		{"wrong role", `command: ["compensator"]`, `command: ["consumer"]`, "compensator command"},
 		{"api derives its order id secret from the JWT secret", "      SECKILL_ORDER_ID_SECRET: ${SECKILL_ORDER_ID_SECRET:-compose-only-order-ids-change-me-0123}\n", "", "api lacks SECKILL_ORDER_ID_SECRET"},
+		{"PostgreSQL at its default max_connections", "    command: [\"postgres\", \"-c\", \"max_connections=300\"]\n", "", "need 140, but max_connections 100 leaves 97"},
 		{"migrate restarts", "    restart: \"no\"\n", "", "migrate restart"},
 		{"PostgreSQL password mismatch", "seckill:seckill@postgres", "seckill:other@postgres", "does not match the postgres service"},
 		{"Redis fsync off", `"--appendfsync", "everysec"`, `"--appendfsync", "no"`, "--appendfsync everysec"},
