@@ -167,6 +167,15 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 			probs.addf("compose: %s healthcheck must run /healthcheck against port %s, got %v", name, port, healthTest(s))
 		}
 		if name == "api" {
+			env := func(key string) (string, bool) {
+				if v := s.Environment[key]; v != nil {
+					return *v, true
+				}
+				return "", false
+			}
+			maxConns, set := env("SECKILL_MAX_CONNS")
+			memLimit, _ := env("GOMEMLIMIT")
+			probs = append(probs, checkConnMemory("compose: api", maxConns, set, memLimit)...)
 			for _, key := range apiSecrets {
 				if v := s.Environment[key]; v == nil || len(*v) < minSecretLen {
 					probs.addf("compose: api lacks %s of at least %d bytes", key, minSecretLen)

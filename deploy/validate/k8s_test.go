@@ -487,6 +487,9 @@ func checkRoles(b *bundle) problems {
 		if d.Spec.Replicas != nil && *d.Spec.Replicas != minReplicas[role] {
 			probs.addf("%s: want %d replicas", m, minReplicas[role])
 		}
+		maxConns, set := envValue(b, c, "SECKILL_MAX_CONNS")
+		memLimit, _ := envValue(b, c, "GOMEMLIMIT")
+		probs = append(probs, checkConnMemory(m.String(), maxConns, set, memLimit)...)
 		for _, key := range apiSecrets {
 			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == key })
 			if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.SecretKeyRef == nil {
@@ -794,4 +797,35 @@ func appAndInfra(bundles []*bundle) (app, infra *bundle) {
 		}
 	}
 	return app, infra
+}
+
+// The api's connections against its memory. Each open connection holds a goroutine and its
+// buffers: the bench's idle-conns measures 15-17 KB of RSS per connection on top of 83-85 MB
+// after a flash crowd (README, Performance), and fails above 32 KB. Without SECKILL_MAX_CONNS
+// the cap is the open-file limit less 1,024 (api.DefaultMaxConns), about a million in a
+// container, so a crowd of connections grows the api past its memory limit (about 28,000 at
+// 512 MiB), where the kernel kills it with every purchase in flight and its buyers reconnect
+// to the other apis, instead of the cap closing the connections over it at accept.
+const (
+	apiConnBytes = 32 << 10 // the bench's bound per connection
+	apiBaseBytes = 96 << 20 // the api's RSS after a flash crowd, with room
+)
+
+// checkConnMemory checks that maxConns connections fit in the api's GOMEMLIMIT.
+func checkConnMemory(where, maxConns string, set bool, memLimit string) problems {
+	var probs problems
+	limit, err := goMemLimit(memLimit)
+	if err != nil {
+		probs.addf("%s: GOMEMLIMIT %q: %v", where, memLimit, err)
+		return probs
+	}
+	fits := (limit - apiBaseBytes) / apiConnBytes
+	n, err := strconv.ParseInt(maxConns, 10, 64)
+	switch {
+	case !set:
+		probs.addf("%s: no SECKILL_MAX_CONNS: the default (the open-file limit less 1024, about a million in a container) lets connections outgrow GOMEMLIMIT %s; want 1 to %d", where, memLimit, fits)
+	case err != nil || n <= 0 || n > fits:
+		probs.addf("%s: SECKILL_MAX_CONNS=%q: %d KB each beside %d MB do not fit GOMEMLIMIT %s; want 1 to %d", where, maxConns, apiConnBytes>>10, apiBaseBytes>>20, memLimit, fits)
+	}
+	return probs
 }
