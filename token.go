@@ -33,6 +33,7 @@ type guardFlags struct {
 	idempotencyTTL *time.Duration
 	orderIDSecret  *string
 	streamsBuyer   *int
+	streamsAddr    *int
 	streams        *int
 }
 
@@ -41,6 +42,8 @@ func (f *flags) guards(dev bool) guardFlags {
 	if dev {
 		insecureHelp = "accept the X-User-ID header as the buyer's identity (dev: on)"
 	}
+	streamsAddrHelp := "order event streams open from one client address (an IPv6 /64), well above --max-streams-per-buyer as an office's NAT or a mobile carrier " +
+		"puts many buyers behind one address; behind a load balancer, set --trust-proxy-headers or 0 (0: no cap)"
 	return guardFlags{
 		identityFlags:  f.identity(),
 		insecureUser:   f.Bool("insecure-user-header", dev, insecureHelp),
@@ -49,6 +52,7 @@ func (f *flags) guards(dev bool) guardFlags {
 		trustProxy:     f.Bool("trust-proxy-headers", false, "take the client address from X-Forwarded-For when the peer is a private address (behind a load balancer)"),
 		idempotencyTTL: f.duration("idempotency-ttl", 24*time.Hour, false, "how long an Idempotency-Key is remembered"),
 		streamsBuyer:   f.Int("max-streams-per-buyer", 4, "order event streams one buyer may hold open"),
+		streamsAddr:    f.Int("max-streams-per-addr", 100, streamsAddrHelp),
 		streams:        f.Int("max-streams", 10_000, "order event streams open at once"),
 		orderIDSecret:  f.String("order-id-secret", "", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
 	}
@@ -65,7 +69,7 @@ func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 	cfg.TrustProxyHeaders = *g.trustProxy
 	cfg.IdempotencyTTL = *g.idempotencyTTL
 	cfg.OrderIDSecret = []byte(*g.orderIDSecret)
-	cfg.MaxStreamsPerBuyer, cfg.MaxStreams = *g.streamsBuyer, *g.streams
+	cfg.MaxStreamsPerBuyer, cfg.MaxStreamsPerAddr, cfg.MaxStreams = *g.streamsBuyer, *g.streamsAddr, *g.streams
 	if err := cfg.Validate(); err != nil {
 		return usagef("%v", err) // a setting, not a server: no retry mends it
 	}
@@ -79,7 +83,8 @@ func (g guardFlags) apply(cfg *api.Config, log *slog.Logger) error {
 func (g guardFlags) logArgs() []any {
 	return []any{"jwt_secret_set", *g.secret != "", "jwt_issuer", *g.issuer, "jwt_audience", *g.audience, "insecure_user_header", *g.insecureUser,
 		"user_rate", *g.userRate, "ip_rate", *g.ipRate, "trust_proxy_headers", *g.trustProxy, "idempotency_ttl", *g.idempotencyTTL,
-		"order_id_secret_set", *g.orderIDSecret != "", "max_streams_per_buyer", *g.streamsBuyer, "max_streams", *g.streams}
+		"order_id_secret_set", *g.orderIDSecret != "", "max_streams_per_buyer", *g.streamsBuyer,
+		"max_streams_per_addr", *g.streamsAddr, "max_streams", *g.streams}
 }
 
 func runToken(ctx context.Context, args []string, stdout io.Writer) error {

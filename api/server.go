@@ -76,6 +76,12 @@ type Config struct {
 	MaxStreamsPerBuyer int
 	// MaxStreams caps the order event streams open at once. Default: 10,000.
 	MaxStreams int
+	// MaxStreamsPerAddr caps the order event streams open from one client address (an IPv6
+	// /64, as the per-address rate limit counts), so that one client naming many buyers cannot
+	// hold every stream. Many buyers may share an address (an office's NAT, a mobile
+	// carrier's), so it must be well above MaxStreamsPerBuyer. Default: 0, no cap (the api
+	// command sets 100).
+	MaxStreamsPerAddr int
 	// StreamHeartbeat is how often an idle event stream sends a comment line, so proxies keep
 	// it open. Default: 15s.
 	StreamHeartbeat time.Duration
@@ -123,7 +129,7 @@ func (c Config) Validate() error {
 		return errors.New("buyers cannot authenticate: set a JWT secret (or, in development only, the insecure user header)")
 	case c.UserLimit.Rate < 0 || c.IPLimit.Rate < 0:
 		return errors.New("rate limits cannot be negative")
-	case c.MaxConns < 0 || c.MaxConnsPerAddr < 0 || c.MaxStreams < 0 || c.MaxStreamsPerBuyer < 0:
+	case c.MaxConns < 0 || c.MaxConnsPerAddr < 0 || c.MaxStreams < 0 || c.MaxStreamsPerBuyer < 0 || c.MaxStreamsPerAddr < 0:
 		return errors.New("connection and stream caps cannot be negative")
 	}
 	return nil
@@ -264,7 +270,8 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 		soldOut:   newSoldOut(cfg.SoldOutTTL),
 		kafka:     newBreaker(),
 		stopping:  make(chan struct{}),
-		streams:   &streamCaps{perBuyer: cfg.MaxStreamsPerBuyer, total: cfg.MaxStreams, open: map[string]int{}},
+		streams: &streamCaps{perBuyer: cfg.MaxStreamsPerBuyer, perAddr: cfg.MaxStreamsPerAddr, total: cfg.MaxStreams,
+			open: map[string]int{}, byAddr: map[string]int{}},
 	}
 	s.operator = &compensator.Operator{Resolver: s.resolver, Campaigns: st, Sales: r}
 	s.campaigns = newCampaignCache(func(ctx context.Context, id string) (storedCampaign, error) {

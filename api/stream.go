@@ -44,7 +44,8 @@ func final(o OrderView) bool {
 //
 // A stream reads the order when it opens and again only when the results topic names it (see
 // hub): however many are open, idle streams cost the store and Redis nothing. A buyer holds at
-// most MaxStreamsPerBuyer of them and the server MaxStreams; one more is 429.
+// most MaxStreamsPerBuyer of them, a client address MaxStreamsPerAddr and the server
+// MaxStreams; one more is 429.
 func (s *Server) orderEvents(c echo.Context) error {
 	buyer, err := s.buyer(c)
 	if err != nil {
@@ -139,37 +140,58 @@ func (s *Server) orderEvents(c echo.Context) error {
 	}
 }
 
-// streamCaps counts the open event streams, per buyer and in all.
+// streamCaps counts the open event streams, per buyer, per client address and in all. The
+// address cap is what stops one client that names many buyers (a pile of tokens, made-up
+// X-User-IDs) from holding every stream of the api.
 type streamCaps struct {
-	perBuyer, total int
+	perBuyer, perAddr, total int // perAddr 0: no cap
 
-	mu   sync.Mutex
-	open map[string]int // buyer → streams
-	all  int
+	mu     sync.Mutex
+	open   map[string]int // buyer → streams
+	byAddr map[string]int // clientKey → streams
+	all    int
 }
 
 // take counts a stream of buyer in, or answers 429 when a cap is reached; release counts it out.
 func (sc *streamCaps) take(c echo.Context, buyer string) (release func(), err error) {
+	addr := ""
+	if sc.perAddr > 0 {
+		addr = clientKey(c.RealIP())
+	}
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	switch {
 	case sc.open[buyer] >= sc.perBuyer:
 		retryAfter(c, 10*time.Second)
 		return nil, events.Errorf(events.RateLimited, "this buyer has %d order streams open already; close one first", sc.perBuyer)
+	case sc.perAddr > 0 && sc.byAddr[addr] >= sc.perAddr:
+		retryAfter(c, 10*time.Second)
+		return nil, events.Errorf(events.RateLimited, "this client address has %d order streams open already; close one first", sc.perAddr)
 	case sc.all >= sc.total:
 		retryAfter(c, 10*time.Second)
 		return nil, events.Errorf(events.RateLimited, "too many order streams are open; try again shortly")
 	}
 	sc.open[buyer]++
+	if sc.perAddr > 0 {
+		sc.byAddr[addr]++
+	}
 	sc.all++
 	return func() {
 		sc.mu.Lock()
 		defer sc.mu.Unlock()
 		sc.all--
-		if sc.open[buyer]--; sc.open[buyer] == 0 {
-			delete(sc.open, buyer)
+		countOut(sc.open, buyer)
+		if sc.perAddr > 0 {
+			countOut(sc.byAddr, addr)
 		}
 	}, nil
+}
+
+// countOut takes one from key's count, and forgets the key at 0 so the map holds only what is open.
+func countOut(m map[string]int, key string) {
+	if m[key]--; m[key] == 0 {
+		delete(m, key)
+	}
 }
 
 // startEvents answers 200 with an event stream and returns the function that sends a chunk of

@@ -37,7 +37,9 @@ type sseEvent struct {
 	comment         bool
 }
 
-func openStream(t *testing.T, ctx context.Context, base, orderID, buyer string, headers ...string) *sse {
+// askStream asks for an order's event stream as buyer, with more headers in name, value pairs,
+// and returns the answer whatever its status; its body is closed when the test ends.
+func askStream(t *testing.T, ctx context.Context, base, orderID, buyer string, headers ...string) *http.Response {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/orders/"+orderID+"/events", nil)
 	req.Header.Set("X-User-ID", buyer)
@@ -49,6 +51,13 @@ func openStream(t *testing.T, ctx context.Context, base, orderID, buyer string, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// openStream opens an order's event stream (see askStream), or fails the test.
+func openStream(t *testing.T, ctx context.Context, base, orderID, buyer string, headers ...string) *sse {
+	t.Helper()
+	resp := askStream(t, ctx, base, orderID, buyer, headers...)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -358,14 +367,8 @@ func TestOrderStreamCaps(t *testing.T) {
 	a, b := h.buy(t, "caps", "alice", 1), h.buy(t, "caps", "bob", 1)
 	open := func(id, buyer string) (*http.Response, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(context.Background())
-		req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/v1/orders/"+id+"/events", nil)
-		req.Header.Set("X-User-ID", buyer)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cancel(); resp.Body.Close() })
-		return resp, cancel
+		t.Cleanup(cancel)
+		return askStream(t, ctx, ts.URL, id, buyer), cancel
 	}
 	_, closeFirst := open(a, "alice")
 	open(a, "alice")
@@ -386,6 +389,50 @@ func TestOrderStreamCaps(t *testing.T) {
 			t.Fatal("a closed stream's place never came back")
 		}
 	}
+}
+
+// TestOrderStreamCapPerAddress: one client address, an IPv6 client's whole /64, holds at most
+// MaxStreamsPerAddr streams whatever buyers it names, so a client with a pile of tokens (or
+// made-up X-User-IDs) cannot take every stream of the api; another address still opens one,
+// and a stream that ends gives its place back.
+func TestOrderStreamCapPerAddress(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) {
+		c.MaxStreamsPerAddr = 2
+		c.TrustProxyHeaders = true // the test's client is a proxy on loopback that names each client
+	})
+	h.createCampaign(t, `{"id": "peraddr", "name": "Per address", "stock": 10, "per_user_limit": 10}`)
+	ts := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(ts.Close)
+	ctx := context.Background()
+	from := func(addr string) []string { return []string{"X-Forwarded-For", addr} }
+	ann, ben, cat := h.buy(t, "peraddr", "ann", 1), h.buy(t, "peraddr", "ben", 1), h.buy(t, "peraddr", "cat", 1)
+
+	s := openStream(t, ctx, ts.URL, ann, "ann", from("2001:db8:1:2::1")...)
+	openStream(t, ctx, ts.URL, ben, "ben", from("2001:db8:1:2::2")...)
+	third := askStream(t, ctx, ts.URL, cat, "cat", from("2001:db8:1:2::3")...)
+	if third.StatusCode != http.StatusTooManyRequests { // its body would be a stream: not read
+		t.Fatalf("a third stream from one /64: %d, want 429", third.StatusCode)
+	}
+	body, _ := io.ReadAll(third.Body)
+	if !strings.Contains(string(body), `"code":"rate_limited"`) {
+		t.Errorf("a third stream from one /64: %s, want rate_limited", body)
+	}
+	apitest.Check(t, h.spec, third.Request, third.StatusCode, third.Header, body)
+	openStream(t, ctx, ts.URL, cat, "cat", from("198.51.100.7")...)
+
+	// ann's order becomes final and her stream ends: its place is free before the client reads
+	// the end of it, for the handler gives it back before it returns.
+	if o, err := s.nextStatus(t); err != nil || o.Status != events.Pending {
+		t.Fatalf("ann's first event: %+v %v", o, err)
+	}
+	h.confirm(t, ann)
+	if o, err := s.nextStatus(t); err != nil || o.Status != events.Confirmed {
+		t.Fatalf("ann's second event: %+v %v", o, err)
+	}
+	if _, err := s.nextStatus(t); !errors.Is(err, io.EOF) {
+		t.Fatalf("ann's stream goes on after a final status: %v", err)
+	}
+	openStream(t, ctx, ts.URL, cat, "cat", from("2001:db8:1:2::3")...)
 }
 
 // TestUnitsGivenBackReachEveryAPI: two apis on one Redis and Kafka; units that one gives back
