@@ -82,13 +82,14 @@ var errTokenType = errors.New(`typ is not "JWT"`)
 // errCritical refuses a header that names extensions the verifier must understand.
 var errCritical = errors.New("crit names extensions this verifier does not know")
 
-// user returns the buyer a token names.
-func (v *verifier) user(raw string) (string, error) {
+// user returns the buyer a token names, and until when the token is accepted: its exp, which
+// every token has, and the leeway.
+func (v *verifier) user(raw string) (string, time.Time, error) {
 	if len(v.secret) == 0 {
-		return "", events.Errorf(events.Unauthorized, "this server accepts no bearer tokens for buyers")
+		return "", time.Time{}, events.Errorf(events.Unauthorized, "this server accepts no bearer tokens for buyers")
 	}
 	if len(raw) > maxTokenLen {
-		return "", events.Errorf(events.Unauthorized, "bearer token longer than %d bytes", maxTokenLen)
+		return "", time.Time{}, events.Errorf(events.Unauthorized, "bearer token longer than %d bytes", maxTokenLen)
 	}
 	claims := jwt.MapClaims{}
 	_, err := v.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
@@ -102,53 +103,60 @@ func (v *verifier) user(raw string) (string, error) {
 	})
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
-		return "", events.Wrap(events.Unauthorized, err, "the bearer token has expired")
+		return "", time.Time{}, events.Wrap(events.Unauthorized, err, "the bearer token has expired")
 	case err != nil:
-		return "", events.Wrap(events.Unauthorized, err, "invalid bearer token")
+		return "", time.Time{}, events.Wrap(events.Unauthorized, err, "invalid bearer token")
 	}
 	// Decoding replaced invalid UTF-8 with U+FFFD, which events.ValidUser refuses; a sub that is
 	// not a string is no sub.
 	sub, ok := claims["sub"].(string)
 	if !ok || !events.ValidUser(sub) {
-		return "", events.Errorf(events.Unauthorized, "the bearer token's sub is not a valid user id")
+		return "", time.Time{}, events.Errorf(events.Unauthorized, "the bearer token's sub is not a valid user id")
 	}
-	return sub, nil
+	// The parser required exp and checked it is a number: this only keeps a change of its
+	// options from turning into a nil dereference.
+	exp, err := claims.GetExpirationTime()
+	if err != nil || exp == nil {
+		return "", time.Time{}, events.Errorf(events.Unauthorized, "the bearer token has no valid exp")
+	}
+	return sub, exp.Add(tokenLeeway), nil
 }
 
 // buyer authenticates the buyer of a request and charges it to the buyer's rate limit. With the
 // insecure header on, X-User-ID names the buyer when it is present; otherwise the bearer token
-// does. A user id never comes from a body.
-func (s *Server) buyer(c echo.Context) (string, error) {
-	u, err := s.identify(c)
+// does. A user id never comes from a body. It also returns until when the bearer token is
+// accepted, for what outlasts the request (an event stream); zero when X-User-ID named the buyer.
+func (s *Server) buyer(c echo.Context) (string, time.Time, error) {
+	u, until, err := s.identify(c)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	if err := s.userLimit.charge(c, u); err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
-	return u, nil
+	return u, until, nil
 }
 
-func (s *Server) identify(c echo.Context) (string, error) {
+func (s *Server) identify(c echo.Context) (string, time.Time, error) {
 	h := c.Request().Header
 	if s.cfg.InsecureUserHeader {
 		if vs := h.Values("X-User-ID"); len(vs) > 0 {
 			if len(vs) > 1 || !events.ValidUser(vs[0]) {
-				return "", events.Errorf(events.Unauthorized, "X-User-ID must be one header of 1 to %d printable characters", events.MaxUserLen)
+				return "", time.Time{}, events.Errorf(events.Unauthorized, "X-User-ID must be one header of 1 to %d printable characters", events.MaxUserLen)
 			}
-			return vs[0], nil
+			return vs[0], time.Time{}, nil
 		}
 	}
 	auth := h.Get("Authorization")
 	if auth == "" {
 		if s.cfg.InsecureUserHeader {
-			return "", events.Errorf(events.Unauthorized, "name the buyer with a bearer token or the X-User-ID header")
+			return "", time.Time{}, events.Errorf(events.Unauthorized, "name the buyer with a bearer token or the X-User-ID header")
 		}
-		return "", events.Errorf(events.Unauthorized, "this endpoint needs the buyer's bearer token")
+		return "", time.Time{}, events.Errorf(events.Unauthorized, "this endpoint needs the buyer's bearer token")
 	}
 	raw, ok := cutBearer(auth)
 	if !ok {
-		return "", events.Errorf(events.Unauthorized, "the Authorization header must be \"Bearer <token>\"")
+		return "", time.Time{}, events.Errorf(events.Unauthorized, "the Authorization header must be \"Bearer <token>\"")
 	}
 	return s.tokens.user(raw)
 }

@@ -191,7 +191,7 @@ func TestVerifierRules(t *testing.T) {
 		{"too long", tokIssuer, signJSON(stdHeader, claimsWith(`"pad":"`+strings.Repeat("x", 4096)+`"`)), tooLong},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := testVerifier(tc.issuer, tokNow).user(tc.raw)
+			got, _, err := testVerifier(tc.issuer, tokNow).user(tc.raw)
 			switch {
 			case tc.want == ok && (err != nil || !events.ValidUser(got)):
 				t.Fatalf("user(%q) = %q, %v; want a user", tc.raw, got, err)
@@ -218,15 +218,16 @@ func TestVerifierAudience(t *testing.T) {
 		{"empty list", `"aud":[]`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := v.user(signJSON(stdHeader, claimsWith(tc.aud)))
+			_, _, err := v.user(signJSON(stdHeader, claimsWith(tc.aud)))
 			if (err == nil) != tc.ok {
 				t.Errorf("aud %s: %v, want ok %v", tc.aud, err, tc.ok)
 			}
 		})
 	}
 	minted, _ := MintToken(tokSecret, tokIssuer, "seckill", "alice", time.Hour, tokNow)
-	if u, err := v.user(minted); u != "alice" || err != nil {
-		t.Errorf("a token minted for the audience: %q, %v", u, err)
+	// Accepted until its exp and the leeway: what an event stream it opens lives to.
+	if u, until, err := v.user(minted); u != "alice" || err != nil || !until.Equal(tokNow.Add(time.Hour+tokenLeeway)) {
+		t.Errorf("a token minted for the audience: %q until %v, %v; want alice until %v", u, until, err, tokNow.Add(time.Hour+tokenLeeway))
 	}
 }
 
@@ -239,7 +240,7 @@ func TestVerifierConcurrent(t *testing.T) {
 			user := fmt.Sprintf("buyer-%d", i)
 			tok, _ := MintToken(tokSecret, tokIssuer, "", user, time.Hour, tokNow)
 			for range 500 {
-				if u, err := v.user(tok); u != user || err != nil {
+				if u, _, err := v.user(tok); u != user || err != nil {
 					t.Errorf("user = %q, %v; want %q", u, err, user)
 					return
 				}
@@ -267,7 +268,7 @@ func BenchmarkVerify(b *testing.B) {
 		v := newVerifier(tokSecret, tokIssuer, "")
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := v.user(raw); err != nil {
+			if _, _, err := v.user(raw); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -60,3 +60,9 @@ func CampaignsKept(s *Server) int {
 
 // UnknownReads is unknownReads, for the tests.
 const UnknownReads = unknownReads
+
+// TokenLeeway is tokenLeeway: how long past its exp a token is still accepted.
+const TokenLeeway = tokenLeeway
+
+// MaxStream is maxStream, the longest an event stream lives.
+const MaxStream = maxStream

@@ -92,7 +92,7 @@ func FuzzBuyerToken(f *testing.F) {
 	f.Add("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6NDEwMjQ0NDgwMH0.")
 	f.Add(strings.Repeat("a.", 3000))
 	f.Fuzz(func(t *testing.T, raw string) {
-		u, err := v.user(raw)
+		u, _, err := v.user(raw)
 		if err != nil {
 			if events.ErrorCode(err) != events.Unauthorized {
 				t.Fatalf("%q: error %v, want unauthorized", raw, err)

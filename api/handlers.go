@@ -485,7 +485,7 @@ func (s *Server) purchase(c echo.Context) error {
 		soldOutRefusals.Inc()
 		return soldOutError(campaign, qty)
 	}
-	buyer, err := s.buyer(c)
+	buyer, _, err := s.buyer(c)
 	if err != nil {
 		return err
 	}
@@ -801,7 +801,7 @@ func (s *Server) buyersOrder(ctx context.Context, buyer, id string) (OrderView, 
 }
 
 func (s *Server) getOrder(c echo.Context) error {
-	buyer, err := s.buyer(c)
+	buyer, _, err := s.buyer(c)
 	if err != nil {
 		return err
 	}

@@ -40,14 +40,15 @@ func final(o OrderView) bool {
 // A client that reconnects with Last-Event-ID set to the status it has is not sent it again; when
 // that status is final the answer is 204 No Content, which tells EventSource to stop. An
 // idle stream carries a comment line every StreamHeartbeat. The stream ends after a final
-// status, when the client goes away, when the server shuts down, or after maxStream.
+// status, when the client goes away, when the server shuts down, when the buyer's bearer token
+// stops being accepted, or after maxStream.
 //
 // A stream reads the order when it opens and again only when the results topic names it (see
 // hub): however many are open, idle streams cost the store and Redis nothing. A buyer holds at
 // most MaxStreamsPerBuyer of them, a client address MaxStreamsPerAddr and the server
 // MaxStreams; one more is 429.
 func (s *Server) orderEvents(c echo.Context) error {
-	buyer, err := s.buyer(c)
+	buyer, tokenUntil, err := s.buyer(c)
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,14 @@ func (s *Server) orderEvents(c echo.Context) error {
 	}
 	beat := time.NewTicker(s.cfg.StreamHeartbeat)
 	defer beat.Stop()
-	end := time.NewTimer(maxStream)
+	// A stream lives no longer than the token that opened it, or a buyer would hear of an order
+	// long after the api stopped taking the token: the client comes back, and must show a fresh
+	// one. A buyer named by X-User-ID has no token to outlive.
+	life := maxStream
+	if !tokenUntil.IsZero() {
+		life = min(life, time.Until(tokenUntil))
+	}
+	end := time.NewTimer(life)
 	defer end.Stop()
 	// reread fires when a read after a wake-up failed: the event that woke the stream may be
 	// the order's last, so the stream reads again rather than waiting for another. nil: none.

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -518,6 +519,76 @@ type unreadableRedis struct{ api.Redis }
 
 func (unreadableRedis) Reservation(context.Context, string) (lua.Reservation, error) {
 	return lua.Reservation{}, errors.New("dial tcp 10.0.0.6:6379: connection refused")
+}
+
+// pendingOrder is a store that holds one order of alice's, pending.
+type pendingOrder struct{ api.Store }
+
+func (pendingOrder) Order(_ context.Context, id string) (store.Order, error) {
+	return store.Order{OrderID: id, CampaignID: "exp", UserID: "alice", Quantity: 1, Status: events.Pending}, nil
+}
+
+// TestOrderStreamEndsWithItsToken: a stream lives no longer than the bearer token that opened
+// it (its exp, and the leeway the api gives every token), so the client comes back and must
+// show a fresh token; a stream opened with a token that outlives maxStream, or with X-User-ID
+// and no token, ends after maxStream as before. A token's stream that ran on to maxStream
+// outlived a 1-minute token by 9 minutes. Fake time: the test waits out each stream's end to
+// the nanosecond.
+func TestOrderStreamEndsWithItsToken(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration // of the token; 0: X-User-ID, no token
+		ends time.Duration // after the stream opens
+	}{
+		{"a token of a minute", time.Minute, time.Minute + api.TokenLeeway},
+		{"a token of an hour", time.Hour, api.MaxStream},
+		{"no token", 0, api.MaxStream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := api.New(api.Config{JWTSecret: []byte(testSecret), InsecureUserHeader: true, Logger: slog.New(slog.DiscardHandler)},
+					pendingOrder{}, unreadableRedis{}, nil) // the store has the order: Redis's answer is not used
+				defer srv.Close()
+				who := user("alice")
+				if tc.ttl > 0 {
+					tok, err := api.MintToken([]byte(testSecret), "", "", "alice", tc.ttl, time.Now())
+					if err != nil {
+						t.Fatal(err)
+					}
+					who = []string{"Authorization", "Bearer " + tok}
+				}
+				rec := httptest.NewRecorder()
+				req := request("GET", "/v1/orders/"+events.NewOrderID("exp")+"/events", "", who...)
+				ctx, hangUp := context.WithCancel(req.Context())
+				ended := make(chan struct{})
+				go func() {
+					defer close(ended)
+					srv.Handler().ServeHTTP(rec, req.WithContext(ctx))
+				}()
+				defer func() { hangUp(); <-ended }() // a test that fails leaves no stream in the bubble
+				isOver := func() bool {
+					synctest.Wait()
+					select {
+					case <-ended:
+						return true
+					default:
+						return false
+					}
+				}
+				time.Sleep(tc.ends - time.Nanosecond)
+				if isOver() {
+					t.Fatalf("the stream ended before %v", tc.ends)
+				}
+				time.Sleep(time.Nanosecond)
+				if !isOver() {
+					t.Fatalf("the stream is still open %v after it opened", tc.ends)
+				}
+				if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "event: status") {
+					t.Errorf("the stream: %d %q", rec.Code, rec.Body)
+				}
+			})
+		})
+	}
 }
 
 // TestOrderStreamComesBackAfterAnOutage: a buyer's page reconnects its EventSource while the
