@@ -202,8 +202,6 @@ func countOut(m map[string]int, key string) {
 	}
 }
 
-// startEvents answers 200 with an event stream and returns the function that sends a chunk of
-// it at once, each within writeWait.
 // reconnectLater answers an EventSource whose order cannot be read right now (the store or
 // Redis is down): a 503 would close it for good (the HTML standard fails the connection on any
 // status but 200 and 204), and the buyer's page would stop hearing of the order after a blip.
@@ -224,6 +222,8 @@ func (s *Server) reconnectLater(c echo.Context, err error) error {
 // reconnectWait is how long an EventSource whose order cannot be read waits before it asks again.
 const reconnectWait = 5 * time.Second
 
+// startEvents answers 200 with an event stream and returns the function that sends a chunk of
+// it at once, each within writeWait.
 func startEvents(c echo.Context) func(chunk string) error {
 	w := c.Response()
 	h := w.Header()
