@@ -53,7 +53,7 @@ func (f *flags) guards(dev bool) guardFlags {
 		idempotencyTTL: f.duration("idempotency-ttl", 24*time.Hour, false, "how long an Idempotency-Key is remembered"),
 		streamsBuyer:   f.Int("max-streams-per-buyer", 4, "order event streams one buyer may hold open"),
 		streamsAddr:    f.Int("max-streams-per-addr", 100, streamsAddrHelp),
-		streams:        f.Int("max-streams", 10_000, "order event streams open at once"),
+		streams:        f.Int("max-streams", 0, "order event streams open at once, below --max-conns: each holds a connection, and purchases need the others (0: 10,000, or half of --max-conns if less)"),
 		orderIDSecret:  f.String("order-id-secret", "", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
 	}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -97,4 +98,22 @@ func TestLimiterEmptiesWhenIdle(t *testing.T) {
 			t.Errorf("%d buckets held", l.size())
 		}
 	})
+}
+
+// TestStreamCapBelowConnectionCap: every order stream holds a connection, so a stream cap at
+// the connection cap (10,000 each in the deployment's api) let streams take every connection
+// and left purchases refused at accept. The default is half the connection cap when that is
+// below 10,000, and a cap at or above it is a setting refused at start.
+func TestStreamCapBelowConnectionCap(t *testing.T) {
+	for _, tc := range []struct{ conns, want int }{{0, 10_000}, {1_000_000, 10_000}, {10_000, 5_000}, {7, 3}} {
+		c := Config{MaxConns: tc.conns}
+		c.setDefaults()
+		if c.MaxStreams != tc.want {
+			t.Errorf("connection cap %d: stream cap %d by default, want %d", tc.conns, c.MaxStreams, tc.want)
+		}
+	}
+	c := Config{MaxConns: 100, MaxStreams: 100, InsecureUserHeader: true}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "must be below the connection cap") {
+		t.Errorf("a stream cap at the connection cap: %v, want it refused", err)
+	}
 }

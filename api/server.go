@@ -74,7 +74,9 @@ type Config struct {
 	Brokers []string
 	// MaxStreamsPerBuyer caps the order event streams one buyer holds open. Default: 4.
 	MaxStreamsPerBuyer int
-	// MaxStreams caps the order event streams open at once. Default: 10,000.
+	// MaxStreams caps the order event streams open at once; below MaxConns, as every stream
+	// holds a connection and purchases need the others. Default: 10,000, or half of MaxConns
+	// when that is less.
 	MaxStreams int
 	// MaxStreamsPerAddr caps the order event streams open from one client address (an IPv6
 	// /64, as the per-address rate limit counts), so that one client naming many buyers cannot
@@ -131,6 +133,8 @@ func (c Config) Validate() error {
 		return errors.New("rate limits cannot be negative")
 	case c.MaxConns < 0 || c.MaxConnsPerAddr < 0 || c.MaxStreams < 0 || c.MaxStreamsPerBuyer < 0 || c.MaxStreamsPerAddr < 0:
 		return errors.New("connection and stream caps cannot be negative")
+	case c.MaxConns > 0 && c.MaxStreams >= c.MaxConns:
+		return fmt.Errorf("the stream cap (%d) must be below the connection cap (%d): every stream holds a connection, and purchases need the others", c.MaxStreams, c.MaxConns)
 	}
 	return nil
 }
@@ -153,6 +157,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxStreams <= 0 {
 		c.MaxStreams = 10_000
+		if c.MaxConns > 0 {
+			c.MaxStreams = min(c.MaxStreams, c.MaxConns/2)
+		}
 	}
 	if c.StreamHeartbeat <= 0 {
 		c.StreamHeartbeat = 15 * time.Second
