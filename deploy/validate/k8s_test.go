@@ -60,7 +60,9 @@ const readyzSeconds = 2
 // without it a rotation of the JWT secret also changes the order id (and the Redis
 // idempotency record) of every Idempotency-Key: during the rolling update apis disagree,
 // and after it a buyer's retry of the last --idempotency-ttl reserves anew.
-var apiSecrets = []string{"SECKILL_ADMIN_TOKEN", "SECKILL_JWT_SECRET", "SECKILL_ORDER_ID_SECRET"}
+// SECKILL_PAYMENT_TOKEN is the payment service's own token, which may record payments and
+// nothing else: without it that service would have to be given the admin token.
+var apiSecrets = []string{"SECKILL_ADMIN_TOKEN", "SECKILL_PAYMENT_TOKEN", "SECKILL_JWT_SECRET", "SECKILL_ORDER_ID_SECRET"}
 
 // roleKinds is the workload kind of each seckill process in deploy/k8s.
 var roleKinds = map[string]string{
