@@ -143,6 +143,13 @@ func checkBundle(b *bundle) problems {
 		if len(selectedWorkloads(b, pdb.Spec.Selector)) == 0 {
 			probs.addf("%s: selector %s selects no Deployment or StatefulSet", m, metav1.FormatLabelSelector(pdb.Spec.Selector))
 		}
+		// Every role's readiness depends on Redis and Kafka (the consumer's and the
+		// compensator's on PostgreSQL too), so an outage of one leaves all pods unready. The default policy (IfHealthyBudget) evicts an unready pod
+		// only while the budget holds, which it then never does: a drain waits forever on pods
+		// that serve nothing.
+		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p == nil || *p != policyv1.AlwaysAllow {
+			probs.addf("%s: unhealthyPodEvictionPolicy must be AlwaysAllow: when a dependency is down every pod is unready, and with the default (IfHealthyBudget) a node drain hangs on them", m)
+		}
 	}
 
 	// Every key is read by someone: dead configuration misleads whoever edits it.

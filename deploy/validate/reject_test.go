@@ -74,6 +74,8 @@ func TestK8sRejects(t *testing.T) {
 		}, "seckill-consumer: 2 replicas and no PodDisruptionBudget selects it"},
 		{"PodDisruptionBudget lets all go", edit("compensator-pdb.yaml", "maxUnavailable: 1", "maxUnavailable: 2"), "PodDisruptionBudget seckill-compensator must set maxUnavailable: 1"},
 		{"PodDisruptionBudget by minAvailable", edit("consumer-pdb.yaml", "maxUnavailable: 1", "minAvailable: 0"), "PodDisruptionBudget seckill-consumer must set maxUnavailable: 1"},
+		{"drain hangs on unready pods", edit("api-pdb.yaml", "  unhealthyPodEvictionPolicy: AlwaysAllow\n", ""), "seckill-api: unhealthyPodEvictionPolicy must be AlwaysAllow"},
+		{"unready pods evicted only within the budget", edit("consumer-pdb.yaml", "unhealthyPodEvictionPolicy: AlwaysAllow", "unhealthyPodEvictionPolicy: IfHealthyBudget"), "seckill-consumer: unhealthyPodEvictionPolicy must be AlwaysAllow"},
 		{"compensators not spread", edit("compensator-deployment.yaml", "topologyKey: kubernetes.io/hostname", "topologyKey: topology.kubernetes.io/zone"), "seckill-compensator: 2 replicas not spread over nodes"},
 		{"spread selects other pods", edit("consumer-deployment.yaml", "              app.kubernetes.io/component: consumer\n      containers:", "              app.kubernetes.io/component: api\n      containers:"), "seckill-consumer: 2 replicas not spread over nodes"},
 		{"no startup probe", edit("compensator-deployment.yaml", "          startupProbe:\n            httpGet:\n              path: /healthz\n              port: metrics\n            periodSeconds: 5\n            failureThreshold: 120\n", ""), "seckill-compensator: startup probe must be an HTTP GET of /healthz"},
