@@ -415,6 +415,12 @@ func checkRoles(b *bundle) problems {
 		c := spec.Containers[0]
 		if imageName(c.Image) != seckillImage {
 			probs.addf("%s: image %q, want the %s image", m, c.Image, seckillImage)
+		} else if ref := seckillRef(b, c.Image); floatingTag(ref) {
+			// A rollout happens when the pod template changes: a tag that is pushed again
+			// changes none, so nothing rolls out, and a node keeps the image it pulled first
+			// (IfNotPresent) or pods pull whichever push is current as they start (Always):
+			// roles and the migration Job of different builds side by side.
+			probs.addf("%s: image %s (pull policy %s): a re-push of a floating tag rolls nothing out and nodes keep stale images; pin the release's version tag or a digest in kustomization.yaml", m, ref, c.ImagePullPolicy)
 		}
 		if len(c.Command) != 0 || !slices.Equal(c.Args, []string{role}) {
 			probs.addf("%s: command %q args %q, want the image's entrypoint with args [%s]", m, c.Command, c.Args, role)
@@ -758,6 +764,49 @@ func secretData(s *corev1.Secret) map[string]string {
 	return out
 }
 
+// seckillRef is the image reference kustomize gives a container whose image is the
+// seckill image: the kustomization's images entry overrides the manifest's tag.
+func seckillRef(b *bundle, image string) string {
+	name, tag, digest := imageName(image), "", ""
+	if before, d, ok := strings.Cut(image, "@"); ok {
+		image, digest = before, d
+	}
+	if len(image) > len(name) {
+		tag = image[len(name)+1:]
+	}
+	for _, i := range b.kust.Images {
+		if i.Name != name {
+			continue
+		}
+		if i.NewName != "" {
+			name = i.NewName
+		}
+		if i.NewTag != "" {
+			tag = i.NewTag
+		}
+		if i.Digest != "" {
+			digest = i.Digest
+		}
+	}
+	switch {
+	case digest != "":
+		return name + "@" + digest
+	case tag != "":
+		return name + ":" + tag
+	}
+	return name
+}
+
+// floatingTag reports whether ref names an image by a tag that every build is pushed as:
+// latest, or no tag at all, which means latest.
+func floatingTag(ref string) bool {
+	if strings.Contains(ref, "@") {
+		return false
+	}
+	name := imageName(ref)
+	return ref == name || ref == name+":latest"
+}
+
 // imageName strips the tag and digest from an image reference.
 func imageName(ref string) string {
 	ref, _, _ = strings.Cut(ref, "@")
@@ -838,4 +887,29 @@ func checkConnMemory(where, maxConns string, set bool, memLimit string) problems
 		probs.addf("%s: SECKILL_MAX_CONNS=%q: %d KB each beside %d MB do not fit GOMEMLIMIT %s; want 1 to %d", where, maxConns, apiConnBytes>>10, apiBaseBytes>>20, memLimit, fits)
 	}
 	return probs
+}
+
+// TestSeckillRef: the check sees the reference kustomize produces, so a release's tag or
+// digest in kustomization.yaml passes whatever the manifest says.
+func TestSeckillRef(t *testing.T) {
+	tests := []struct {
+		image    string
+		kust     kustomizeImage
+		want     string
+		floating bool
+	}{
+		{"seckill", kustomizeImage{Name: "seckill", NewTag: "v1.2.3"}, "seckill:v1.2.3", false},
+		{"seckill:latest", kustomizeImage{Name: "seckill", NewName: "registry.example.com:5000/seckill", NewTag: "v1.2.3"}, "registry.example.com:5000/seckill:v1.2.3", false},
+		{"seckill", kustomizeImage{Name: "seckill", Digest: "sha256:0123"}, "seckill@sha256:0123", false},
+		{"seckill:v1", kustomizeImage{Name: "other", NewTag: "latest"}, "seckill:v1", false},
+		{"seckill", kustomizeImage{Name: "seckill", NewName: "registry.example.com/seckill"}, "registry.example.com/seckill", true},
+		{"seckill:v1", kustomizeImage{Name: "seckill", NewTag: "latest"}, "seckill:latest", true},
+	}
+	for _, tt := range tests {
+		b := &bundle{kust: kustomization{Images: []kustomizeImage{tt.kust}}}
+		got := seckillRef(b, tt.image)
+		if got != tt.want || floatingTag(got) != tt.floating {
+			t.Errorf("%s with %+v: %s (floating %t), want %s (floating %t)", tt.image, tt.kust, got, floatingTag(got), tt.want, tt.floating)
+		}
+	}
 }

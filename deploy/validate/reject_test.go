@@ -47,6 +47,12 @@ func TestK8sRejects(t *testing.T) {
 		{"duplicate key", edit("api-deployment.yaml", "  replicas: 3\n", "  replicas: 3\n  replicas: 2\n"), "already set"},
 		{"unquoted number in a ConfigMap", edit("configmap.yaml", `SECKILL_PARTITIONS: "12"`, "SECKILL_PARTITIONS: 12"), "cannot unmarshal number"},
 		{"unknown kind", edit("api-service.yaml", "apiVersion: v1\nkind: Service", "apiVersion: networking.k8s.io/v1\nkind: Ingress"), "unexpected kind networking.k8s.io/v1/Ingress"},
+		{"image tag latest", edit("kustomization.yaml", "newTag: REPLACE_ME", "newTag: latest"), "seckill-api: image seckill:latest (pull policy IfNotPresent): a re-push of a floating tag rolls nothing out"},
+		{"image without a tag", edit("kustomization.yaml", "    newTag: REPLACE_ME\n", ""), "seckill-migrate: image seckill (pull policy IfNotPresent)"},
+		{"role pinned to latest itself", func(tb testing.TB, fsys fstest.MapFS) {
+			edit("kustomization.yaml", "    newTag: REPLACE_ME\n", "")(tb, fsys)
+			edit("consumer-deployment.yaml", "image: seckill\n", "image: seckill:latest\n")(tb, fsys)
+		}, "seckill-consumer: image seckill:latest"},
 		{"unknown kustomization field", edit("kustomization.yaml", "images:", "imagez:"), `unknown field "imagez"`},
 		{"file not listed", func(_ testing.TB, fsys fstest.MapFS) {
 			fsys["extra.yaml"] = &fstest.MapFile{Data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\n")}
