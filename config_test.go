@@ -107,6 +107,7 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"api", "--produce-linger", "-1ms"}, "", "--produce-linger: want a duration of 0 or more"},
 		{[]string{"api", "--idempotency-ttl", "-1h"}, "", "--idempotency-ttl: want a positive duration"},
 		{[]string{"api", "--insecure-user-header", "--max-conns", "1000", "--max-streams", "1000"}, "", "the stream cap (1000) must be below the connection cap (1000)"},
+		{[]string{"api", "--max-streams-per-buyer", "0"}, "", "--max-streams-per-buyer: want at least 1"},
 		{[]string{"consumer", "--batch-size", "0"}, "", "--batch-size: want at least 1"},
 		{[]string{"consumer", "--max-rate", "-1"}, "", "--max-rate: want at least 0"},
 		{[]string{"compensator", "--sweep-interval", "0s"}, "", "--sweep-interval: want a positive duration"},

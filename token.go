@@ -51,7 +51,7 @@ func (f *flags) guards(dev bool) guardFlags {
 		ipRate:         f.Float64("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)"),
 		trustProxy:     f.Bool("trust-proxy-headers", false, "take the client address from X-Forwarded-For when the peer is a private address (behind a load balancer)"),
 		idempotencyTTL: f.duration("idempotency-ttl", 24*time.Hour, false, "how long an Idempotency-Key is remembered"),
-		streamsBuyer:   f.Int("max-streams-per-buyer", 4, "order event streams one buyer may hold open"),
+		streamsBuyer:   f.atLeast("max-streams-per-buyer", 4, 1, "order event streams one buyer may hold open"),
 		streamsAddr:    f.Int("max-streams-per-addr", 100, streamsAddrHelp),
 		streams:        f.Int("max-streams", 0, "order event streams open at once, below --max-conns: each holds a connection, and purchases need the others (0: 10,000, or half of --max-conns if less)"),
 		orderIDSecret:  f.String("order-id-secret", "", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
