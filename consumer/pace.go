@@ -49,8 +49,36 @@ func newPace(cfg Config) *pace {
 	return p
 }
 
-// wait blocks until n more events may be persisted, or stop is done.
-func (p *pace) wait(stop context.Context, n int) error { return p.lim.WaitN(stop, n) }
+// wait blocks until n more events may be persisted, or stop is done. n may be more than the
+// burst: the batch was sized by batchSize before its poll, and franz-go runs the group's
+// callbacks before and while a poll waits, so a rebalance may have shrunk the share since (a
+// member joining takes partitions from this one). Such a batch is waited for a burst at a
+// time, at the new pace: the limiter's WaitN would refuse it, and the refusal would end Run.
+func (p *pace) wait(stop context.Context, n int) error {
+	for n > 0 {
+		if err := stop.Err(); err != nil {
+			return err
+		}
+		// Under mu, which set holds too: the burst cannot shrink between reading it and the
+		// reservation, so the reservation is always granted.
+		p.mu.Lock()
+		k := min(n, p.lim.Burst())
+		r := p.lim.ReserveN(time.Now(), k)
+		p.mu.Unlock()
+		if d := r.Delay(); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-stop.Done():
+				t.Stop()
+				r.Cancel()
+				return stop.Err()
+			case <-t.C:
+			}
+		}
+		n -= k
+	}
+	return nil
+}
 
 // batchSize is the most events of the next batch: a batch waits for its whole size at once, so
 // none may be larger than a second of this member's share (the burst), or the wait would hold
