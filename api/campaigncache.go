@@ -71,6 +71,11 @@ func newCampaignCache(read func(ctx context.Context, id string) (storedCampaign,
 // this api's own making is known at once (forget keeps it out of the budget).
 const unknownReads = 100
 
+// knownFor is how long after its entry expired a campaign still counts as known: a sale's
+// page is looked at far more often than that while the sale lasts, and the entries are only
+// those of real campaigns.
+const knownFor = 10 * time.Minute
+
 // errUnknownBudget refuses a lookup past unknownReads.
 var errUnknownBudget = events.Errorf(events.Unavailable, "too many lookups of unknown campaigns right now; try again shortly")
 
@@ -110,8 +115,8 @@ func (c *campaignCache) get(ctx context.Context, id string) (storedCampaign, err
 }
 
 // keep stores sc, or notFound, read from generation gen, for campaignTTL, and drops the
-// entries of campaigns nobody asked for since theirs ended, so that the map holds only the
-// campaigns looked at in the last two campaignTTLs.
+// entries nobody asked for since theirs ended: the map holds the ids of no campaign looked at
+// in the last two campaignTTLs, and the campaigns looked at in the last knownFor.
 func (c *campaignCache) keep(id string, sc storedCampaign, notFound error, gen uint64) {
 	now := time.Now()
 	c.mu.Lock()
@@ -121,7 +126,10 @@ func (c *campaignCache) keep(id string, sc storedCampaign, notFound error, gen u
 	}
 	if !now.Before(c.sweepAt) {
 		for k, e := range c.m {
-			if !now.Before(e.until) {
+			// An id of no campaign goes once it expires; a campaign's entry stays knownFor
+			// longer, due for a read but known, so a flood of made-up ids, which spends the
+			// budget of unknown ids, does not lock out a sale this api has shown.
+			if !now.Before(e.until) && (e.err != nil || !now.Before(e.until.Add(knownFor))) {
 				delete(c.m, k)
 			}
 		}

@@ -202,3 +202,30 @@ func TestMadeUpCampaignIDs(t *testing.T) {
 		}
 	})
 }
+
+// TestKnownCampaignThroughAFlood: a campaign this api has shown stays outside the budget of
+// unknown ids for a while after its entry expires. The cache dropped every expired entry, so
+// two seconds after its last view a real campaign was unknown again, and a flood of made-up
+// ids, which any client can send, kept it answering 503.
+func TestKnownCampaignThroughAFlood(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st, r := &pageStore{}, &liveSale{}
+		srv := api.New(api.Config{Logger: slog.New(slog.DiscardHandler)}, st, r, nil)
+		defer srv.Close()
+		get := func(id string) int {
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/campaigns/"+id, nil))
+			return rec.Code
+		}
+		if code := get("page"); code != http.StatusOK {
+			t.Fatalf("the campaign answered %d", code)
+		}
+		time.Sleep(3 * time.Second) // its entry expired a while ago
+		for i := range 1000 {
+			get(fmt.Sprint("made-up-", i))
+		}
+		if code := get("page"); code != http.StatusOK {
+			t.Errorf("the campaign during a flood of made-up ids answered %d, want 200", code)
+		}
+	})
+}
