@@ -1076,6 +1076,33 @@ type model struct {
 	res              map[string]*record
 }
 
+// give puts a live reservation's units back: released, refunded or expired.
+func (m *model) give(rec *record) {
+	m.remaining += rec.Qty
+	m.held[rec.User] -= rec.Qty
+	if m.held[rec.User] == 0 {
+		delete(m.held, rec.User)
+	}
+}
+
+// transition moves order from one state to another in the model, as the script would, and
+// returns the outcome the script should answer: the state the record holds, changed only when
+// it was in from.
+func (m *model) transition(order, from, to string) lua.Outcome {
+	rec, ok := m.res[order]
+	switch {
+	case !ok:
+		return lua.Outcome{}
+	case rec.State != from:
+		return lua.Outcome{State: rec.State}
+	}
+	rec.State = to
+	if to != "confirmed" {
+		m.give(rec)
+	}
+	return lua.Outcome{Changed: true, State: to}
+}
+
 // expect returns the code Reserve should answer, in the script's order of checks.
 func (m *model) expect(user string, qty int64) events.Code {
 	switch {
@@ -1158,22 +1185,7 @@ func FuzzReserveRelease(f *testing.F) {
 					map[byte]string{3: "released", 4: "confirmed", 5: "refunded"}[op],
 					map[byte]func(context.Context, string) (lua.Outcome, error){3: r.Release, 4: r.Confirm, 5: r.Refund}[op]
 				out, err := call(ctx, order)
-				want := lua.Outcome{}
-				if rec, ok := m.res[order]; ok {
-					want.State = rec.State
-					if rec.State == from {
-						want = lua.Outcome{Changed: true, State: to}
-						rec.State = to
-						if to != "confirmed" {
-							m.remaining += rec.Qty
-							m.held[rec.User] -= rec.Qty
-							if m.held[rec.User] == 0 {
-								delete(m.held, rec.User)
-							}
-						}
-					}
-				}
-				wantOutcome(t, out, err, want, "step "+strconv.Itoa(i/2)+": "+to+" "+order)
+				wantOutcome(t, out, err, m.transition(order, from, to), "step "+strconv.Itoa(i/2)+": "+to+" "+order)
 			}
 			recs := checkInvariants(t, rdb, id, stock, limit)
 			wantRemaining(t, r, id, m.remaining)

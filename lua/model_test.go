@@ -39,15 +39,6 @@ func (s *sale) campaign() lua.Campaign {
 		EndsAt: s.ends, Stock: s.stock, Version: s.version}
 }
 
-// give puts a live reservation's units back: released, refunded or expired.
-func (s *sale) give(rec *record) {
-	s.remaining += rec.Qty
-	s.held[rec.User] -= rec.Qty
-	if s.held[rec.User] == 0 {
-		delete(s.held, rec.User)
-	}
-}
-
 // forward is the order states move in: a record moves only along it, and a live one never
 // disappears except when the campaign is dropped or rebuilt (which drops pending ones).
 var forward = map[string][]string{
@@ -168,17 +159,9 @@ func runModel(t *testing.T, r *lua.Redis, rdb redis.UniversalClient, seed uint64
 	// move runs a state transition (release, confirm, refund, expire) of order.
 	move := func(step int, order, from, to string, call func(context.Context, string) (lua.Outcome, error)) {
 		out, err := call(ctx, order)
-		want := lua.Outcome{}
-		if rec, ok := s.res[order]; ok {
-			want.State = rec.State
-			if rec.State == from {
-				want = lua.Outcome{Changed: true, State: to}
-				rec.State = to
-				delete(s.stale, order)
-				if to != "confirmed" {
-					s.give(rec)
-				}
-			}
+		want := s.transition(order, from, to)
+		if want.Changed {
+			delete(s.stale, order)
 		}
 		wantOutcome(t, out, err, want, fmt.Sprintf("step %d: %s %s", step, to, order))
 	}
