@@ -95,17 +95,9 @@ func (r *Redis) Records(ctx context.Context, campaign string, orderIDs []string)
 // Now returns the clock, in Unix milliseconds, of the Redis server that holds campaign: the
 // one its deadlines are written with and its sale's end is compared with.
 func (r *Redis) Now(ctx context.Context, campaign string) (int64, error) {
-	v, err := callScript(ctx, r.rdb, nowScript, []string{KeysOf(campaign).Meta}).reply(ctx, r.rdb)
-	if err == nil && len(v) != 2 {
-		err = fmt.Errorf("%d values, want 2", len(v))
-	}
+	ms, err := callScript(ctx, r.rdb, nowScript, []string{KeysOf(campaign).Meta}).result(ctx, r.rdb).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("redis time of %s: %w", campaign, err)
 	}
-	sec, err1 := strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
-	usec, err2 := strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("redis time of %s: %w", campaign, err)
-	}
-	return sec*1000 + usec/1000, nil
+	return ms, nil
 }
