@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -432,6 +431,9 @@ type sweepRun struct {
 	mu   sync.Mutex
 	n    int
 	errs []error
+	// stale says that a write was refused for a stale fence: a later holder has a token, and
+	// this sweep must end at once.
+	stale bool
 	// unannounced says that Kafka refused, or did not take within announceTimeout, an
 	// announcement this sweep waited for. Kafka is then most likely down for the rest of it,
 	// and each refund and expiry left would wait announceTimeout in turn: a page of them would
@@ -441,24 +443,32 @@ type sweepRun struct {
 	unannounced bool
 }
 
-// halt keeps err for the answer and says whether the sweep must end now: at a stale fence (a
-// later holder has a token) or a stop. A campaign or an order that cannot be resolved does
-// not keep the others waiting.
+// halt keeps err for the answer and says whether the sweep must end now: at a stale fence or
+// a stop. A campaign or an order that cannot be resolved does not keep the others waiting.
 func (r *sweepRun) halt(err error) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.errs = append(r.errs, err)
+	r.stale = r.stale || errors.Is(err, store.ErrStaleFence)
 	r.unannounced = r.unannounced || errors.Is(err, errNotAnnounced)
-	return errors.Is(err, store.ErrStaleFence) || r.stop.Err() != nil
+	return r.stale || r.stop.Err() != nil
 }
 
-// over says that the sweep takes no more orders of a kind: none once it was told to stop, and
-// none whose announcement it waits for (announcing: refunds and expiries) once Kafka did not
-// take one. The releases of overdue reservations, whose OrderFailed is not waited for, go on.
+// over says that the sweep takes no more orders of a kind: none once it was told to stop or
+// met a stale fence, and none whose announcement it waits for (announcing: refunds and
+// expiries) once Kafka did not take one. The releases of overdue reservations, whose
+// OrderFailed is not waited for, go on.
 func (r *sweepRun) over(announcing bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stop.Err() != nil || (announcing && r.unannounced)
+	return r.stale || r.stop.Err() != nil || (announcing && r.unannounced)
+}
+
+// resolved counts an order the sweep resolved.
+func (r *sweepRun) resolved() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
 }
 
 func (r *sweepRun) result() (int, error) {
@@ -468,35 +478,29 @@ func (r *sweepRun) result() (int, error) {
 }
 
 // resolveEach resolves the items of a page, sweepParallel at once, and reports whether the
-// sweep goes on. None is started once the run is halted or over (see over for announcing);
-// those started finish.
+// sweep goes on. None is started once the run is over (see over for announcing); those
+// started finish. The check follows the wait for a free slot, and a resolution records its
+// error before it frees its slot, so nothing starts after a halt.
 func resolveEach[T any](r *sweepRun, items []T, announcing bool, resolve func(T) error) bool {
-	var (
-		wg     sync.WaitGroup
-		slots  = make(chan struct{}, sweepParallel)
-		halted atomic.Bool
-	)
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, sweepParallel)
 	for _, it := range items {
 		slots <- struct{}{}
-		if halted.Load() || r.over(announcing) {
+		if r.over(announcing) {
 			<-slots
 			break
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
 			if err := resolve(it); err != nil {
-				if r.halt(err) {
-					halted.Store(true)
-				}
+				r.halt(err)
 				return
 			}
-			r.mu.Lock()
-			r.n++
-			r.mu.Unlock()
+			r.resolved()
 		})
 	}
 	wg.Wait()
-	return !halted.Load() && !r.over(announcing)
+	return !r.over(announcing)
 }
 
 // retire drops from Redis what selling no longer needs: records of reservations released or
