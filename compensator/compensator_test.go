@@ -45,13 +45,13 @@ func newEnv(t *testing.T, stock, limit int64) *env {
 }
 
 // newEnvPaying is newEnv for a campaign whose confirmed orders must be paid within window.
-func newEnvPaying(t *testing.T, stock, limit int64, window time.Duration) *env {
+func newEnvPaying(t testing.TB, stock, limit int64, window time.Duration) *env {
 	t.Helper()
 	return newEnvOn(t, luatest.MustRedis(t), stock, limit, window)
 }
 
 // newEnvOn is newEnvPaying on the Redis deployment of rdb.
-func newEnvOn(t *testing.T, rdb redis.UniversalClient, stock, limit int64, window time.Duration) *env {
+func newEnvOn(t testing.TB, rdb redis.UniversalClient, stock, limit int64, window time.Duration) *env {
 	t.Helper()
 	e := &env{ctx: context.Background(), r: lua.New(rdb), stock: stock}
 	t.Cleanup(func() { e.r.Close() })
@@ -73,7 +73,7 @@ func newEnvOn(t *testing.T, rdb redis.UniversalClient, stock, limit int64, windo
 	return e
 }
 
-func (e *env) compensator(t *testing.T, cfg compensator.Config) *compensator.Compensator {
+func (e *env) compensator(t testing.TB, cfg compensator.Config) *compensator.Compensator {
 	t.Helper()
 	cfg.Brokers, cfg.Topics = e.brokers, e.topics
 	c, err := compensator.New(cfg, e.st, e.r)
@@ -95,7 +95,7 @@ func (e *env) loseRedis(t *testing.T) {
 
 // reserve makes n reservations of random quantities that expire after ttl, and returns their
 // OrderRequested events.
-func (e *env) reserve(t *testing.T, n int, ttl time.Duration) []events.Event {
+func (e *env) reserve(t testing.TB, n int, ttl time.Duration) []events.Event {
 	t.Helper()
 	evs := make([]events.Event, n)
 	for i := range evs {

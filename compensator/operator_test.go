@@ -28,7 +28,7 @@ func (e *env) operator() *compensator.Operator {
 }
 
 // confirm persists evs as the consumer does.
-func (e *env) confirm(t *testing.T, evs []events.Event) {
+func (e *env) confirm(t testing.TB, evs []events.Event) {
 	t.Helper()
 	if _, err := e.st.ConfirmOrders(e.ctx, evs); err != nil {
 		t.Fatal(err)
