@@ -123,7 +123,7 @@ type Compensator struct {
 	rebuilder Rebuilder
 	snapshots Snapshotter
 	verdicts  Verdicts
-	dropped   sync.Map // ids of ended campaigns whose keys this process dropped
+	dropped   sync.Map // id → version of ended campaigns whose keys this process dropped
 
 	mastersMu sync.Mutex
 	masters   map[string]bool // run ids of the primaries at the guard's last round (resharded)
@@ -510,19 +510,19 @@ func resolveEach[T any](r *sweepRun, items []T, announcing bool, resolve func(T)
 // past.
 func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.Time) (bool, error) {
 	if c.retired(camp, now) {
-		if _, ok := c.dropped.Load(camp.ID); ok {
+		// Remembered by version: an operator may reopen a retired campaign (Extend) and a
+		// rebuild put it back in Redis, with no sweep seeing it on sale before it retires again.
+		// Its keys must go again then.
+		if v, ok := c.dropped.Load(camp.ID); ok && v.(int64) == camp.Version {
 			return true, nil
 		}
 		dropped, err := c.sweeper.Drop(ctx, camp.ID)
 		if dropped {
-			c.dropped.Store(camp.ID, struct{}{}) // one script call per old campaign, not per sweep
+			c.dropped.Store(camp.ID, camp.Version) // one script call per old campaign, not per sweep
 			c.cfg.Logger.Debug("ended campaign's keys left redis", "campaign", camp.ID)
 		}
 		return dropped, err
 	}
-	// An operator may reopen a retired campaign (Extend), and a rebuild put it back in Redis:
-	// when it retires again, its keys go again.
-	c.dropped.Delete(camp.ID)
 	_, err := c.sweeper.Trim(ctx, camp.ID, c.cfg.Retention, 1000)
 	return false, err
 }
