@@ -100,7 +100,18 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		fix = &e
 	}
-	d, err := c.open(ctx)
+	// Each verb opens only what it reads: list, show and stats are what on-call runs in an
+	// incident, which may be Redis's (stats reads neither Redis nor the store).
+	var (
+		d   deps
+		err error
+	)
+	switch verb {
+	case "redrive":
+		d, err = c.open(ctx)
+	case "list", "show":
+		d.store, err = c.openStore(ctx)
+	}
 	if err != nil {
 		return err
 	}

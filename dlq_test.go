@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/store/storetest"
 )
 
 // TestShowDeadLetterWithoutValue: a dead letter too large for the DLQ with its value (a garbled
@@ -26,6 +30,50 @@ func TestShowDeadLetterWithoutValue(t *testing.T) {
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("dlq show of a dead letter without its value: want %q in\n%s", want, out.String())
+		}
+	}
+}
+
+// TestDLQReadsWhileRedisIsDown: list, show and stats read the dead-letter topic, and list and
+// show the store; none reads Redis. An on-call engineer runs them in an incident, which may be
+// Redis's: they must answer then, and stats even with the store down too.
+func TestDLQReadsWhileRedisIsDown(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	storeURL := storetest.SQLiteURL(t)
+	storetest.MustOpen(t, storeURL)
+	e := events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now().UTC(),
+		OrderID: "camp.order1", CampaignID: "camp", UserID: "ann", Quantity: 1}
+	src, err := events.Record(topics.Requested, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := events.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	letter := events.DeadLetter(topics.DLQ, src, events.ReasonStoreSoldOut)
+	if err := cl.ProduceSync(context.Background(), letter).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	down := "redis://" + freeAddr(t) + "/0" // nothing listens there
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"list"}, "1 dead letters in " + topics.DLQ},
+		{[]string{"show", positionOf(letter).String()}, "reason   " + events.ReasonStoreSoldOut},
+		{[]string{"stats", "--postgres-url", "postgres://seckill@" + freeAddr(t) + "/seckill"}, "1 dead letters in " + topics.DLQ},
+	} {
+		args := append([]string{"dlq"}, tc.args...)
+		args = append(args, "--redis-url", down, "--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix)
+		if !slices.Contains(args, "--postgres-url") {
+			args = append(args, "--postgres-url", storeURL)
+		}
+		var stdout, stderr strings.Builder
+		if code := run(context.Background(), args, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), tc.want) {
+			t.Errorf("%v with Redis down: exit %d, want 0 and %q in\n%s%s", tc.args, code, tc.want, stdout.String(), stderr.String())
 		}
 	}
 }
