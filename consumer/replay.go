@@ -118,6 +118,10 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	}
 	fmt.Fprintf(progress, "replay: %d orders the store held confirmed or paid were refunded or expired in Redis since, and are so in the store now\n", caughtUp)
 	h := &handler{cfg: cfg, store: st, redis: r, cl: requested.cl} // results and dead letters go out through it
+	// A stop (^C) lets the batch in hand finish, as the consumer's does: orders it stored would
+	// otherwise go unconfirmed in Redis and unannounced until a replay from as far back.
+	work, release := events.Drain(ctx, cfg.DrainTimeout, cfg.Logger, "the replay's batch in hand")
+	defer release()
 	stats.Events, err = requested.read(ctx, cfg, progress,
 		func() string { return fmt.Sprintf(", %d given back in Redis", stats.GivenBack) },
 		func(batch []*kgo.Record) error {
@@ -126,7 +130,7 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 				return err
 			}
 			stats.GivenBack += int64(n)
-			return h.handle(ctx, ctx, batch)
+			return h.handle(work, ctx, batch)
 		})
 	if err != nil {
 		return stats, err
