@@ -289,11 +289,15 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r ReplayRedis, pro
 		return 0, err
 	}
 	n, last := 0, time.Now()
-	for i, c := range cs {
+	// Checked after each order, not each campaign: a sale is one campaign, and catching up
+	// its orders (two transactions each) can take minutes.
+	report := func(campaign, checked, of int) {
 		if time.Since(last) >= time.Second {
 			last = time.Now()
-			fmt.Fprintf(progress, "replay: catching up, campaign %d of %d, %d orders moved on\n", i+1, len(cs), n)
+			fmt.Fprintf(progress, "replay: catching up, campaign %d of %d (%d/%d of its orders), %d orders moved on\n", campaign, len(cs), checked, of, n)
 		}
+	}
+	for i, c := range cs {
 		var held []store.Order
 		err := events.Retry(ctx, cfg.Logger, "replay: read confirmed orders", func() (err error) {
 			held, err = st.Confirmed(ctx, c.ID)
@@ -302,6 +306,7 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r ReplayRedis, pro
 		if err != nil {
 			return n, err
 		}
+		checked := 0
 		for page := range slices.Chunk(held, cfg.BatchSize) {
 			ids := make([]string, len(page))
 			for i, o := range page {
@@ -312,6 +317,8 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r ReplayRedis, pro
 				return n, err
 			}
 			for _, o := range page {
+				report(i+1, checked, len(held))
+				checked++
 				as := givenBackAs[res[o.OrderID].State]
 				if as.move == nil {
 					continue
