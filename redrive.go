@@ -87,6 +87,7 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 		fmt.Fprintf(out, "skip  %s  %s\n", positionOf(l.rec), why)
 	}
 	handled := 0
+	sent := map[string]position{} // order id -> the dead letter it is sent from
 	for _, l := range letters {
 		at := positionOf(l.rec)
 		if !strings.HasPrefix(l.reason, events.ReasonPoison) {
@@ -145,6 +146,12 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 			skip(l, "reservation "+e.OrderID+" is past its deadline: the sweeper fails the order")
 			continue
 		}
+		// A poison event is dead-lettered again when its batch is redelivered or replayed.
+		if from, ok := sent[e.OrderID]; ok {
+			skip(l, "order "+e.OrderID+" is sent from "+from.String()+" already")
+			continue
+		}
+		sent[e.OrderID] = at
 		rec, err := events.Record(requested, e)
 		if err != nil {
 			return nil, 0, err

@@ -262,4 +262,31 @@ func TestPlanRedrive(t *testing.T) {
 	}
 }
 
+// TestPlanRedriveSendsAnOrderOnce: a poison event is dead-lettered again when its batch is
+// redelivered (the consumer stopped between the dead letter and its offset commit) and when a
+// replay reads it. Its order is sent once, and the plan says why the other letters are not, so
+// that "sent" counts the orders sent.
+func TestPlanRedriveSendsAnOrderOnce(t *testing.T) {
+	const requested = "shop.orders.requested"
+	e := events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now().UTC(),
+		OrderID: "camp.order1", CampaignID: "camp", UserID: "ann", Quantity: 1, Deadline: time.Now().Add(time.Hour)}
+	b, err := events.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var letters []deadLetter
+	for offset := range int64(3) {
+		l := events.DeadLetter("shop.orders.dlq", &kgo.Record{Topic: requested, Key: events.Key(e), Value: b, Offset: 40}, events.ReasonPoison+": event x: unknown version 2")
+		l.Offset = offset
+		letters = append(letters, readDeadLetter(l))
+	}
+	src := fakeAwaited{res: map[string]lua.Reservation{e.OrderID: {OrderID: e.OrderID, Campaign: "camp", User: "ann", Quantity: 1,
+		State: lua.StatePending, Deadline: e.Deadline}}}
+	var out strings.Builder
+	send, skipped, err := planRedrive(context.Background(), src, requested, letters, nil, &out)
+	if err != nil || len(send) != 1 || skipped != 2 || strings.Count(out.String(), "is sent from 0/0 already") != 2 {
+		t.Errorf("three dead letters of one order: sent %d, skipped %d, err %v; want it sent once and two skipped, saying so:\n%s", len(send), skipped, err, out.String())
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
