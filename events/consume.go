@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,6 +149,7 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, drain
 		}
 		return nil // stopped while a dependency was down: the batch is redelivered
 	}
+	warned := map[string]time.Time{} // fetch error -> when it was last logged
 	for {
 		fetches := cl.PollRecords(ctx, max())
 		if ctx.Err() != nil && fetches.NumRecords() == 0 {
@@ -155,8 +157,18 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, drain
 		}
 		var fatal error
 		fetches.EachError(func(topic string, p int32, err error) {
-			if fatal == nil && errors.Is(err, kgo.ErrClientClosed) {
-				fatal = err
+			switch {
+			case errors.Is(err, kgo.ErrClientClosed):
+				fatal = cmp.Or(fatal, err)
+			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded): // the stop
+			default:
+				// franz-go goes on by itself (past data loss, a lost session, an ACL that
+				// refuses the topic until mended), and only the poll hears of it: at every
+				// fetch, so each error is logged once a minute.
+				if k := fmt.Sprint(topic, p, err); time.Since(warned[k]) >= time.Minute {
+					warned[k] = time.Now()
+					log.Warn("fetch failed", "topic", topic, "partition", p, "err", err)
+				}
 			}
 		})
 		if fatal != nil {
