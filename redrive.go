@@ -109,6 +109,12 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 				skip(l, fmt.Sprintf("the corrected event is keyed %s, the dead letter %s: it is another buyer's order", events.Key(e), l.rec.Key))
 				continue
 			}
+			// A letter that reads names its order: a correction naming another (the same
+			// buyer's next order, pasted by mistake) would leave this one unsent.
+			if l.orderID != "" && e.OrderID != l.orderID {
+				skip(l, "the corrected event is order "+e.OrderID+", the dead letter's "+l.orderID)
+				continue
+			}
 		}
 		switch {
 		case err != nil:

@@ -232,6 +232,7 @@ func TestPlanRedrive(t *testing.T) {
 		{"poison without its value", withoutValue(letter(1, poison, event(1))), nil, "was too large for the dead-letter topic and left out; the original is at " + requested + "/0/41", false},
 		{"poison without its value, corrected", withoutValue(letter(1, poison, event(1))), ptr(event(1)), "send  0/", true},
 		{"not an OrderRequested", letter(1, poison, event(1, func(e *events.Event) { e.Type = events.OrderConfirmed })), nil, "only OrderRequested events", false},
+		{"corrected as another order of the buyer", letter(1, poison, event(1)), ptr(event(4)), "the corrected event is order camp.order4, the dead letter's camp.order1", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
