@@ -43,8 +43,9 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 			"--at P/O --file F, the corrected event of one (same buyer and quantity; resending the\n" +
 			"same bytes mends nothing). An event goes only while its reservation waits for it:\n" +
 			"pending in Redis, before its deadline (when the sweeper fails the order), and no order\n" +
-			"in the store; so a redrive run twice sends nothing twice, and the consumer keys on the\n" +
-			"order id anyway. Dead letters the compensator handled (their orders failed) stay.",
+			"in the store; so a redrive run again once the consumer has stored what the first sent\n" +
+			"sends none of it again, and one run before that is harmless: the consumer keys on the\n" +
+			"order id. Dead letters the compensator handled (their orders failed) stay.",
 	}[verb], stdout)
 	f.positional = verb == "show"
 	c := f.conn()
