@@ -77,3 +77,37 @@ func TestDLQReadsWhileRedisIsDown(t *testing.T) {
 		}
 	}
 }
+
+// TestDLQStatsCountsPoisonAsOneReason: a poison dead letter's reason carries why its event
+// could not be read, which names the event ("poison: event 06h…: quantity 0: …"). stats
+// counted each such reason apart, one row per letter: a hundred poison letters were a hundred
+// rows of 1. They are one reason, poison, as seckill_dlq_total counts them.
+func TestDLQStatsCountsPoisonAsOneReason(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	cl, err := events.NewClient(brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var letters []*kgo.Record
+	for _, reason := range []string{events.ReasonPoison + ": event 1: quantity 0: want 1 to 1099511627776",
+		events.ReasonPoison + ": event 2: quantity -1: want 1 to 1099511627776", events.ReasonStoreSoldOut} {
+		src := &kgo.Record{Topic: topics.Requested, Key: []byte("camp/ann"), Value: []byte("{}")}
+		letters = append(letters, events.DeadLetter(topics.DLQ, src, reason))
+	}
+	if err := cl.ProduceSync(context.Background(), letters...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), []string{"dlq", "stats", "--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix}, &stdout, &stderr)
+	rows := map[string]string{}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			rows[f[0]] = f[1]
+		}
+	}
+	if code != 0 || len(rows) != 2 || rows[events.ReasonPoison] != "2" || rows[events.ReasonStoreSoldOut] != "1" {
+		t.Errorf("dlq stats of two poison letters and one store_sold_out: exit %d, want rows poison 2 and store_sold_out 1:\n%s%s", code, stdout.String(), stderr.String())
+	}
+}
