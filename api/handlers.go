@@ -97,7 +97,8 @@ func decodeJSON(body []byte, v any) error {
 		}
 		return jsonError(err)
 	}
-	if dec.More() {
+	// Not dec.More(), which reports false at a stray '}' or ']' and so let `{...}}` through.
+	if _, err := dec.Token(); err != io.EOF {
 		return events.Errorf(events.Invalid, "malformed JSON body: data after the object")
 	}
 	return nil
