@@ -548,6 +548,9 @@ func (s *Server) purchase(c echo.Context) error {
 		Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now.UTC(),
 		OrderID: orderID, CampaignID: campaign, UserID: buyer, Quantity: qty, Deadline: res.Deadline.UTC(),
 	}
+	if res.Again && s.failedBefore(ctx, ev) {
+		return s.cancelled(c, idem, orderID)
+	}
 	failpoint.Inject(failpoint.APIBeforeProduce)
 	err = s.produce(ctx, ev)
 	s.kafka.record(err, time.Now())
@@ -586,6 +589,28 @@ func (s *Server) purchase(c echo.Context) error {
 	failpoint.Inject(failpoint.APIAfterProduce)
 	reservedCount.Inc()
 	return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
+}
+
+// failedBefore reports whether the store holds failed the order of ev, a keyed retry that found
+// its reservation still pending: an earlier attempt failed the order after its produce failed,
+// then stopped (or Redis refused it) before the release and the key's answer. The consumer never
+// confirms a failed order, so queueing it again would answer 202 for an order that is over; the
+// release is finished here instead, as that attempt would have. A store that cannot say leaves
+// the purchase to go on, as it did before this check.
+func (s *Server) failedBefore(ctx context.Context, ev events.Event) bool {
+	o, err := s.store.Order(ctx, ev.OrderID)
+	if err != nil || o.Status != events.Failed {
+		return false
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
+	defer cancel()
+	if _, err := s.resolver.Fail(fctx, ev, o.Reason, "api"); err != nil {
+		s.cfg.Logger.Warn("order cancelled; its units come back at its deadline (the sweeper), as Redis did not take the release",
+			"order_id", ev.OrderID, "err", err)
+	} else {
+		s.soldOut.clear(ev.CampaignID) // units are back on sale
+	}
+	return true
 }
 
 // notInRedis answers a purchase of a campaign Redis does not know. If the store knows it, Redis

@@ -193,3 +193,33 @@ func TestKeyedRetryOfACancelledOrderAfterRedisLoss(t *testing.T) {
 		t.Errorf("remaining after the retry: %d, want 5 (the cancelled order's units taken again)", got)
 	}
 }
+
+// TestKeyedRetryAfterADeathBetweenFailAndRelease: the first purchase's produce failed and the
+// api failed its order in the store, then died before Redis released the reservation and before
+// the key's answer was remembered (or Redis refused both). The key's retry found the
+// reservation still pending, produced it again and answered 202, remembered for good, for an
+// order the store holds failed and the consumer never confirms.
+func TestKeyedRetryAfterADeathBetweenFailAndRelease(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "fr", "name": "Died half way", "stock": 5, "per_user_limit": 5}`)
+	ctx := context.Background()
+	id := api.KeyedOrderID(h.srv, "fr", "alice", "k-1")
+	res, err := h.redis.Reserve(ctx, "fr", id, "alice", 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now().UTC(),
+		OrderID: id, CampaignID: "fr", UserID: "alice", Quantity: 2, Deadline: res.Deadline}
+	if _, err := h.store.FailOrderFenced(ctx, ev, events.ReasonProduce, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+
+	again := h.serve(t, keyed("fr", "alice", "k-1", `{"quantity": 2}`))
+	if again.Code != http.StatusServiceUnavailable || !strings.Contains(again.Body.String(), "was cancelled") {
+		t.Errorf("the retry answered %d %s for order %s, which the store holds failed; want it told cancelled",
+			again.Code, strings.TrimSpace(again.Body.String()), id)
+	}
+	if got := h.remaining(t, "fr"); got != 5 {
+		t.Errorf("remaining after the retry: %d, want 5 (the failed order's units given back)", got)
+	}
+}

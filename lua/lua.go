@@ -304,6 +304,8 @@ type Reservation struct {
 	// Ended is when a released, refunded or expired reservation ended, which Restore writes
 	// in the done set (trim.lua drops the record a retention after it). Zero when read back.
 	Ended time.Time
+	// Again is Reserve's: the order id was reserved before, and this is that reservation.
+	Again bool
 }
 
 // Reserve takes qty units of campaign for user under orderID, holding them until ttl has passed
@@ -324,6 +326,7 @@ func (r *Redis) Reserve(ctx context.Context, campaign, orderID, user string, qty
 		if err != nil {
 			return Reservation{}, fmt.Errorf("reserve campaign %s: %w", campaign, err)
 		}
+		first.Again = true
 		return first, nil
 	case "malformed":
 		return Reservation{}, fmt.Errorf("reserve campaign %s: order %s: malformed record %q", campaign, orderID, v.record)
