@@ -857,7 +857,11 @@ func (s *Server) pay(c echo.Context) error {
 		strings.ContainsFunc(req.PaymentID, func(r rune) bool { return !unicode.IsPrint(r) }) {
 		return events.Errorf(events.Invalid, "payment_id must be 1 to 255 printable characters")
 	}
-	o, err := s.resolver.Pay(c.Request().Context(), id, req.PaymentID)
+	// It runs to its end whether or not the payment service waits, as compensate does: cut
+	// short after the store paid the order, OrderPaid would never be announced.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), createTimeout)
+	defer cancel()
+	o, err := s.resolver.Pay(ctx, id, req.PaymentID)
 	if err != nil {
 		return err
 	}

@@ -3,13 +3,18 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
 )
 
 // TestPaymentContract walks every answer of POST /v1/admin/orders/{id}/payment, each checked
@@ -104,4 +109,65 @@ func TestPaymentContract(t *testing.T) {
 	} {
 		h.fail(t, request("POST", "/v1/campaigns", body, h.bearer()...), http.StatusBadRequest, events.Invalid)
 	}
+}
+
+// hangUpAfterPay is the store of a payment whose caller hangs up once the store has paid the
+// order: its timeout ran out, or it was restarted.
+type hangUpAfterPay struct {
+	*store.Store
+	hangUp context.CancelFunc
+}
+
+func (s hangUpAfterPay) PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error) {
+	o, changed, err := s.Store.PayOrder(ctx, orderID, paymentID, now)
+	s.hangUp()
+	return o, changed, err
+}
+
+// ackedProducer keeps the records Kafka acknowledged.
+type ackedProducer struct {
+	api.Producer
+	mu    sync.Mutex
+	acked []*kgo.Record
+}
+
+func (p *ackedProducer) TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.Producer.TryProduce(ctx, r, func(r *kgo.Record, err error) {
+		if err == nil {
+			p.mu.Lock()
+			p.acked = append(p.acked, r)
+			p.mu.Unlock()
+		}
+		promise(r, err)
+	})
+}
+
+// TestPaymentAnnouncedWhenThePayerHangsUp: the store paid the order, then the payment service
+// hung up. The announcement ran on the request's context and was cut short with it: the order
+// stayed paid in the store and OrderPaid never reached Kafka, so the buyer's stream never heard
+// of it and a store restored from a backup had nothing to record the payment again from.
+func TestPaymentAnnouncedWhenThePayerHangsUp(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "hang", "name": "Hang-up", "stock": 10, "per_user_limit": 5, "payment_window_seconds": 60}`)
+	id := h.buy(t, "hang", "ann", 1)
+	h.confirm(t, id)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := &ackedProducer{Producer: newProducer(t, h.brokers)}
+	srv := h.replica(t, hangUpAfterPay{Store: h.store, hangUp: cancel}, h.redis, p)
+	req := request("POST", "/v1/admin/orders/"+id+"/payment", `{"payment_id": "p-1"}`, h.bearer()...)
+	srv.Handler().ServeHTTP(httptest.NewRecorder(), req.WithContext(ctx))
+
+	if o, err := h.store.Order(context.Background(), id); err != nil || o.Status != events.Paid {
+		t.Fatalf("the store has %+v, %v; want it paid", o, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.acked {
+		if e, err := events.Decode(r.Value); err == nil && e.Type == events.OrderPaid && e.OrderID == id {
+			return
+		}
+	}
+	t.Errorf("order %s is paid in the store, but Kafka took no OrderPaid of it (%d records acknowledged)", id, len(p.acked))
 }
