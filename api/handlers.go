@@ -214,6 +214,12 @@ func (s *Server) createCampaign(c echo.Context) error {
 	// sale would answer every buyer "being restored".
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), createTimeout)
 	defer cancel()
+	// What finishes a creation that stopped half way: this request again, or, when the server
+	// chose the id, this request naming it; sent again as it was, it would create another.
+	again := "sending this request again"
+	if req.ID == "" {
+		again = fmt.Sprintf(`sending this request again with "id": %q`, camp.ID)
+	}
 	retried := false
 	err := s.store.CreateCampaign(ctx, camp)
 	// This api may have kept that the campaign was not found: it is shown at once here, as a
@@ -230,6 +236,12 @@ func (s *Server) createCampaign(c echo.Context) error {
 		// A retry, maybe of a creation answered 503 below: it finishes what that one left.
 		camp, retried, err = stored, true, nil
 	}
+	if events.ErrorCode(err) == events.Internal {
+		// Not "changed nothing": the row may have been committed with its answer lost, and
+		// the compensator puts a stored campaign on sale.
+		return events.Wrap(events.Unavailable, err,
+			"campaign %s may have been created; %s finishes it (it goes on sale either way if it was)", camp.ID, again)
+	}
 	if err != nil {
 		return err
 	}
@@ -245,7 +257,7 @@ func (s *Server) createCampaign(c echo.Context) error {
 			s.cfg.Logger.Warn("campaign stored but not put on sale; the compensator puts it on sale once redis answers",
 				"campaign", camp.ID, "err", err)
 			return events.Errorf(events.Unavailable,
-				"campaign %s was created but is not on sale yet; it goes on sale once Redis answers (sending this request again then puts it on sale)", camp.ID)
+				"campaign %s was created but is not on sale yet; it goes on sale once Redis answers (%s then puts it on sale)", camp.ID, again)
 		}
 		if err := s.store.MarkOnSale(ctx, camp.ID); err != nil {
 			// It is on sale; the compensator's reconciler records that.

@@ -402,3 +402,61 @@ func TestHangUpsLogNoWarnings(t *testing.T) {
 		})
 	})
 }
+
+// lostCreateAnswer is a store that creates the campaign and then loses the answer, as a timeout
+// or a connection dropped after the commit does.
+type lostCreateAnswer struct{ *store.Store }
+
+func (s lostCreateAnswer) CreateCampaign(ctx context.Context, c store.Campaign) error {
+	if err := s.Store.CreateCampaign(ctx, c); err != nil {
+		return err
+	}
+	return fmt.Errorf("create campaign %s: %w", c.ID, context.DeadlineExceeded)
+}
+
+// TestCreateCampaignWithoutAnIDSaysWhichToRetry: a creation without an id that fails half way
+// (stored, not on sale; or stored with its answer lost) leaves a campaign under an id the server
+// chose, which goes on sale once the compensator sees it. The answer told the admin to send the
+// request again, or that it changed nothing: sent again as it was, it created a second campaign
+// with the same stock. The answer names the id, and sent again with it the creation finishes.
+func TestCreateCampaignWithoutAnIDSaysWhichToRetry(t *testing.T) {
+	const body = `{"name": "No id", "stock": 5, "per_user_limit": 1}`
+	for _, tc := range []struct {
+		name      string
+		redisDown bool
+		lostStore bool
+	}{
+		{name: "redis is down", redisDown: true},
+		{name: "the store's answer is lost", lostStore: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			addr := h.mr.Addr()
+			srv := h.srv
+			if tc.redisDown {
+				h.mr.Close()
+			}
+			if tc.lostStore {
+				srv = h.replica(t, lostCreateAnswer{h.store}, h.redis, newProducer(t, h.brokers))
+			}
+			rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/campaigns", body, h.bearer()...))
+			stored, err := h.store.Campaigns(context.Background())
+			if err != nil || len(stored) != 1 {
+				t.Fatalf("the store has %v, %v; want the one campaign", stored, err)
+			}
+			id := stored[0].ID
+			if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `\"id\": \"`+id+`\"`) {
+				t.Errorf("the creation answered %d %s; want 503 naming the id %q to send again", rec.Code, strings.TrimSpace(rec.Body.String()), id)
+			}
+			if tc.redisDown {
+				if err := h.mr.StartAddr(addr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantField(t, h.createCampaign(t, `{"id": "`+id+`", `+body[1:]), "id", id)
+			if all, err := h.store.Campaigns(context.Background()); err != nil || len(all) != 1 {
+				t.Errorf("after the retry the store has %d campaigns, %v; want one", len(all), err)
+			}
+		})
+	}
+}
