@@ -33,6 +33,12 @@ func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id
 	// Even a control that answers an error may have changed the campaign (stored, with its Redis
 	// step behind).
 	s.changed(id)
+	if events.ErrorCode(err) == events.Internal {
+		// Not the generic "changed nothing, try again": the store may have committed the change
+		// and lost its answer, and an add sent again adds again.
+		return events.Wrap(events.Unavailable, err, "campaign %q may have been changed: read it before sending this again "+
+			`(to put units on sale, send "stock", the total, which adds nothing when sent again)`, id)
+	}
 	if err != nil {
 		return err
 	}

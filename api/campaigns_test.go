@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
 )
 
 // TestCampaignControlsContract walks the operator's campaign controls, each answer checked
@@ -215,5 +217,34 @@ func TestCompensationOutlivesItsClient(t *testing.T) {
 	wantField(t, h.do(t, request("GET", "/v1/admin/orders/"+id, "", h.bearer()...), http.StatusOK), "status", "refunded")
 	if got := h.remaining(t, "gone"); got != 4 {
 		t.Errorf("the order is refunded in the store, yet Redis has %d units left of 4", got)
+	}
+}
+
+// lostChangeAnswer is a store that changes the campaign and then loses the answer, as a timeout
+// or a connection dropped after the commit does.
+type lostChangeAnswer struct{ *store.Store }
+
+func (s lostChangeAnswer) ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, error) {
+	c, err := s.Store.ChangeCampaign(ctx, id, change)
+	if err != nil {
+		return c, err
+	}
+	return store.Campaign{}, fmt.Errorf("change campaign %s: %w", id, context.DeadlineExceeded)
+}
+
+// TestAddStockWithItsAnswerLostSaysNotToAddAgain: the store added the units and its answer was
+// lost. The admin was told the request changed nothing and to try again; an add sent again adds
+// again, so the campaign sold twice the units the operator meant to put on sale.
+func TestAddStockWithItsAnswerLostSaysNotToAddAgain(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "lost", "name": "Lost answer", "stock": 4, "per_user_limit": 2}`)
+	srv := h.replica(t, lostChangeAnswer{h.store}, h.redis, newProducer(t, h.brokers))
+	rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/admin/campaigns/lost/stock", `{"add": 2}`, h.bearer()...))
+	c, err := h.store.Campaign(context.Background(), "lost")
+	if err != nil || c.Stock != 6 {
+		t.Fatalf("the store has %+v, %v; want the units added", c, err)
+	}
+	if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || strings.Contains(body, "changed nothing") || !strings.Contains(body, `\"stock\"`) {
+		t.Errorf("an add whose answer was lost answered %d %s; want 503 saying it may have been made, and to send the total as stock", rec.Code, strings.TrimSpace(body))
 	}
 }
