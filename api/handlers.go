@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,9 @@ func decodeJSON(body []byte, v any) error {
 	if string(bytes.TrimSpace(body)) == "null" { // encoding/json takes null for any object
 		return events.Errorf(events.Invalid, "the body must be a JSON object, not null")
 	}
+	if err := exactNames(body, v); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -100,6 +104,41 @@ func decodeJSON(body []byte, v any) error {
 	// Not dec.More(), which reports false at a stray '}' or ']' and so let `{...}}` through.
 	if _, err := dec.Token(); err != io.EOF {
 		return events.Errorf(events.Invalid, "malformed JSON body: data after the object")
+	}
+	return nil
+}
+
+// exactNames refuses the names of body's object that encoding/json lets through against the
+// spec (additionalProperties: false): one in another case than v's field ("QUANTITY"), which it
+// takes as that field, and one given twice, of which it keeps the last. A body that is no object
+// or not JSON is left to the decoder to refuse.
+func exactNames(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	fields := reflect.TypeOf(v).Elem()
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		name, ok := t.(string)
+		if err != nil || !ok {
+			return nil
+		}
+		if seen[name] {
+			return events.Errorf(events.Invalid, "field %q is given twice", name)
+		}
+		seen[name] = true
+		for i := range fields.NumField() {
+			tag, _, _ := strings.Cut(fields.Field(i).Tag.Get("json"), ",")
+			if tag != name && strings.EqualFold(tag, name) {
+				return events.Errorf(events.Invalid, "unknown field %q (field names are case-sensitive: %q)", name, tag)
+			}
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return nil
+		}
 	}
 	return nil
 }
