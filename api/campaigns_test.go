@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
 
@@ -246,5 +248,39 @@ func TestAddStockWithItsAnswerLostSaysNotToAddAgain(t *testing.T) {
 	}
 	if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || strings.Contains(body, "changed nothing") || !strings.Contains(body, `\"stock\"`) {
 		t.Errorf("an add whose answer was lost answered %d %s; want 503 saying it may have been made, and to send the total as stock", rec.Code, strings.TrimSpace(body))
+	}
+}
+
+// redisDownForControls is Redis that takes no operator's change and cannot list a campaign's
+// pending reservations: down for the length of a cancel.
+type redisDownForControls struct{ *lua.Redis }
+
+func (redisDownForControls) Sync(context.Context, lua.Campaign) (lua.Synced, error) {
+	return 0, errors.New("i/o timeout")
+}
+
+func (redisDownForControls) Pending(context.Context, string, int) ([]string, error) {
+	return nil, errors.New("i/o timeout")
+}
+
+// TestCancelWhoseOrdersAreLeftSaysToRunItAgain: the cancel was stored, Redis did not take the
+// closed sale, and then its orders could not be resolved. The answer was the Redis step's
+// "nothing needs running again", yet only running the cancel again releases and refunds its
+// orders: nothing else does, and the buyers stayed charged.
+func TestCancelWhoseOrdersAreLeftSaysToRunItAgain(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "cx", "name": "Cancel", "stock": 4, "per_user_limit": 2}`)
+	order := h.buy(t, "cx", "ann", 1)
+	srv := h.replica(t, h.store, redisDownForControls{h.redis}, newProducer(t, h.brokers))
+	rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/admin/campaigns/cx/cancel", "", h.bearer()...))
+	if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, "run this again") {
+		t.Errorf("a cancel whose orders were left answered %d %s; want 503 saying to run it again", rec.Code, strings.TrimSpace(body))
+	}
+	if res, err := h.redis.Reservation(context.Background(), order); err != nil || res.State != lua.StatePending {
+		t.Fatalf("order %s: %+v, %v; want it still pending, for the rerun to release", order, res, err)
+	}
+	h.do(t, request("POST", "/v1/admin/campaigns/cx/cancel", "", h.bearer()...), http.StatusOK)
+	if got := h.remaining(t, "cx"); got != 4 {
+		t.Errorf("remaining after the rerun: %d, want 4", got)
 	}
 }

@@ -150,7 +150,10 @@ func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (st
 	}
 	t, cerr := o.CompensateCampaign(ctx, id, true, true, progress)
 	if cerr != nil {
-		return c, t, errors.Join(err, cerr)
+		// Not joined with a sale behind, whose "nothing needs running again" would be what the
+		// caller reads first: only running the cancel again resolves the orders left, and its
+		// change of the campaign brings Redis along then too.
+		return c, t, cerr
 	}
 	c, cerr = o.Campaigns.Campaign(ctx, id) // sold, as the refunds left it
 	return c, t, errors.Join(err, cerr)
