@@ -50,6 +50,9 @@ func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id
 }
 
 func (s *Server) closeCampaign(c echo.Context) error {
+	if err := noFields(c); err != nil {
+		return err
+	}
 	return s.campaignControl(c, s.operator.Close)
 }
 
@@ -100,6 +103,9 @@ type CancelResult struct {
 }
 
 func (s *Server) cancelCampaign(c echo.Context) error {
+	if err := noFields(c); err != nil {
+		return err
+	}
 	id := c.Param("id")
 	return s.bulk(c, func(ctx context.Context) error {
 		if !events.ValidCampaignID(id) {

@@ -284,3 +284,20 @@ func TestCancelWhoseOrdersAreLeftSaysToRunItAgain(t *testing.T) {
 		t.Errorf("remaining after the rerun: %d, want 4", got)
 	}
 }
+
+// TestControlsWithoutABodyRefuseOne: close, cancel and an order's compensation take no body.
+// One sent with fields was ignored: an operator's close with {"ends_at": tomorrow} ended the
+// sale at once. A body with fields is refused and changes nothing; none, or {}, is the control.
+func TestControlsWithoutABodyRefuseOne(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "nb", "name": "No body", "stock": 4, "per_user_limit": 2}`)
+	order := h.buy(t, "nb", "ann", 1)
+	for _, path := range []string{"/v1/admin/campaigns/nb/close", "/v1/admin/campaigns/nb/cancel", "/v1/admin/orders/" + order + "/compensate"} {
+		h.fail(t, request("POST", path, `{"ends_at": "2099-01-01T00:00:00Z"}`, h.bearer()...), http.StatusBadRequest, events.Invalid)
+	}
+	wantField(t, h.do(t, request("GET", "/v1/campaigns/nb", ""), http.StatusOK), "state", "on_sale")
+	if res, err := h.redis.Reservation(context.Background(), order); err != nil || res.State != lua.StatePending {
+		t.Errorf("order %s after the refused compensation: %+v, %v; want it pending", order, res, err)
+	}
+	h.do(t, request("POST", "/v1/admin/campaigns/nb/close", `{}`, h.bearer()...), http.StatusOK)
+}

@@ -62,6 +62,28 @@ func readBody(c echo.Context) ([]byte, error) {
 	return body, nil
 }
 
+// noFields refuses a body with fields on a control that takes none: an operator's close with
+// {"ends_at": ...} would end the sale now, not then. No body, or {}, is the control.
+func noFields(c echo.Context) error {
+	r := c.Request()
+	if r.Body == nil || r.ContentLength == 0 {
+		return nil
+	}
+	body, err := readAtMost(r.Body, maxBody, r.ContentLength)
+	switch {
+	case err != nil:
+		return events.Wrap(events.Invalid, err, "the body could not be read whole")
+	case len(body) > maxBody:
+		return events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
+	case len(bytes.TrimSpace(body)) == 0:
+		return nil
+	}
+	if err := jsonMediaType(r.Header.Get("Content-Type")); err != nil {
+		return err
+	}
+	return decodeJSON(body, &struct{}{})
+}
+
 // readAtMost reads r to its end, or until it has more than max bytes. It is io.ReadAll of an
 // io.LimitReader(r, max+1) that allocates once, size bytes (the body's Content-Length) when that
 // is known, instead of 512 and the LimitReader.
@@ -923,6 +945,9 @@ func (s *Server) compensate(c echo.Context) error {
 	id := c.Param("id")
 	if _, ok := events.CampaignOf(id); !ok {
 		return events.Errorf(events.OrderNotFound, "order %q not found", id)
+	}
+	if err := noFields(c); err != nil {
+		return err
 	}
 	// It runs to its end whether or not the admin waits, as the campaign controls do: cut
 	// short, a refund is stored while Redis still holds its units.
