@@ -131,9 +131,13 @@ type bulkCompensateRequest struct {
 
 func (s *Server) compensateCampaign(c echo.Context) error {
 	pending, confirmed := true, true
-	if c.Request().ContentLength != 0 {
+	body, err := optionalBody(c)
+	if err != nil {
+		return err
+	}
+	if body != nil {
 		var req bulkCompensateRequest
-		if err := decode(c, &req); err != nil {
+		if err := decodeJSON(body, &req); err != nil {
 			return err
 		}
 		if req.Status != nil {

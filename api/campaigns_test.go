@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -300,4 +301,16 @@ func TestControlsWithoutABodyRefuseOne(t *testing.T) {
 		t.Errorf("order %s after the refused compensation: %+v, %v; want it pending", order, res, err)
 	}
 	h.do(t, request("POST", "/v1/admin/campaigns/nb/close", `{}`, h.bearer()...), http.StatusOK)
+}
+
+// TestBulkCompensationWithAnEmptyChunkedBody: a body the client streams (no Content-Length)
+// and that turns out empty is no body: both kinds of orders, as the spec says of an absent
+// one. It was refused 400 "this request needs a JSON body".
+func TestBulkCompensationWithAnEmptyChunkedBody(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "ch", "name": "Chunked", "stock": 4, "per_user_limit": 2}`)
+	h.buy(t, "ch", "ann", 1)
+	req := request("POST", "/v1/admin/campaigns/ch/compensate", "", h.bearer()...)
+	req.Body, req.ContentLength = io.NopCloser(strings.NewReader("")), -1
+	wantTally(t, h.do(t, req, http.StatusOK), 1, 0, 0)
 }

@@ -62,23 +62,33 @@ func readBody(c echo.Context) ([]byte, error) {
 	return body, nil
 }
 
-// noFields refuses a body with fields on a control that takes none: an operator's close with
-// {"ends_at": ...} would end the sale now, not then. No body, or {}, is the control.
-func noFields(c echo.Context) error {
+// optionalBody reads the JSON body of a request that may have none, as readBody does; nil when
+// there is none, whether the client said so (Content-Length: 0) or sent one that was empty.
+func optionalBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
 	if r.Body == nil || r.ContentLength == 0 {
-		return nil
+		return nil, nil
 	}
 	body, err := readAtMost(r.Body, maxBody, r.ContentLength)
 	switch {
 	case err != nil:
-		return events.Wrap(events.Invalid, err, "the body could not be read whole")
+		return nil, events.Wrap(events.Invalid, err, "the body could not be read whole")
 	case len(body) > maxBody:
-		return events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
+		return nil, events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
 	case len(bytes.TrimSpace(body)) == 0:
-		return nil
+		return nil, nil
 	}
 	if err := jsonMediaType(r.Header.Get("Content-Type")); err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// noFields refuses a body with fields on a control that takes none: an operator's close with
+// {"ends_at": ...} would end the sale now, not then. No body, or {}, is the control.
+func noFields(c echo.Context) error {
+	body, err := optionalBody(c)
+	if err != nil || body == nil {
 		return err
 	}
 	return decodeJSON(body, &struct{}{})
