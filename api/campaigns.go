@@ -44,7 +44,9 @@ func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id
 	}
 	view, err := s.viewCampaign(ctx, camp)
 	if err != nil {
-		return err
+		// The control is done: an answer of the read's own ("changed nothing, try again")
+		// would have an add sent again, which adds again.
+		return events.Wrap(events.Unavailable, err, "campaign %q was changed, but cannot be shown right now: GET it shortly", id)
 	}
 	return c.JSON(http.StatusOK, view)
 }

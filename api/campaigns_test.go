@@ -314,3 +314,26 @@ func TestBulkCompensationWithAnEmptyChunkedBody(t *testing.T) {
 	req.Body, req.ContentLength = io.NopCloser(strings.NewReader("")), -1
 	wantTally(t, h.do(t, req, http.StatusOK), 1, 0, 0)
 }
+
+// paidUnitsDown is a store that makes changes but cannot sum paid units right after.
+type paidUnitsDown struct{ *store.Store }
+
+func (paidUnitsDown) PaidUnits(context.Context, string) (int64, error) {
+	return 0, errors.New("connection refused")
+}
+
+// TestAddStockWhoseViewFailsSaysItWasMade: the units were added, in the store and in Redis, and
+// then the campaign could not be read back to answer. The answer was "the request changed
+// nothing, try again": sent again, an add adds again.
+func TestAddStockWhoseViewFailsSaysItWasMade(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "vf", "name": "View fails", "stock": 4, "per_user_limit": 2, "payment_window_seconds": 60}`)
+	srv := h.replica(t, paidUnitsDown{h.store}, h.redis, newProducer(t, h.brokers))
+	rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/admin/campaigns/vf/stock", `{"add": 2}`, h.bearer()...))
+	if got := h.remaining(t, "vf"); got != 6 {
+		t.Fatalf("remaining %d, want the 2 units added", got)
+	}
+	if body := rec.Body.String(); strings.Contains(body, "changed nothing") || !strings.Contains(body, "was changed") {
+		t.Errorf("an add made whose view failed answered %d %s; want it to say the campaign was changed", rec.Code, strings.TrimSpace(body))
+	}
+}
