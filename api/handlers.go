@@ -180,7 +180,11 @@ func exactNames(body []byte, v any) error {
 func jsonError(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
+	var timeErr *time.ParseError
 	switch {
+	// time.Time's own decoding: a well-formed body with a bad value, not a malformed one.
+	case errors.As(err, &timeErr) || strings.HasPrefix(err.Error(), "Time.UnmarshalJSON: "):
+		return events.Wrap(events.Invalid, err, "a time must be an RFC 3339 string, as 2030-01-01T00:00:00Z")
 	case errors.As(err, &typeErr) && typeErr.Field != "":
 		return events.Wrap(events.Invalid, err, "%s has the wrong type or is out of range (got %s)", typeErr.Field, typeErr.Value)
 	case errors.As(err, &typeErr):

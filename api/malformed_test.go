@@ -294,3 +294,22 @@ func TestAdminRoutesTakeOnlyTheAdminToken(t *testing.T) {
 		t.Errorf("%d admin routes found, want every one of them", routes)
 	}
 }
+
+// TestTimesSayWhatTheyMustBe: a time that is no RFC 3339 string is a well-formed JSON body
+// with a bad value; it was answered "malformed JSON body", which sent the admin looking for a
+// syntax error.
+func TestTimesSayWhatTheyMustBe(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "tm", "name": "Times", "stock": 5, "per_user_limit": 1}`)
+	for _, r := range []*http.Request{
+		request("POST", "/v1/campaigns", `{"name": "x", "stock": 5, "per_user_limit": 1, "starts_at": "tomorrow"}`, h.bearer()...),
+		request("POST", "/v1/campaigns", `{"name": "x", "stock": 5, "per_user_limit": 1, "ends_at": "2030-13-01T00:00:00Z"}`, h.bearer()...),
+		request("POST", "/v1/admin/campaigns/tm/extend", `{"ends_at": 1893456000}`, h.bearer()...),
+	} {
+		m := h.do(t, r, http.StatusBadRequest)
+		e, _ := m["error"].(map[string]any)
+		if msg, _ := e["message"].(string); !strings.Contains(msg, "RFC 3339") {
+			t.Errorf("%s %s: answered %v; want it to say a time must be RFC 3339", r.Method, r.URL, m)
+		}
+	}
+}
