@@ -114,12 +114,6 @@ func orderIDSecret(cfg Config) (secret []byte, random bool) {
 	return []byte(rand.Text()), true
 }
 
-// keyedOrder reports whether an order id was derived from an Idempotency-Key.
-func keyedOrder(orderID string) bool {
-	_, rest, _ := strings.Cut(orderID, ".")
-	return len(rest) == 25 && strings.HasPrefix(rest, keyedIDPrefix)
-}
-
 // idemRecord is the record of one Idempotency-Key.
 type idemRecord struct {
 	rdb     redis.Scripter
