@@ -67,8 +67,17 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 	if *id == "" {
 		return usagef("campaign %s: --id is required", action)
 	}
-	if action == "add-stock" && (*add == 0) == (*to == 0) {
-		return usagef("campaign add-stock: give --add or --to, not both")
+	if action == "add-stock" {
+		switch {
+		case *add != 0 && *to != 0:
+			return usagef("campaign add-stock: give --add or --to, not both")
+		case *add == 0 && *to == 0:
+			return usagef("campaign add-stock: give --add N (units to put on sale) or --to TOTAL (the stock to raise it to), at least 1")
+		case *add < 0:
+			return usagef("campaign add-stock: --add %d: want at least 1", *add)
+		case *to < 0:
+			return usagef("campaign add-stock: --to %d: want at least 1", *to)
+		}
 	}
 	var ends time.Time
 	if endsAt != nil {
