@@ -122,7 +122,7 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"consumer", "--metrics-addr", "127.0.0.1:99999"}, "", `--metrics-addr "127.0.0.1:99999": want host:port`},
 		{[]string{"compensator", "--metrics-addr", ""}, "", `--metrics-addr "": want host:port`},
 		{[]string{"dev", "--addr", "localhost"}, "", `--addr "localhost": want host:port`},
-		{[]string{"replay", "--from", "yesterday"}, "", "replay: --from"},
+		{[]string{"replay", "--from", "yesterday"}, "", `replay: --from "yesterday": want an RFC 3339 time`},
 		{[]string{"campaign", "add-stock", "--id", "x", "--add", "-5"}, "", "campaign add-stock: --add -5: want at least 1"},
 		{[]string{"campaign", "add-stock", "--id", "x", "--to", "-5"}, "", "campaign add-stock: --to -5: want at least 1"},
 		{[]string{"campaign", "add-stock", "--id", "x", "--add", "0"}, "", "campaign add-stock: give --add N (units to put on sale) or --to TOTAL"},

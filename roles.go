@@ -276,7 +276,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	start, err := consumer.ParseFrom(*from)
 	if err != nil {
-		return usagef("replay: --from: %v", err)
+		return usagef("replay: %v", err)
 	}
 	d, err := c.open(ctx)
 	if err != nil {
