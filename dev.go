@@ -134,6 +134,9 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	defer srv.Close()
 
 	ln, err := net.Listen("tcp", *addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("listen %s: %w: another process has the port; give another with --addr (make run: SECKILL_ADDR=127.0.0.1:8081 make run)", *addr, err)
+	}
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", *addr, err)
 	}

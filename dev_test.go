@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -178,6 +179,24 @@ func TestDevOneAtATime(t *testing.T) {
 		t.Fatalf("lock after the first dev stopped: %v", err)
 	}
 	f.Close()
+}
+
+// TestDevPortTaken: a seckill dev whose address another process holds stops at once and says
+// how to give it another, make run included (it passes no flags: SECKILL_ADDR is the way).
+func TestDevPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	code := run(ctx, []string{"dev", "--addr", ln.Addr().String(), "--data-dir", t.TempDir()}, &out, &out)
+	want := "give another with --addr (make run: SECKILL_ADDR=127.0.0.1:8081 make run)"
+	if code != 1 || ctx.Err() != nil || !strings.Contains(out.String(), want) {
+		t.Errorf("seckill dev on a taken port exited %d (after its deadline: %v):\n%s\nwant 1 at once, saying: %s", code, ctx.Err() != nil, out.String(), want)
+	}
 }
 
 // TestMakeRunCtrlC runs make run as a terminal does and stops it with Ctrl-C: SIGINT to the
