@@ -1,4 +1,7 @@
-// Command seckill is the flash-sale pipeline: one binary, one subcommand per role.
+// Command seckill is the flash-sale pipeline: one binary, one subcommand per role (api,
+// consumer, compensator, or all three on embedded servers: dev) and per operation (migrate,
+// replay, compensate, campaign, dlq, audit, token, demo, bench). seckill --help lists them,
+// seckill <command> --help a command's flags; README.md says how they fit together.
 package main
 
 import (

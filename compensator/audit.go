@@ -84,7 +84,7 @@ type AuditStore interface {
 	AuditView(ctx context.Context, campaign string) (store.Campaign, []store.Order, map[string]int64, error)
 }
 
-// Auditor checks the invariants I1–I5 of the design across Redis, the store and Kafka.
+// Auditor checks the invariants I1–I6 of the design across Redis, the store and Kafka.
 type Auditor struct {
 	Store  AuditStore
 	Redis  *lua.Redis

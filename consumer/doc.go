@@ -12,4 +12,9 @@
 // decoded and stored. Each batch still goes store, then Redis and Kafka, then offsets; batches
 // finish one at a time in order, and a batch whose finish fails stops the consumer before the
 // next one finishes, so no offset is committed past a batch that was not finished.
+//
+// Config.MaxRate paces the group at a rate the database can take, each member at its share of
+// the requested topic's partitions; Kafka holds the rest of a burst. Replay (seckill replay)
+// re-consumes the requested topic from a time or an offset, outside the group, into the same
+// persister, after a restore of the database from a backup.
 package consumer
