@@ -90,6 +90,10 @@ func (g guardFlags) logArgs() []any {
 func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("token", "Print a buyer's bearer token: an HS256 JWT whose sub is the user, signed with the\nsame --jwt-secret the api verifies with.", stdout)
 	id := f.identity()
+	// The api's words for these say what it checks; here they are what the token carries.
+	f.Lookup("jwt-secret").Usage = fmt.Sprintf("HS256 secret to sign with, the api's --jwt-secret, at least %d bytes (required, unless --dev)", api.MinSecretLen)
+	f.Lookup("jwt-issuer").Usage = "iss claim of the token, the api's --jwt-issuer (none: no iss)"
+	f.Lookup("jwt-audience").Usage = "aud claim of the token, the api's --jwt-audience (none: no aud)"
 	dev, dataDir := f.devFlags("sign as the seckill dev (make run) running on --data-dir verifies: with its secret, issuer and audience")
 	user := f.String("user", "", "the buyer's user id (required)")
 	ttl := f.duration("ttl", time.Hour, false, "how long the token is valid")
