@@ -32,7 +32,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("dev", "Run api, consumer and compensator in one process on embedded Kafka (kfake, kept in\n--data-dir), Redis (miniredis, in memory: every start freezes the campaigns and\nrebuilds them from the store) and SQLite (in --data-dir). Nothing else to install.", stdout)
 	addr := f.listenAddr("addr", "127.0.0.1:8080", "listen address of the API")
 	dataDir := f.String("data-dir", devDataDir, "where the Kafka log and the SQLite database live, and the addresses operator commands read with --dev")
-	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (default: one kept in --data-dir, printed at start)")
+	adminToken := f.secret("admin-token", "bearer token of the admin endpoints (default: one kept in --data-dir, printed at start)")
 	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
 	sweep := f.duration("sweep-interval", time.Second, false, "how often the sweeper looks for expired reservations")
 	logFormat := f.logFormat("text") // a terminal's, by default

@@ -95,16 +95,18 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	c := f.conn()
 	addr := f.listenAddr("addr", ":8080", "listen address of the public API")
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics, for operators only")
-	adminToken := f.String("admin-token", "", "bearer token of the admin endpoints (none: they are closed)")
-	paymentToken := f.String("payment-token", "", "bearer token of the payment service, which may record payments and nothing else (the admin token may too)")
+	adminToken := f.secret("admin-token", "bearer token of the admin endpoints (none: they are closed)")
+	paymentToken := f.secret("payment-token", "bearer token of the payment service, which may record payments and nothing else (the admin token may too)")
 	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
 	linger := f.duration("produce-linger", produceLinger, true, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
 	partitions := f.atLeast("partitions", 12, 1, "partitions of the topics the api creates at start")
 	replication := f.atLeast("replication", 3, 1, "replication factor of the topics the api creates at start")
-	maxConns := f.Int("max-conns", api.DefaultMaxConns(), "connections held at once; one more is closed on accept (0: no cap; the default is the open-file limit less 1024)")
+	maxConns := notNegative(f, "max-conns", f.Int("max-conns", api.DefaultMaxConns(), "connections held at once; one more is closed on accept (0: no cap; the default is the open-file limit less 1024)"))
 	drainDelay := f.duration("drain-delay", 5*time.Second, true, "how long a stopping api goes on serving while /readyz answers 503, for the load balancer to move buyers elsewhere")
-	maxConnsPerAddr := f.Int("max-conns-per-addr", 1000, "connections from one client address (an IPv6 /64); behind a load balancer raise it, or 0 for no cap")
+	maxConnsPerAddr := notNegative(f, "max-conns-per-addr", f.Int("max-conns-per-addr", 1000, "connections from one client address (an IPv6 /64); behind a load balancer raise it, or 0 for no cap"))
 	guards := f.guards(false)
+	f.check(func() bool { return *guards.secret != "" || *guards.insecureUser },
+		"buyers cannot authenticate: give --jwt-secret (SECKILL_JWT_SECRET), the JWT secret your login service signs their tokens with (in development only, --insecure-user-header instead)")
 	if err := f.parse(args); err != nil {
 		return err
 	}

@@ -17,10 +17,24 @@ type identityFlags struct {
 
 func (f *flags) identity() identityFlags {
 	return identityFlags{
-		secret:   f.String("jwt-secret", "", fmt.Sprintf("HS256 secret of the buyers' bearer tokens, at least %d bytes", api.MinSecretLen)),
+		secret:   f.secret("jwt-secret", fmt.Sprintf("HS256 secret of the buyers' bearer tokens, at least %d bytes", api.MinSecretLen)),
 		issuer:   f.String("jwt-issuer", "", "iss of the buyers' bearer tokens (none: not checked)"),
 		audience: f.String("jwt-audience", "", "aud the buyers' bearer tokens must name (none: not checked)"),
 	}
+}
+
+// secret is a string flag that, when given, must be at least api.MinSecretLen bytes: the check
+// names the flag, where api.Config.Validate can only name the setting.
+func (f *flags) secret(name, usage string) *string {
+	p := f.String(name, "", usage)
+	f.check(func() bool { return *p == "" || len(*p) >= api.MinSecretLen }, "--%s (%s): want at least %d bytes", name, envName(name), api.MinSecretLen)
+	return p
+}
+
+// notNegative checks that the flag name's value p is 0 or more.
+func notNegative[T int | float64](f *flags, name string, p *T) *T {
+	f.check(func() bool { return *p >= 0 }, "--%s: want 0 or more", name)
+	return p
 }
 
 // guardFlags are the api's identity and abuse settings, shared by api and dev.
@@ -47,14 +61,14 @@ func (f *flags) guards(dev bool) guardFlags {
 	return guardFlags{
 		identityFlags:  f.identity(),
 		insecureUser:   f.Bool("insecure-user-header", dev, insecureHelp),
-		userRate:       f.Float64("user-rate", 20, "requests a second per buyer, burst twice that (0: no limit)"),
-		ipRate:         f.Float64("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)"),
+		userRate:       notNegative(f, "user-rate", f.Float64("user-rate", 20, "requests a second per buyer, burst twice that (0: no limit)")),
+		ipRate:         notNegative(f, "ip-rate", f.Float64("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)")),
 		trustProxy:     f.Bool("trust-proxy-headers", false, "take the client address from X-Forwarded-For when the peer is a private address (behind a load balancer)"),
 		idempotencyTTL: f.duration("idempotency-ttl", 24*time.Hour, false, "how long an Idempotency-Key is remembered"),
 		streamsBuyer:   f.atLeast("max-streams-per-buyer", 4, 1, "order event streams one buyer may hold open"),
-		streamsAddr:    f.Int("max-streams-per-addr", 100, streamsAddrHelp),
-		streams:        f.Int("max-streams", 0, "order event streams open at once, below --max-conns: each holds a connection, and purchases need the others (0: 10,000, or half of --max-conns if less)"),
-		orderIDSecret:  f.String("order-id-secret", "", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
+		streamsAddr:    notNegative(f, "max-streams-per-addr", f.Int("max-streams-per-addr", 100, streamsAddrHelp)),
+		streams:        notNegative(f, "max-streams", f.Int("max-streams", 0, "order event streams open at once, below --max-conns: each holds a connection, and purchases need the others (0: 10,000, or half of --max-conns if less)")),
+		orderIDSecret:  f.secret("order-id-secret", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
 	}
 }
 
