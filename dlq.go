@@ -18,11 +18,12 @@ import (
 // runDLQ reads the dead-letter topic: what landed there, why, and what became of each order.
 func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	const help = "Usage: seckill dlq list|show|stats|redrive [flags]\n\n" +
-		"  list   one line per dead letter: where it came from, why, and the order's state now\n" +
-		"  show   one dead letter whole (seckill dlq show PARTITION/OFFSET)\n" +
-		"  stats  dead letters by reason\n" +
+		"  list     one line per dead letter: where it came from, why, and the order's state now\n" +
+		"  show     one dead letter whole (seckill dlq show PARTITION/OFFSET)\n" +
+		"  stats    dead letters by reason\n" +
 		"  redrive  send the dead letters the compensator could not read back to the consumer, once\n" +
-		"           they can be read (after an upgrade, or with --at P/O --file F): --dry-run first\n"
+		"           they can be read (after an upgrade, or with --at P/O --file F): --dry-run first\n" +
+		"\nseckill dlq <subcommand> --help lists its flags.\n"
 	switch {
 	case len(args) == 0:
 		return usagef("%s", help)
