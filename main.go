@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -115,6 +116,22 @@ func runsUntilStopped(args []string) bool {
 	return false
 }
 
+// unreachable says what to do when an operator command's server did not answer: the command
+// waits for nothing (only the roles wait), and a newcomer's first audit without --dev dials the
+// production defaults on 127.0.0.1.
+func unreachable(command string, err error) error {
+	switch command {
+	case "audit", "campaign", "compensate", "dlq", "migrate", "replay":
+	default:
+		return err
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		return err
+	}
+	return fmt.Errorf("%w: nothing answers there; start it, point --postgres-url, --redis-url and --kafka-brokers at yours, or give --dev to reach make run", err)
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) == 0:
@@ -145,7 +162,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil && runsUntilStopped(args):
 		return 0 // stopped while waiting for a dependency: a clean stop
 	case err != nil:
-		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], unreachable(args[0], err))
 		return 1
 	}
 	return 0
