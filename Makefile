@@ -46,7 +46,7 @@ services-up: ## start (installing if needed) Redis, PostgreSQL and Kafka for the
 services-down:
 	$(SERVICES) down
 
-# The issue's sizes (about six minutes on a 2-core machine); `make bench BENCH_FLAGS=--quick`
+# The issue's sizes (ten to twelve minutes on a 2-core machine); `make bench BENCH_FLAGS=--quick`
 # runs the set in a minute or two, BENCH_FLAGS=--scenarios=drain,row-at-a-time some of it.
 BENCH_FLAGS ?=
 .PHONY: bench
