@@ -163,6 +163,16 @@ func (f *flags) conn() conn {
 		}
 		return nil
 	})
+	// Kafka refuses a topic name of other characters, or longer than 249 (INVALID_TOPIC_EXCEPTION),
+	// and the api retried creating such topics for ever, as if Kafka were down.
+	f.after = append(f.after, func() error {
+		p := *c.topicPrefix
+		longest := 249 - len(events.NewTopics("").Requested)
+		if p == "" || len(p) > longest || strings.Trim(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != "" {
+			return usagef("--topic-prefix %q: want 1 to %d letters, digits, '.', '_' or '-' (what Kafka allows in a topic name)", p, longest)
+		}
+		return nil
+	})
 	// franz-go takes a broker it cannot read ("http://kafka:9092") for a host name and retries
 	// it for ever, as if Kafka were down.
 	f.after = append(f.after, func() error {

@@ -122,6 +122,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"consumer", "--metrics-addr", "127.0.0.1:99999"}, "", `--metrics-addr "127.0.0.1:99999": want host:port`},
 		{[]string{"compensator", "--metrics-addr", ""}, "", `--metrics-addr "": want host:port`},
 		{[]string{"dev", "--addr", "localhost"}, "", `--addr "localhost": want host:port`},
+		{[]string{"api", "--insecure-user-header", "--topic-prefix", "bad prefix!"}, "", `--topic-prefix "bad prefix!": want 1 to 232 letters, digits, '.', '_' or '-'`},
+		{[]string{"consumer", "--topic-prefix", ""}, "", `--topic-prefix "": want 1 to 232`},
 		{[]string{"replay", "--from", "yesterday"}, "", `replay: --from "yesterday": want an RFC 3339 time`},
 		{[]string{"api"}, "", "buyers cannot authenticate: give --jwt-secret (SECKILL_JWT_SECRET)"},
 		{[]string{"api", "--jwt-secret", "short"}, "", "--jwt-secret (SECKILL_JWT_SECRET): want at least 32 bytes"},
