@@ -29,7 +29,8 @@ Usage: seckill <command> [flags]     (seckill <command> --help for its flags)
 Roles (long-running; SIGTERM drains in-flight work):
   api          the HTTP API: reserve in Redis, produce OrderRequested
   consumer     persist OrderRequested events into PostgreSQL in batches
-  compensator  release what will not become an order: dead letters, expired reservations
+  compensator  release what will not become an order (dead letters, expired reservations,
+               unpaid orders past pay_by) and rebuild Redis after it lost data
   dev          all three in one process on embedded Kafka, Redis and SQLite (make run)
   demo         a small flash sale against a running dev, for the console to show (make demo)
 

@@ -165,7 +165,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 func runCompensator(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("compensator", "Release reservations that will not become orders: dead letters and expired reservations.", stdout)
+	f := newFlags("compensator", "Release reservations that will not become orders (dead letters, reservations past their\ndeadline, orders unpaid past their pay_by), and rebuild Redis from the store after it lost\ndata. Run two for a standby: one sweeps at a time, under a lease.", stdout)
 	c := f.conn()
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	sweep := f.duration("sweep-interval", 5*time.Second, false, "how often to look for reservations past their deadline")
