@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -194,6 +197,74 @@ func TestUnreachableSaysWhatToDo(t *testing.T) {
 				t.Errorf("exit %d (after its deadline: %v), stderr %q; want exit 1 at once with %q", code, ctx.Err() != nil, stderr.String(), want)
 			}
 		})
+	}
+}
+
+// TestTakenPortStopsAtOnce: a role whose port another process holds stops at once, saying which
+// flag to change. It used to wait for its servers first (for ever, while they are down) and
+// only then find the port taken; /healthz was not served while it waited either.
+func TestTakenPortStopsAtOnce(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	taken := held.Addr().String()
+	down := []string{"--postgres-url", "postgres://u:p@127.0.0.1:1/db", "--redis-url", "redis://127.0.0.1:1/0", "--kafka-brokers", "127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"api", "--insecure-user-header", "--addr", taken}, "--addr"},
+		{[]string{"api", "--insecure-user-header", "--addr", "127.0.0.1:0", "--metrics-addr", taken}, "--metrics-addr"},
+		{[]string{"consumer", "--metrics-addr", taken}, "--metrics-addr"},
+		{[]string{"compensator", "--metrics-addr", taken}, "--metrics-addr"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			code := run(ctx, append(tc.args, down...), &stdout, &stderr)
+			want := tc.flag + " " + taken
+			if code != 1 || ctx.Err() != nil || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "give another with "+tc.flag) {
+				t.Errorf("exit %d (after its deadline: %v), stderr %q; want exit 1 at once naming %q and saying to give another", code, ctx.Err() != nil, stderr.String(), want)
+			}
+		})
+	}
+}
+
+// TestOpsAnswerWhileTheRoleWaits: a role waiting for its servers serves /healthz (it is alive:
+// a liveness probe that restarts it gains nothing, it would wait again) and answers /readyz
+// 503 saying why. Nothing listened on --metrics-addr until every server had answered.
+func TestOpsAnswerWhileTheRoleWaits(t *testing.T) {
+	ops := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"consumer", "--metrics-addr", ops, "--postgres-url", "postgres://u:p@127.0.0.1:1/db",
+			"--redis-url", "redis://127.0.0.1:1/0", "--kafka-brokers", "127.0.0.1:1"}, io.Discard, io.Discard)
+	}()
+	defer func() { cancel(); <-exited }()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + ops + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	code, body := get("/healthz")
+	for code != http.StatusOK && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		code, body = get("/healthz")
+	}
+	if code != http.StatusOK {
+		t.Fatalf("/healthz of a consumer waiting for its servers: %d %s, want 200", code, body)
+	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for the store, Redis and Kafka") {
+		t.Errorf("/readyz: %d %q, want 503 saying what it waits for", code, body)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +40,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := newLogger(*logFormat, os.Stderr)
-	cfg := api.Config{Addr: *addr, Topics: events.NewTopics(events.DefaultPrefix), ReservationTTL: *ttl, Logger: log}
+	cfg := api.Config{Topics: events.NewTopics(events.DefaultPrefix), ReservationTTL: *ttl, Logger: log}
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
@@ -133,12 +132,12 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	srv := api.New(cfg, st, r, producer)
 	defer srv.Close()
 
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := listen("addr", *addr)
 	if errors.Is(err, syscall.EADDRINUSE) {
-		return fmt.Errorf("listen %s: %w: another process has the port; give another with --addr (make run: SECKILL_ADDR=127.0.0.1:8081 make run)", *addr, err)
+		return fmt.Errorf("%w (make run: SECKILL_ADDR=127.0.0.1:8081 make run)", err)
 	}
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", *addr, err)
+		return err
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -37,7 +37,7 @@ func TestOpsServerLetsNoConnectionHang(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := opsServer("", http.NotFoundHandler())
+				srv := opsServer(http.NotFoundHandler())
 				ln := newPipeListener()
 				served := make(chan error, 1)
 				go func() { served <- srv.Serve(ln) }()

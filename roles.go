@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/lib/pq"
@@ -112,10 +115,20 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log := c.logger(os.Stderr)
 	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "payment_token_set", *paymentToken != "", "reservation_ttl", *ttl, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
-	cfg := api.Config{Addr: *addr, DrainDelay: *drainDelay, AdminToken: *adminToken, PaymentToken: *paymentToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
+	cfg := api.Config{DrainDelay: *drainDelay, AdminToken: *adminToken, PaymentToken: *paymentToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
 	}
+	ln, err := listen("addr", *addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	o, err := startOps("metrics-addr", *metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer o.srv.Close()
 	d, err := c.openWaiting(ctx, log)
 	if err != nil {
 		return err
@@ -136,7 +149,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	defer srv.Close()
 	// The operators' port answers /readyz as the public one does (the store is reported, not
 	// required; 503 while draining): a load balancer pointed at either sees one readiness.
-	return runWithOps(ctx, *metricsAddr, log, srv.Handler(), srv.Run)
+	return runWithOps(ctx, o, log, srv.Handler(), func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 }
 
 func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
@@ -151,6 +164,11 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log := c.logger(os.Stderr)
 	c.logStart(log, "consumer", "batch_size", *batch, "max_rate", *maxRate, "session_timeout", *session, "metrics_addr", *metricsAddr)
+	o, err := startOps("metrics-addr", *metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer o.srv.Close()
 	d, err := c.openWaiting(ctx, log)
 	if err != nil {
 		return err
@@ -161,7 +179,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer cons.Close()
-	return runWithOps(ctx, *metricsAddr, log, depsReady(d, cons.Ping, log), cons.Run)
+	return runWithOps(ctx, o, log, depsReady(d, cons.Ping, log), cons.Run)
 }
 
 func runCompensator(ctx context.Context, args []string, stdout io.Writer) error {
@@ -176,6 +194,11 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	log := c.logger(os.Stderr)
 	c.logStart(log, "compensator", "sweep_interval", *sweep, "retention", *retention, "metrics_addr", *metricsAddr)
+	o, err := startOps("metrics-addr", *metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer o.srv.Close()
 	d, err := c.openWaiting(ctx, log)
 	if err != nil {
 		return err
@@ -186,21 +209,62 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	defer comp.Close()
-	return runWithOps(ctx, *metricsAddr, log, depsReady(d, comp.Ping, log), comp.Run)
+	return runWithOps(ctx, o, log, depsReady(d, comp.Ping, log), comp.Run)
 }
 
-// runWithOps runs a role beside a small server of /healthz, /readyz (ready) and /metrics.
-func runWithOps(ctx context.Context, addr string, log *slog.Logger, ready http.Handler, role func(context.Context) error) error {
-	srv := opsServer(addr, ready)
+// listen binds the address of flag (--addr, --metrics-addr) at a role's start, before it waits
+// for its servers: a port another process holds stops it at once. It used to wait for
+// PostgreSQL, Redis and Kafka first, for ever while they were down, and only then fail.
+func listen(flag, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("--%s %s: %w: another process has the port; give another with --%s", flag, addr, err, flag)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--%s %s: %w", flag, addr, err)
+	}
+	return ln, nil
+}
+
+// ops is a role's server of /healthz, /readyz and /metrics, serving from the role's start.
+// While the role waits for its servers, /healthz answers (the process is alive, and a restart
+// would only wait again) and /readyz answers 503; runWithOps then hands /readyz to the role.
+type ops struct {
+	srv    *http.Server
+	ready  atomic.Pointer[http.Handler]
+	served chan error
+}
+
+// startOps listens on the address of flag and serves on it.
+func startOps(flag, addr string) (*ops, error) {
+	ln, err := listen(flag, addr)
+	if err != nil {
+		return nil, err
+	}
+	o := &ops{served: make(chan error, 1)}
+	o.srv = opsServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := o.ready.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "starting: waiting for the store, Redis and Kafka", http.StatusServiceUnavailable)
+	}))
+	go func() { o.served <- o.srv.Serve(ln) }()
+	return o, nil
+}
+
+// runWithOps runs a role beside its ops server, which answers /readyz with ready from now on.
+func runWithOps(ctx context.Context, o *ops, log *slog.Logger, ready http.Handler, role func(context.Context) error) error {
+	o.ready.Store(&ready)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := srv.ListenAndServe(); err != http.ErrServerClosed {
-			return fmt.Errorf("ops server %s: %w", addr, err)
+		if err := <-o.served; err != http.ErrServerClosed {
+			return fmt.Errorf("ops server: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
-		defer srv.Close()
+		defer o.srv.Close()
 		return role(gctx)
 	})
 	err := g.Wait()
@@ -212,15 +276,15 @@ func runWithOps(ctx context.Context, addr string, log *slog.Logger, ready http.H
 	return err
 }
 
-// opsServer is the server of /healthz, /readyz (ready) and /metrics on addr. Its timeouts
-// are the public server's: it shares the process's open files with it, and a connection left
-// idle, or a body that never comes, would hold one for good.
-func opsServer(addr string, ready http.Handler) *http.Server {
+// opsServer is the server of /healthz, /readyz (ready) and /metrics. Its timeouts are the
+// public server's: it shares the process's open files with it, and a connection left idle, or
+// a body that never comes, would hold one for good.
+func opsServer(ready http.Handler) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	mux.Handle("GET /readyz", ready)
-	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		IdleTimeout: 90 * time.Second}
 }
 

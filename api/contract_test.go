@@ -67,12 +67,14 @@ func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 		InsecureUserHeader: true, JWTSecret: []byte(testSecret), JWTIssuer: testIssuer,
 		Logger: slog.New(slog.DiscardHandler),
 	}
-	producerBrokers := h.brokers
 	for _, o := range options {
 		o(&h.cfg)
 	}
-	if h.cfg.Addr == deadKafka { // the option's mark: produce to a broker that is not there
-		producerBrokers, h.cfg.Addr = []string{"127.0.0.1:1"}, ""
+	// The producer's brokers are the config's, which an option may point where nothing answers;
+	// an option that takes them away leaves the api without a reader, and it produces to ours.
+	producerBrokers := h.cfg.Brokers
+	if len(producerBrokers) == 0 {
+		producerBrokers = h.brokers
 	}
 	h.srv = api.New(h.cfg, h.store, h.redis, newProducer(t, producerBrokers))
 	t.Cleanup(h.srv.Close)
@@ -89,9 +91,6 @@ func newProducer(t *testing.T, brokers []string) *kgo.Client {
 	t.Cleanup(producer.Close)
 	return producer
 }
-
-// deadKafka, as Config.Addr in a harness option, makes every produce fail.
-const deadKafka = "dead-kafka"
 
 // commandCounter is a go-redis hook that counts commands.
 type commandCounter struct{ n atomic.Int64 }

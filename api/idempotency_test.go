@@ -176,7 +176,7 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 func TestIdempotencyKeyWhenKafkaFails(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) { c.Addr, c.ProduceTimeout = deadKafka, 300*time.Millisecond })
+	h := newHarness(t, func(c *api.Config) { c.Brokers, c.ProduceTimeout = []string{"127.0.0.1:1"}, 300*time.Millisecond })
 	h.createCampaign(t, `{"id": "ikf", "name": "No Kafka", "stock": 5, "per_user_limit": 5}`)
 	first := h.serve(t, keyed("ikf", "alice", "k-1", `{"quantity": 2}`))
 	if first.Code != http.StatusServiceUnavailable {

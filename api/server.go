@@ -25,8 +25,6 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Addr is the listen address. Default: ":8080".
-	Addr string
 	// AdminToken is the bearer token of the admin endpoints, at least MinSecretLen bytes; empty
 	// denies them all.
 	AdminToken string
@@ -140,9 +138,6 @@ func (c Config) Validate() error {
 }
 
 func (c *Config) setDefaults() {
-	if c.Addr == "" {
-		c.Addr = ":8080"
-	}
 	if c.IdempotencyTTL <= 0 {
 		c.IdempotencyTTL = 24 * time.Hour
 	}
@@ -357,17 +352,9 @@ func (s *Server) Routes() []string {
 	return out
 }
 
-// Run serves on cfg.Addr until ctx is canceled, then stops accepting connections and waits for
-// in-flight requests to finish (at most ShutdownTimeout).
-func (s *Server) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("api: listen %s: %w", s.cfg.Addr, err)
-	}
-	return s.Serve(ctx, ln)
-}
-
-// Serve is Run on a listener of the caller's.
+// Serve serves on ln until ctx is canceled, then stops accepting connections and waits for
+// in-flight requests to finish (at most ShutdownTimeout). The caller binds ln: a role binds its
+// ports before it waits for its servers, so a taken port stops it at once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.echo,
