@@ -126,7 +126,10 @@ func TestLimiterBuckets(t *testing.T) {
 // TestSoldOutFlag checks that buyers of a sold-out campaign are refused without a Redis
 // command, and that the campaign sells again once stock comes back.
 func TestSoldOutFlag(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) { c.SoldOutTTL = 200 * time.Millisecond })
+	// The flag must outlast bob's refusal and the 51 requests after it, which took over 200 ms
+	// on a loaded machine (-cpu 1): the flag lapsed mid-way and a buyer cost a Redis command.
+	const ttl = time.Second
+	h := newHarness(t, func(c *api.Config) { c.SoldOutTTL = ttl })
 	h.createCampaign(t, `{"id": "so", "name": "Few", "stock": 2, "per_user_limit": 2}`)
 	first := h.buy(t, "so", "alice", 2)
 	h.fail(t, request("POST", "/v1/campaigns/so/purchases", `{"quantity": 1}`, user("bob")...), 409, events.SoldOut)
@@ -153,7 +156,7 @@ func TestSoldOutFlag(t *testing.T) {
 	if _, err := h.redis.Release(context.Background(), first); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(ttl + 50*time.Millisecond)
 	h.buy(t, "so", "dave", 1)
 
 	// Units released by this process are on sale at once.
