@@ -352,7 +352,11 @@ func TestRebuild(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	comp := e.compensator(t, compensator.Config{GuardInterval: 50 * time.Millisecond, RebuildGrace: 300 * time.Millisecond, SweepInterval: time.Hour})
+	comp := e.compensator(t, compensator.Config{GuardInterval: 50 * time.Millisecond, RebuildGrace: time.Millisecond, SweepInterval: time.Hour})
+	// The rebuild waits after its freeze, before its restore, until the test has tried to buy:
+	// a test that polled for the frozen sale saw it only if a poll fell in the rebuild's grace.
+	frozen := newStall(make(chan struct{}))
+	compensator.SetSnapshots(comp, stallingSnapshots{Snapshotter: e.st, stall: frozen})
 	done := make(chan struct{})
 	go func() { defer close(done); comp.Run(ctx) }()
 	defer func() { cancel(); <-done }()
@@ -372,7 +376,15 @@ func TestRebuild(t *testing.T) {
 		_, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Hour)
 		return err
 	}
-	waitFor("purchases are refused as unavailable while frozen", func() bool { return events.ErrorCode(buy()) == events.Unavailable })
+	select {
+	case <-frozen.held:
+	case <-time.After(time.Minute): // not a measurement: a hang guard
+		t.Fatal("the guard never rebuilt the lost campaign")
+	}
+	if err := buy(); events.ErrorCode(err) != events.Unavailable {
+		t.Errorf("a purchase while the campaign is frozen for its rebuild: %v, want unavailable", err)
+	}
+	close(frozen.resume)
 	waitFor("the campaign is back on sale", func() bool { return buy() == nil })
 
 	// Confirmed: orders 0, 1 (2 and 3 were refunded). The pending ones 8..11 were lost with
