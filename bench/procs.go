@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -71,9 +72,11 @@ type Proc struct {
 	Name string
 	Log  string    // its stdout and stderr
 	Born time.Time // when it was started
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	// logAt is the size of Log when it was started: what this process wrote lies past it.
+	logAt int64
+	cmd   *exec.Cmd
+	done  chan struct{}
+	err   error
 }
 
 // Start starts bin with args and env added to this process's environment, its output appended
@@ -86,6 +89,11 @@ func Start(bin, name, logDir string, env []string, args ...string) (*Proc, error
 	if err != nil {
 		return nil, err
 	}
+	logAt, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -94,7 +102,7 @@ func Start(bin, name, logDir string, env []string, args ...string) (*Proc, error
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, Log: logPath, Born: time.Now(), cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Log: logPath, Born: time.Now(), logAt: logAt, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		f.Close()
@@ -144,12 +152,14 @@ func (p *Proc) Stop(grace time.Duration) error {
 		return nil
 	}
 	// A process started a moment ago may not have reached main, where the role catches SIGTERM:
-	// the signal's default action would end it, which says nothing of the role.
+	// the signal's default action would end it, which says nothing of the role. The wait makes
+	// that rare; a loaded machine took over 200 ms to reach main, so such a death is told apart
+	// below as well.
 	time.Sleep(time.Until(p.Born.Add(200 * time.Millisecond)))
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-		if p.err != nil {
+		if p.err != nil && !p.diedBeforeItStarted() {
 			return fmt.Errorf("%s exited after SIGTERM: %w\n%s", p.Name, p.err, p.Tail(20))
 		}
 		return nil
@@ -158,6 +168,18 @@ func (p *Proc) Stop(grace time.Duration) error {
 		<-p.done
 		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed\n%s", p.Name, grace, p.Tail(20))
 	}
+}
+
+// diedBeforeItStarted reports whether SIGTERM ended the process before it wrote a line of its
+// log. A role catches SIGTERM from the start of main, before its first line: one the signal
+// ended had not got that far, and had done nothing to drain.
+func (p *Proc) diedBeforeItStarted() bool {
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		return false
+	}
+	fi, err := os.Stat(p.Log)
+	return err == nil && fi.Size() == p.logAt
 }
 
 // Tail returns the last n lines of the process's log.
