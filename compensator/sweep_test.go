@@ -236,3 +236,27 @@ func TestSweeperLeaseEndedSaysWhy(t *testing.T) {
 		t.Fatal("no warning that the sweeper's lease ended")
 	}
 }
+
+// TestSweepConfirmsWhatTheConsumerStored: the consumer stores an order, then confirms its
+// reservation in Redis in a second step that may fail (not fatal: the sweeper confirms it). At
+// the deadline the sweeper finds the reservation pending and the store's row confirmed: the
+// consumer won, and the units are the order's for good. Released instead, they would go back on
+// sale while the store holds them: sold twice. TestResolversRace reaches this case only when a
+// Fail lands between the consumer's two steps, which it seldom does.
+func TestSweepConfirmsWhatTheConsumerStored(t *testing.T) {
+	e := newEnv(t, 10, 3)
+	evs := e.reserve(t, 2, time.Millisecond)
+	if _, err := e.st.ConfirmOrders(e.ctx, evs[:1]); err != nil { // the consumer's store step only
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past their deadlines
+	if _, err := e.compensator(t, compensator.Config{}).SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	if states := e.check(t, evs); states[events.Confirmed] != 1 || states[events.Failed] != 1 {
+		t.Errorf("after the sweep: %v; want the stored order confirmed, the other failed", states)
+	}
+	if rep, out := e.audit(t); !rep.OK() {
+		t.Errorf("audit after the sweep:\n%s", out)
+	}
+}
