@@ -244,6 +244,13 @@ func (a *Auditor) auditCampaign(ctx context.Context, c store.Campaign) (Campaign
 			storeOver = append(storeOver, fmt.Sprintf("%s has %d confirmed in the store, purchases says %d", u, n, holdings[u]))
 		}
 	}
+	// A total without a confirmed order: a refund or an expiry that did not take its units off
+	// the buyer's total, which then refuses them units they may buy.
+	for u, n := range holdings {
+		if _, ok := storeByUser[u]; !ok {
+			storeOver = append(storeOver, fmt.Sprintf("%s counted %d in purchases without a confirmed order", u, n))
+		}
+	}
 	over = append(over, storeOver...)
 
 	var checks []Check

@@ -234,6 +234,34 @@ func TestAuditConfirmedWithoutARecord(t *testing.T) {
 	}
 }
 
+// TestAuditBuyerWhoseOrdersAllGaveBack: a refund or an expiry takes the order's units off its
+// buyer's total in the store (purchases), which the store's limit check reads. A buyer whose
+// every order gave its units back holds nothing there: a total left behind refuses them units
+// they may buy, and I3 compared the totals of buyers with a confirmed order only.
+func TestAuditBuyerWhoseOrdersAllGaveBack(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Hour)
+	c := e.compensator(t, compensator.Config{})
+	evs := e.reserve(t, 3, time.Hour) // one buyer each
+	e.confirm(t, evs)
+	if _, err := c.Compensate(e.ctx, evs[0].OrderID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Expire(e.ctx, evs[1].OrderID, time.Now().Add(2*time.Hour)); err != nil { // unpaid past its window
+		t.Fatal(err)
+	}
+	if rep, out := e.audit(t); !rep.OK() {
+		t.Errorf("audit after a refund and an expiry:\n%s", out)
+	}
+	db := e.st.DB()
+	if _, err := db.ExecContext(e.ctx, db.Rebind(`UPDATE purchases SET bought = 1 WHERE campaign_id = ? AND user_id = ?`),
+		e.campaign, evs[0].UserID); err != nil {
+		t.Fatal(err)
+	}
+	if rep, out := e.audit(t); rep.OK() || !strings.Contains(out, evs[0].UserID+" counted 1") {
+		t.Errorf("audit with a total the store kept for %s, whose order was refunded, want I3 to name them:\n%s", evs[0].UserID, out)
+	}
+}
+
 // raceAudit is the store with another process's step landing between the audit's read of
 // Redis and its read of the store.
 type raceAudit struct {
