@@ -260,3 +260,35 @@ func TestSweepConfirmsWhatTheConsumerStored(t *testing.T) {
 		t.Errorf("audit after the sweep:\n%s", out)
 	}
 }
+
+// TestSweepExpiresUnpaidOrders: an order not paid within its campaign's window expires at the
+// first sweep past its pay_by, its units back on sale (I6); one paid in time stays paid. Beside
+// this, only the fault test TestPaymentWindowSale sweeps past a pay_by.
+func TestSweepExpiresUnpaidOrders(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Second)
+	c := e.compensator(t, compensator.Config{})
+	evs := e.reserve(t, 2, time.Hour)
+	e.confirm(t, evs)
+	if _, err := c.Pay(e.ctx, evs[0].OrderID, "pay-"+evs[0].OrderID); err != nil {
+		t.Fatal(err)
+	}
+	unpaid, err := e.st.Order(e.ctx, evs[1].OrderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(time.UnixMilli(unpaid.PayByMs + 10)))
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []events.Status{events.Paid, events.Expired} {
+		if o, err := e.st.Order(e.ctx, evs[i].OrderID); err != nil || o.Status != want {
+			t.Errorf("order %d after the sweep past its pay_by: %s %v, want %s", i, o.Status, err, want)
+		}
+	}
+	if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != e.stock-int64(evs[0].Quantity) {
+		t.Errorf("remaining %d (%v), want the stock but the paid order's %d units", left, err, evs[0].Quantity)
+	}
+	if rep, out := e.audit(t); !rep.OK() {
+		t.Errorf("audit after the sweep:\n%s", out)
+	}
+}
