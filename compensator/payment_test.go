@@ -10,6 +10,7 @@ import (
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 )
 
 // recordingProducer is Kafka taking every record, or refusing each with refuse when it is set;
@@ -101,6 +102,37 @@ func TestRefundNamesThePayment(t *testing.T) {
 		}
 		if refunds[0].PaymentID != want {
 			t.Errorf("OrderRefunded of %s carries payment id %q, want %q", id, refunds[0].PaymentID, want)
+		}
+	}
+}
+
+// TestExpiryOfAnOrderEndedMeanwhile: the sweeper lists the orders past their pay_by, then
+// expires them one by one; an order paid (the api's clock behind the sweeper's) or refunded in
+// between is returned as it is by the store, and its expiry must stop there. Carried on into
+// Redis, it would give back the units of an order the store holds paid (sold twice), or end a
+// refunded one's reservation as expired.
+func TestExpiryOfAnOrderEndedMeanwhile(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Hour)
+	evs := e.reserve(t, 2, time.Hour)
+	e.confirm(t, evs)
+	kafka := &recordingProducer{}
+	r := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: kafka, Results: e.topics.Results}
+	if _, err := r.Pay(e.ctx, evs[0].OrderID, "pay-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.RefundOrder(e.ctx, evs[1].OrderID); err != nil { // its redis step not run yet
+		t.Fatal(err)
+	}
+	for i, want := range []events.Status{events.Paid, events.Refunded} {
+		id := evs[i].OrderID
+		if o, err := r.Expire(e.ctx, id, time.Now().Add(2*time.Hour)); err != nil || o.Status != want {
+			t.Errorf("expire order %d: %+v %v, want it %s as it was", i, o, err, want)
+		}
+		if res, err := e.r.Reservation(e.ctx, id); err != nil || res.State != lua.StateConfirmed {
+			t.Errorf("order %d's reservation after its expiry: %+v %v, want it confirmed still", i, res, err)
+		}
+		if n := kafka.announced(events.OrderExpired, id); n != 0 {
+			t.Errorf("order %d announced expired %d times", i, n)
 		}
 	}
 }
