@@ -48,11 +48,7 @@ func TestDLQReadsWhileRedisIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, brokers)
 	letter := events.DeadLetter(topics.DLQ, src, events.ReasonStoreSoldOut)
 	if err := cl.ProduceSync(context.Background(), letter).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -85,11 +81,7 @@ func TestDLQReadsWhileRedisIsDown(t *testing.T) {
 func TestDLQStatsCountsPoisonAsOneReason(t *testing.T) {
 	brokers := kafkatest.Fake(t)
 	topics := kafkatest.Topics(t, brokers)
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, brokers)
 	var letters []*kgo.Record
 	for _, reason := range []string{events.ReasonPoison + ": event 1: quantity 0: want 1 to 1099511627776",
 		events.ReasonPoison + ": event 2: quantity -1: want 1 to 1099511627776", events.ReasonStoreSoldOut} {

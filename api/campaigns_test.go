@@ -13,6 +13,7 @@ import (
 
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
@@ -241,7 +242,7 @@ func (s lostChangeAnswer) ChangeCampaign(ctx context.Context, id string, change 
 func TestAddStockWithItsAnswerLostSaysNotToAddAgain(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "lost", "name": "Lost answer", "stock": 4, "per_user_limit": 2}`)
-	srv := h.replica(t, lostChangeAnswer{h.store}, h.redis, newProducer(t, h.brokers))
+	srv := h.replica(t, lostChangeAnswer{h.store}, h.redis, kafkatest.Client(t, h.brokers))
 	rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/admin/campaigns/lost/stock", `{"add": 2}`, h.bearer()...))
 	c, err := h.store.Campaign(context.Background(), "lost")
 	if err != nil || c.Stock != 6 {
@@ -272,7 +273,7 @@ func TestCancelWhoseOrdersAreLeftSaysToRunItAgain(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "cx", "name": "Cancel", "stock": 4, "per_user_limit": 2}`)
 	order := h.buy(t, "cx", "ann", 1)
-	srv := h.replica(t, h.store, redisDownForControls{h.redis}, newProducer(t, h.brokers))
+	srv := h.replica(t, h.store, redisDownForControls{h.redis}, kafkatest.Client(t, h.brokers))
 	rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/admin/campaigns/cx/cancel", "", h.bearer()...))
 	if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, "run this again") {
 		t.Errorf("a cancel whose orders were left answered %d %s; want 503 saying to run it again", rec.Code, strings.TrimSpace(body))
@@ -328,7 +329,7 @@ func (paidUnitsDown) PaidUnits(context.Context, string) (int64, error) {
 func TestAddStockWhoseViewFailsSaysItWasMade(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "vf", "name": "View fails", "stock": 4, "per_user_limit": 2, "payment_window_seconds": 60}`)
-	srv := h.replica(t, paidUnitsDown{h.store}, h.redis, newProducer(t, h.brokers))
+	srv := h.replica(t, paidUnitsDown{h.store}, h.redis, kafkatest.Client(t, h.brokers))
 	rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/admin/campaigns/vf/stock", `{"add": 2}`, h.bearer()...))
 	if got := h.remaining(t, "vf"); got != 6 {
 		t.Fatalf("remaining %d, want the 2 units added", got)

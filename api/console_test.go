@@ -19,6 +19,7 @@ import (
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
@@ -105,7 +106,7 @@ func (c *countingStore) UnitsByStatus(ctx context.Context, campaigns []string) (
 func TestConsoleQueriesOncePerSecond(t *testing.T) {
 	h := newHarness(t)
 	st := &countingStore{Store: h.store}
-	srv := api.New(h.cfg, st, h.redis, newProducer(t, h.brokers))
+	srv := api.New(h.cfg, st, h.redis, kafkatest.Client(t, h.brokers))
 	defer srv.Close()
 	web := httptest.NewServer(srv.Handler())
 	defer web.Close()
@@ -350,7 +351,7 @@ func TestConsoleSaysWhatCannotBeRead(t *testing.T) {
 // firstSnapshot is the first console snapshot of an api of h's on st and r.
 func firstSnapshot(t *testing.T, h *harness, st api.Store, r api.Redis) api.ConsoleSnapshot {
 	t.Helper()
-	srv := api.New(h.cfg, st, r, newProducer(t, h.brokers))
+	srv := api.New(h.cfg, st, r, kafkatest.Client(t, h.brokers))
 	defer srv.Close()
 	web := httptest.NewServer(srv.Handler())
 	defer web.Close()

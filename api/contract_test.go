@@ -76,20 +76,9 @@ func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 	if len(producerBrokers) == 0 {
 		producerBrokers = h.brokers
 	}
-	h.srv = api.New(h.cfg, h.store, h.redis, newProducer(t, producerBrokers))
+	h.srv = api.New(h.cfg, h.store, h.redis, kafkatest.Client(t, producerBrokers))
 	t.Cleanup(h.srv.Close)
 	return h
-}
-
-// newProducer returns a producer to brokers, closed when the test ends.
-func newProducer(t *testing.T, brokers []string) *kgo.Client {
-	t.Helper()
-	producer, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(producer.Close)
-	return producer
 }
 
 // commandCounter is a go-redis hook that counts commands.
@@ -541,7 +530,7 @@ func TestReadyWhileTheStoreHangs(t *testing.T) {
 	// Redis answers readyz's ping only once the store's ping hangs, so an api that asked
 	// Redis first would wait for the store as much as one that asked the store first.
 	h.redis.Client().AddHook(pingAfter{entered})
-	srv := api.New(h.cfg, hangingStore{h.store, entered}, h.redis, newProducer(t, h.brokers))
+	srv := api.New(h.cfg, hangingStore{h.store, entered}, h.redis, kafkatest.Client(t, h.brokers))
 	t.Cleanup(srv.Close)
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, request("GET", "/readyz", ""))

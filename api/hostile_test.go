@@ -25,6 +25,7 @@ import (
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/store"
 )
 
@@ -212,7 +213,7 @@ func TestCreateCampaignNeverHalfway(t *testing.T) {
 	t.Run("redis loads it and the answer is lost", func(t *testing.T) {
 		h := newHarness(t)
 		answering := h.srv
-		h.srv = api.New(h.cfg, h.store, lostLoadAnswer{h.redis}, newProducer(t, h.brokers))
+		h.srv = api.New(h.cfg, h.store, lostLoadAnswer{h.redis}, kafkatest.Client(t, h.brokers))
 		t.Cleanup(h.srv.Close)
 		body := `{"id":"lost","name":"Lost answer","stock":5,"per_user_limit":1}`
 		h.createdNotOnSale(t, body, "lost")
@@ -437,7 +438,7 @@ func TestCreateCampaignWithoutAnIDSaysWhichToRetry(t *testing.T) {
 				h.mr.Close()
 			}
 			if tc.lostStore {
-				srv = h.replica(t, lostCreateAnswer{h.store}, h.redis, newProducer(t, h.brokers))
+				srv = h.replica(t, lostCreateAnswer{h.store}, h.redis, kafkatest.Client(t, h.brokers))
 			}
 			rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/campaigns", body, h.bearer()...))
 			stored, err := h.store.Campaigns(context.Background())

@@ -16,6 +16,7 @@ import (
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
@@ -79,7 +80,7 @@ func (h *harness) replica(t *testing.T, st api.Store, r api.Redis, p api.Produce
 func TestKeyedRetryOfAnOrderFailedInTheStore(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "rf", "name": "Release fails", "stock": 5, "per_user_limit": 5}`)
-	p := &flakyProducer{Producer: newProducer(t, h.brokers)}
+	p := &flakyProducer{Producer: kafkatest.Client(t, h.brokers)}
 	rd := &flakyRedis{Redis: h.redis}
 	p.fail.Store(true)
 	rd.failRelease.Store(true)
@@ -116,7 +117,7 @@ func TestKeyedRetryOfAnOrderFailedInTheStore(t *testing.T) {
 func TestKeyedRetryOfAnUnsettledOrderWhileSoldOut(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "so", "name": "Sold out", "stock": 1, "per_user_limit": 1}`)
-	p := &flakyProducer{Producer: newProducer(t, h.brokers)}
+	p := &flakyProducer{Producer: kafkatest.Client(t, h.brokers)}
 	p.fail.Store(true)
 	p.deliver.Store(true)
 	first := apitest.Serve(t, h.spec, h.replica(t, downStore{h.store}, h.redis, p).Handler(), keyed("so", "alice", "k-1", `{"quantity": 1}`))
@@ -125,7 +126,7 @@ func TestKeyedRetryOfAnUnsettledOrderWhileSoldOut(t *testing.T) {
 	}
 	id := api.KeyedOrderID(h.srv, "so", "alice", "k-1")
 
-	other := h.replica(t, h.store, h.redis, newProducer(t, h.brokers))
+	other := h.replica(t, h.store, h.redis, kafkatest.Client(t, h.brokers))
 	bob := apitest.Serve(t, h.spec, other.Handler(), request("POST", "/v1/campaigns/so/purchases", `{"quantity": 1}`, user("bob")...))
 	if bob.Code != http.StatusConflict {
 		t.Fatalf("bob: %d %s", bob.Code, bob.Body)
@@ -152,7 +153,7 @@ func TestKeyedRetryOfAnUnsettledOrderWhileSoldOut(t *testing.T) {
 func TestKeyedRetryOfACancelledOrderAfterRedisLoss(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "rl", "name": "Redis lost", "stock": 5, "per_user_limit": 5}`)
-	p := &flakyProducer{Producer: newProducer(t, h.brokers)}
+	p := &flakyProducer{Producer: kafkatest.Client(t, h.brokers)}
 	p.fail.Store(true)
 	first := apitest.Serve(t, h.spec, h.replica(t, h.store, h.redis, p).Handler(), keyed("rl", "alice", "k-1", `{"quantity": 2}`))
 	if first.Code != http.StatusServiceUnavailable || !strings.Contains(first.Body.String(), "was cancelled") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 )
 
@@ -213,7 +214,7 @@ func TestSoldOutFlagRacingAGiveBack(t *testing.T) {
 	h := newHarness(t, func(c *api.Config) { c.SoldOutTTL, c.Brokers = time.Hour, nil })
 	h.createCampaign(t, `{"id": "race", "name": "Race", "stock": 1, "per_user_limit": 1}`)
 	r := &heldRefusals{Redis: h.redis, refused: make(chan struct{}, 1), answer: make(chan struct{})}
-	srv := h.replica(t, h.store, r, newProducer(t, h.brokers))
+	srv := h.replica(t, h.store, r, kafkatest.Client(t, h.brokers))
 	serve := func(req *http.Request) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, req)

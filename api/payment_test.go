@@ -14,6 +14,7 @@ import (
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/store"
 )
 
@@ -90,7 +91,7 @@ func TestPaymentContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.fail(t, pay(late, "p-4", payer...), http.StatusConflict, events.PaymentWindowClosed)
-	r := &compensator.Resolver{Store: h.store, Redis: h.redis, Producer: newProducer(t, h.brokers), Results: h.topics.Results}
+	r := &compensator.Resolver{Store: h.store, Redis: h.redis, Producer: kafkatest.Client(t, h.brokers), Results: h.topics.Results}
 	o, err := r.Expire(context.Background(), late, time.Now())
 	if err != nil || o.Status != events.Expired {
 		t.Fatalf("expire: %+v %v", o, err)
@@ -154,7 +155,7 @@ func TestPaymentAnnouncedWhenThePayerHangsUp(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := &ackedProducer{Producer: newProducer(t, h.brokers)}
+	p := &ackedProducer{Producer: kafkatest.Client(t, h.brokers)}
 	srv := h.replica(t, hangUpAfterPay{Store: h.store, hangUp: cancel}, h.redis, p)
 	req := request("POST", "/v1/admin/orders/"+id+"/payment", `{"payment_id": "p-1"}`, h.bearer()...)
 	srv.Handler().ServeHTTP(httptest.NewRecorder(), req.WithContext(ctx))

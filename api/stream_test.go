@@ -23,6 +23,7 @@ import (
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
@@ -160,7 +161,7 @@ func TestOrderEvents(t *testing.T) {
 		if _, err := h.store.DB().Exec(`UPDATE orders SET pay_by_ms = ? WHERE order_id = ?`, time.Now().Add(-time.Second).UnixMilli(), unpaid); err != nil {
 			t.Fatal(err)
 		}
-		r := &compensator.Resolver{Store: h.store, Redis: h.redis, Producer: newProducer(t, h.brokers), Results: h.topics.Results}
+		r := &compensator.Resolver{Store: h.store, Redis: h.redis, Producer: kafkatest.Client(t, h.brokers), Results: h.topics.Results}
 		if _, err := r.Expire(ctx, unpaid, time.Now()); err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +443,7 @@ func TestOrderStreamCapPerAddress(t *testing.T) {
 func TestUnitsGivenBackReachEveryAPI(t *testing.T) {
 	h := newHarness(t, func(c *api.Config) { c.SoldOutTTL = time.Hour })
 	h.createCampaign(t, `{"id": "back", "name": "Back", "stock": 1, "per_user_limit": 1}`)
-	other := api.New(h.cfg, h.store, h.redis, newProducer(t, h.brokers))
+	other := api.New(h.cfg, h.store, h.redis, kafkatest.Client(t, h.brokers))
 	t.Cleanup(other.Close)
 	order := h.buy(t, "back", "alice", 1)
 	buyAtOther := func() int {
@@ -486,7 +487,7 @@ func TestOrderStreamHearsOfChangesBeforeItsReaderFindsTheTopicsEnd(t *testing.T)
 	})
 	cfg := h.cfg
 	cfg.Brokers = h.brokers
-	reader := api.New(cfg, h.store, h.redis, newProducer(t, h.brokers))
+	reader := api.New(cfg, h.store, h.redis, kafkatest.Client(t, h.brokers))
 	t.Cleanup(reader.Close)
 	ts := httptest.NewServer(reader.Handler())
 	t.Cleanup(ts.Close)

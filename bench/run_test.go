@@ -17,11 +17,7 @@ import (
 func TestCaughtUpWaitsForTheConsumer(t *testing.T) {
 	ctx := context.Background()
 	brokers := kafkatest.Fake(t)
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, brokers)
 	adm := kadm.NewClient(cl)
 	p := &pipeline{r: &runner{env: &Env{Admin: adm}}, prefix: "caught-up"}
 	topics := events.NewTopics(p.prefix)

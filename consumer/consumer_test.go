@@ -93,11 +93,7 @@ func backlog(t *testing.T, name string, n int) (*store.Store, string, []string, 
 	now := time.Now().Add(-time.Minute)
 	brokers := kafkatest.Fake(t)
 	topics := kafkatest.Topics(t, brokers)
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, brokers)
 	for i := range n {
 		rec, err := events.Record(topics.Requested, events.Event{Type: events.OrderRequested, Version: events.Version,
 			EventID: events.NewID(), OccurredAt: now.UTC(), OrderID: events.NewOrderID(campaign), CampaignID: campaign,

@@ -50,11 +50,7 @@ func TestEndedOrderIsNotConfirmedInRedis(t *testing.T) {
 	if o, err := st.FailOrderFenced(ctx, failed, events.ReasonProduce, store.Fence{}); err != nil || o.Status != events.Failed {
 		t.Fatalf("fail ann's order in the store: %+v %v", o, err)
 	}
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, brokers)
 	for _, e := range []events.Event{failed, bought} {
 		rec, err := events.Record(topics.Requested, e)
 		if err != nil {

@@ -20,11 +20,7 @@ func TestPaceFollowsTopicGrowth(t *testing.T) {
 	ctx := context.Background()
 	brokers := kafkatest.Fake(t)
 	topics := kafkatest.Topics(t, brokers) // 3 partitions
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, brokers)
 	p := newPace(Config{Topics: topics, BatchSize: 500, MaxRate: rate, Logger: slog.New(slog.DiscardHandler)})
 
 	p.assigned(ctx, cl, map[string][]int32{topics.Requested: {0, 1}})

@@ -38,11 +38,7 @@ func TestUnstorableEventIsPoison(t *testing.T) {
 			topics := kafkatest.Topics(t, brokers)
 
 			before, poison, after := orderEvent(campaign, "ann", 1), tc.poison(campaign), orderEvent(campaign, "bob", 1)
-			cl, err := events.NewClient(brokers)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			cl := kafkatest.Client(t, brokers)
 			var recs []*kgo.Record
 			for _, e := range []events.Event{before, poison, after} {
 				rec, err := events.Record(topics.Requested, e)

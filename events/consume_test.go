@@ -26,11 +26,7 @@ import (
 // produceN writes n records numbered 0..n-1 to topic.
 func produceN(t *testing.T, brokers []string, topic string, n int) {
 	t.Helper()
-	cl, err := events.NewClient(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, brokers)
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
 		recs[i] = &kgo.Record{Topic: topic, Key: []byte(strconv.Itoa(i % 7)), Value: []byte(strconv.Itoa(i))}

@@ -36,11 +36,7 @@ func BenchmarkProduce(b *testing.B) {
 	for _, partitions := range []int32{1, 3, 12} {
 		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
 			topic := "bench-produce-" + strings.ToLower(events.NewID())
-			cl, err := events.NewClient(brokers)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer cl.Close()
+			cl := kafkatest.Client(b, brokers)
 			adm := kadm.NewClient(cl)
 			ctx := context.Background()
 			if _, err := adm.CreateTopic(ctx, partitions, 1, nil, topic); err != nil {

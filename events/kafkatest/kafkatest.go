@@ -76,6 +76,17 @@ func FakeCluster(tb testing.TB) *kfake.Cluster {
 	return c
 }
 
+// Client returns a client of brokers (events.NewClient with opts), closed when the test ends.
+func Client(tb testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
+	tb.Helper()
+	cl, err := events.NewClient(brokers, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(cl.Close)
+	return cl
+}
+
 // Topics returns topic names of the test's own, created on brokers with 3 partitions.
 func Topics(tb testing.TB, brokers []string) events.Topics {
 	tb.Helper()
