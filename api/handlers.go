@@ -42,30 +42,21 @@ func decode(c echo.Context, v any) error {
 
 // readBody reads a JSON request body: bounded, present, and declared as JSON.
 func readBody(c echo.Context) ([]byte, error) {
+	body, err := optionalBody(c)
+	if err == nil && body == nil {
+		return nil, events.Errorf(events.Invalid, "this request needs a JSON body")
+	}
+	return body, err
+}
+
+// optionalBody reads the JSON body of a request that may have none: bounded, and declared as
+// JSON. nil when there is none, whether the client said so (Content-Length: 0) or sent one that
+// was empty.
+func optionalBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
 	if r.ContentLength > maxBody {
 		return nil, events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
 	}
-	body, err := readAtMost(r.Body, maxBody, r.ContentLength)
-	if err != nil {
-		return nil, events.Wrap(events.Invalid, err, "the body could not be read whole")
-	}
-	switch {
-	case len(body) > maxBody:
-		return nil, events.Errorf(events.BodyTooLarge, "the body is larger than %d bytes", maxBody)
-	case len(body) == 0:
-		return nil, events.Errorf(events.Invalid, "this request needs a JSON body")
-	}
-	if err := jsonMediaType(r.Header.Get("Content-Type")); err != nil {
-		return nil, err
-	}
-	return body, nil
-}
-
-// optionalBody reads the JSON body of a request that may have none, as readBody does; nil when
-// there is none, whether the client said so (Content-Length: 0) or sent one that was empty.
-func optionalBody(c echo.Context) ([]byte, error) {
-	r := c.Request()
 	if r.Body == nil || r.ContentLength == 0 {
 		return nil, nil
 	}
