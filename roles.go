@@ -124,7 +124,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer ln.Close()
-	o, err := startOps("metrics-addr", *metricsAddr)
+	o, err := startOps(*metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -164,7 +164,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log := c.logger(os.Stderr)
 	c.logStart(log, "consumer", "batch_size", *batch, "max_rate", *maxRate, "session_timeout", *session, "metrics_addr", *metricsAddr)
-	o, err := startOps("metrics-addr", *metricsAddr)
+	o, err := startOps(*metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -194,7 +194,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	}
 	log := c.logger(os.Stderr)
 	c.logStart(log, "compensator", "sweep_interval", *sweep, "retention", *retention, "metrics_addr", *metricsAddr)
-	o, err := startOps("metrics-addr", *metricsAddr)
+	o, err := startOps(*metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -235,9 +235,9 @@ type ops struct {
 	served chan error
 }
 
-// startOps listens on the address of flag and serves on it.
-func startOps(flag, addr string) (*ops, error) {
-	ln, err := listen(flag, addr)
+// startOps listens on addr, the role's --metrics-addr, and serves on it.
+func startOps(addr string) (*ops, error) {
+	ln, err := listen("metrics-addr", addr)
 	if err != nil {
 		return nil, err
 	}
