@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
 
@@ -266,12 +265,10 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 // figures and named to fail: the incident an operator opens the console for must not take the
 // other campaigns' rows, and their buttons, off the page.
 func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot, now time.Time, fail func(string, error)) error {
-	cs, err := src.s.store.Campaigns(ctx)
+	cs, err := src.s.store.NewestCampaigns(ctx, consoleCampaigns)
 	if err != nil {
 		return err
 	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].CreatedAtMs > cs[j].CreatedAtMs })
-	cs = cs[:min(len(cs), consoleCampaigns)]
 	ids := make([]string, len(cs))
 	for i, c := range cs {
 		ids[i] = c.ID

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -333,7 +334,7 @@ func TestConsoleShowsEveryCampaignWithAShardDown(t *testing.T) {
 // campaignsDown is a store that cannot list campaigns.
 type campaignsDown struct{ api.Store }
 
-func (campaignsDown) Campaigns(context.Context) ([]store.Campaign, error) {
+func (campaignsDown) NewestCampaigns(context.Context, int) ([]store.Campaign, error) {
 	return nil, errors.New("dial tcp 10.0.0.5:5432: connection refused")
 }
 
@@ -359,4 +360,26 @@ func firstSnapshot(t *testing.T, h *harness, st api.Store, r api.Redis) api.Cons
 	defer stream.close()
 	snap, _ := stream.next(t)
 	return snap
+}
+
+// TestConsoleShowsTheNewestCampaigns: a snapshot shows the newest campaigns, newest first, and
+// no more than its bound, however many the store holds.
+func TestConsoleShowsTheNewestCampaigns(t *testing.T) {
+	h := newHarness(t)
+	n := api.ConsoleCampaigns + 2
+	for i := range n {
+		c := store.Campaign{ID: fmt.Sprintf("c%03d", i), Name: "one of many", Stock: 1, PerUserLimit: 1, CreatedAtMs: int64(1000 + i)}
+		if err := h.store.CreateCampaign(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := firstSnapshot(t, h, h.store, h.redis)
+	if len(snap.Campaigns) != api.ConsoleCampaigns {
+		t.Fatalf("%d campaigns shown of %d, want the newest %d", len(snap.Campaigns), n, api.ConsoleCampaigns)
+	}
+	for i, c := range snap.Campaigns {
+		if want := fmt.Sprintf("c%03d", n-1-i); c.ID != want {
+			t.Fatalf("row %d shows %s, want %s (newest first)", i, c.ID, want)
+		}
+	}
 }

@@ -66,3 +66,4 @@ const TokenLeeway = tokenLeeway
 
 // MaxStream is maxStream, the longest an event stream lives.
 const MaxStream = maxStream
+const ConsoleCampaigns = consoleCampaigns

@@ -190,7 +190,7 @@ type Store interface {
 	PaidUnits(ctx context.Context, campaign string) (int64, error)
 	Ping(ctx context.Context) error
 	// The console's snapshot.
-	Campaigns(ctx context.Context) ([]store.Campaign, error)
+	NewestCampaigns(ctx context.Context, n int) ([]store.Campaign, error)
 	UnitsByStatus(ctx context.Context, campaigns []string) ([]store.Units, error)
 	AuditVerdicts(ctx context.Context) (map[string]store.AuditVerdict, error)
 }

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -108,5 +109,33 @@ func TestChangeCampaign(t *testing.T) {
 				t.Fatalf("ViolationCount %d, want 2", n)
 			}
 		})
+	})
+}
+
+func TestNewestCampaigns(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		// Created out of order, two in one millisecond: newest first, then by id.
+		for _, c := range []struct {
+			id string
+			at int64
+		}{{"b", 30}, {"old", 10}, {"a", 30}, {"mid", 20}, {"new", 40}} {
+			if err := s.CreateCampaign(ctx, store.Campaign{ID: c.id, Name: c.id, Stock: 1, PerUserLimit: 1, CreatedAtMs: c.at}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for n, want := range map[int]string{0: "", 3: "new a b", 9: "new a b mid old"} {
+			cs, err := s.NewestCampaigns(ctx, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range cs {
+				got = append(got, c.ID)
+			}
+			if strings.Join(got, " ") != want {
+				t.Errorf("newest %d: %q, want %q", n, got, want)
+			}
+		}
 	})
 }

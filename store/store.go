@@ -270,6 +270,17 @@ func (s *Store) campaignOn(ctx context.Context, q sqlx.QueryerContext, id string
 	return c, nil
 }
 
+// NewestCampaigns returns the n campaigns created last, newest first (by id among those created
+// in the same millisecond), for a page that shows a few: the server keeps the top n, and the
+// rest never cross the wire.
+func (s *Store) NewestCampaigns(ctx context.Context, n int) ([]Campaign, error) {
+	var cs []Campaign
+	if err := s.db.SelectContext(ctx, &cs, s.db.Rebind(`SELECT * FROM campaigns ORDER BY created_at_ms DESC, id LIMIT ?`), n); err != nil {
+		return nil, fmt.Errorf("list the newest campaigns: %w", err)
+	}
+	return cs, nil
+}
+
 // Campaigns returns every campaign, oldest first.
 func (s *Store) Campaigns(ctx context.Context) ([]Campaign, error) {
 	var cs []Campaign
