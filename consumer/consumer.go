@@ -173,6 +173,9 @@ type handler struct {
 	store Persister
 	redis Confirmer
 	cl    *kgo.Client // produces to the results and dead-letter topics
+	// keep, set by Replay, returns which of the orders the store refused (order id -> reason)
+	// are not to be dead-lettered (keepConfirmed). nil: every refusal is.
+	keep func(ctx context.Context, refused map[string]string) (map[string]bool, error)
 }
 
 // handle makes a batch durable: orders in the store, refusals in the DLQ, confirmations in
@@ -225,11 +228,16 @@ func (h *handler) persist(work, stop context.Context, recs []*kgo.Record) (finis
 
 // finish is handle's second stage: the batch's orders are in the store.
 func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []*kgo.Record, results []store.Result, out []*kgo.Record) error {
+	kept, err := h.kept(work, evs, results)
+	if err != nil {
+		return err
+	}
 	now := time.Now()
 	var confirmed []string
 	for i, res := range results {
 		e := evs[i]
 		switch {
+		case kept[e.OrderID]: // neither stored nor failed: the replay reports it
 		case res.Reason != "":
 			out = append(out, events.DeadLetter(h.cfg.Topics.DLQ, srcs[i], res.Reason))
 			deadLettered.WithLabelValues(res.Reason).Inc()
@@ -268,6 +276,20 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 		return nil
 	}
 	return h.produce(work, stop, out)
+}
+
+// kept asks keep, if set, which of the orders the store refused not to dead-letter.
+func (h *handler) kept(ctx context.Context, evs []events.Event, results []store.Result) (map[string]bool, error) {
+	refused := map[string]string{}
+	for i, res := range results {
+		if res.Reason != "" {
+			refused[evs[i].OrderID] = res.Reason
+		}
+	}
+	if h.keep == nil || len(refused) == 0 {
+		return nil, nil
+	}
+	return h.keep(ctx, refused)
 }
 
 // produce writes out, the results and dead letters of a batch, retrying while stop is not

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -59,6 +60,9 @@ type ReplayStats struct {
 	// Paid counts the payments on the results topic that the store did not have, which the
 	// replay recorded (recordPaid).
 	Paid int64
+	// HeldConfirmed counts the orders the store refused whose reservation Redis holds
+	// confirmed, which the replay left out of the store and the DLQ (keepConfirmed).
+	HeldConfirmed int64
 }
 
 // ReplayStore is the part of the store a replay reads and writes.
@@ -117,7 +121,12 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 		return stats, fmt.Errorf("replay: %d orders caught up, then: %w", caughtUp, err)
 	}
 	fmt.Fprintf(progress, "replay: %d orders the store held confirmed or paid were refunded or expired in Redis since, and are so in the store now\n", caughtUp)
-	h := &handler{cfg: cfg, store: st, redis: r, cl: requested.cl} // results and dead letters go out through it
+	h := &handler{cfg: cfg, store: st, redis: r, cl: requested.cl, // results and dead letters go out through it
+		keep: func(ctx context.Context, refused map[string]string) (map[string]bool, error) {
+			kept, err := keepConfirmed(ctx, cfg.Logger, r, refused)
+			stats.HeldConfirmed += int64(len(kept))
+			return kept, err
+		}}
 	// A stop (^C) lets the batch in hand finish, as the consumer's does: orders it stored would
 	// otherwise go unconfirmed in Redis and unannounced until a replay from as far back.
 	work, release := events.Drain(ctx, cfg.DrainTimeout, cfg.Logger, "the replay's batch in hand")
@@ -145,8 +154,8 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	if err != nil {
 		return stats, err
 	}
-	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded\n",
-		stats.Events, stats.GivenBack, stats.CaughtUp, stats.Paid)
+	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded; %d refused by the store though confirmed in Redis, left out of it (see the log)\n",
+		stats.Events, stats.GivenBack, stats.CaughtUp, stats.Paid, stats.HeldConfirmed)
 	return stats, nil
 }
 
@@ -389,6 +398,34 @@ func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r Re
 		return err
 	})
 	return n, err
+}
+
+// keepConfirmed returns, of the orders the store refused (order id -> reason), those whose
+// reservation Redis holds confirmed, and logs each, for the replay to neither store nor
+// dead-letter them.
+//
+// Redis confirms a reservation only after the store committed its order, so the store refuses
+// such an order only when it lost the row and what made it possible (a backup from before the
+// campaign was created lacks the campaign's row: campaign_not_found). Dead-lettered, the
+// compensator would store it failed and announce OrderFailed to a buyer told confirmed, and
+// the release, which gives back pending reservations only, would leave the unit sold in Redis:
+// the order would end twice, its unit held by nobody the store knows. Left out, it stays as it
+// was, confirmed in Redis; once the operator has put back what the store refused it for, a
+// replay confirms it in the store.
+func keepConfirmed(ctx context.Context, log *slog.Logger, r ReplayRedis, refused map[string]string) (map[string]bool, error) {
+	held, err := reservations(ctx, log, r, slices.Collect(maps.Keys(refused)))
+	if err != nil {
+		return nil, err
+	}
+	kept := map[string]bool{}
+	for id, reason := range refused {
+		if held[id].State == lua.StateConfirmed {
+			kept[id] = true
+			log.Warn("replay: the store refused an order Redis holds confirmed; left out of the store and the DLQ: put back what the store refused it for (its campaign's row) and replay again",
+				"order_id", id, "reason", reason)
+		}
+	}
+	return kept, nil
 }
 
 // reservations reads the reservations of ids from Redis, retrying while Redis does not answer.
