@@ -115,13 +115,25 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 		if rerr != nil {
 			return o, rerr
 		}
-		// Fail announces what it did; a refund is still due when the consumer stored the
-		// order first, between our read and the write.
-		o, err = r.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
-		if err != nil || (o.Status != events.Confirmed && o.Status != events.Paid) {
-			return o, err
+		if res.State == lua.StateConfirmed {
+			// Redis confirms a reservation only after the store committed its order: the
+			// store has it now (the consumer stored it between the two reads), or lost it (a
+			// restore from a backup). Failed, a lost order would end twice: failed in the
+			// store and announced so, confirmed in Redis, whose release gives back pending
+			// reservations only, with its unit sold; and the failed row, final, would keep a
+			// replay from bringing it back confirmed.
+			if o, err = r.Store.Order(ctx, orderID); events.ErrorCode(err) == events.OrderNotFound {
+				return o, events.Errorf(events.OrderNotFound, "order %q is confirmed in Redis but not in the store, restored from a backup that lacks it: run `seckill replay` first", orderID)
+			}
+		} else {
+			// Fail announces what it did; a refund is still due when the consumer stored the
+			// order first, between our read and the write.
+			o, err = r.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
+			if err != nil || (o.Status != events.Confirmed && o.Status != events.Paid) {
+				return o, err
+			}
+			return r.refund(ctx, o)
 		}
-		return r.refund(ctx, o)
 	}
 	if err != nil {
 		return o, err

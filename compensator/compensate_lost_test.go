@@ -1,0 +1,69 @@
+package compensator_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+)
+
+// TestCompensateRefusesAnOrderTheStoreLost: the store is restored from a backup taken before
+// Ann's order, which the consumer had confirmed in the store and in Redis. An operator
+// compensates it before the replay has brought it back. Compensate refuses, changing nothing,
+// and once the store has the order again (the replay) refunds it, its unit back once. Before,
+// it stored the order failed and announced OrderFailed, while the release, which gives back
+// pending reservations only, left it confirmed in Redis with its unit sold: the order ended
+// twice, and the failed row, final, kept the replay from confirming it again.
+func TestCompensateRefusesAnOrderTheStoreLost(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	ann := e.reserve(t, 1, time.Hour)[0]
+	e.confirm(t, []events.Event{ann})
+	e.sql(t, `DELETE FROM orders WHERE campaign_id = ?`, e.campaign)
+	e.sql(t, `DELETE FROM purchases WHERE campaign_id = ?`, e.campaign)
+	e.sql(t, `UPDATE campaigns SET sold = 0 WHERE id = ?`, e.campaign)
+	res := e.operator().Resolver
+
+	if o, err := res.Compensate(e.ctx, ann.OrderID); events.ErrorCode(err) != events.OrderNotFound {
+		t.Errorf("Compensate of an order the store lost: %q (%q) %v, want order_not_found", o.Status, o.Reason, err)
+	}
+	if o, err := e.st.Order(e.ctx, ann.OrderID); events.ErrorCode(err) != events.OrderNotFound {
+		t.Errorf("the store has the lost order %q (%q) %v, want none", o.Status, o.Reason, err)
+	}
+	e.wantRedis(t, ann, lua.StateConfirmed, e.stock-int64(ann.Quantity))
+
+	e.confirm(t, []events.Event{ann}) // the replay
+	if o, err := res.Compensate(e.ctx, ann.OrderID); err != nil || o.Status != events.Refunded {
+		t.Errorf("Compensate after the replay: %q %v, want refunded", o.Status, err)
+	}
+	e.wantRedis(t, ann, lua.StateRefunded, e.stock)
+}
+
+// TestCompensateRefundsAnOrderStoredBetweenItsReads: the consumer stores and confirms an
+// order between Compensate's read of the store, which misses it, and its read of Redis, which
+// finds it confirmed. The store has it: Compensate refunds it, as it does an order it finds.
+func TestCompensateRefundsAnOrderStoredBetweenItsReads(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	ev := e.reserve(t, 1, time.Hour)[0]
+	if _, err := e.r.Confirm(e.ctx, ev.OrderID); err != nil {
+		t.Fatal(err)
+	}
+	res := &compensator.Resolver{Store: &confirmingStore{Store: e.st, ev: ev}, Redis: e.r, Producer: nopProducer{}, Results: e.topics.Results}
+	if o, err := res.Compensate(e.ctx, ev.OrderID); err != nil || o.Status != events.Refunded {
+		t.Errorf("Compensate of an order stored meanwhile: %q %v, want refunded", o.Status, err)
+	}
+	e.wantRedis(t, ev, lua.StateRefunded, e.stock)
+}
+
+// wantRedis checks ev's reservation's state and the campaign's remaining stock in Redis.
+func (e *env) wantRedis(t *testing.T, ev events.Event, state string, remaining int64) {
+	t.Helper()
+	held, err := e.r.Reservation(e.ctx, ev.OrderID)
+	if err != nil || held.State != state {
+		t.Errorf("Redis holds the reservation %s %v, want %s", held.State, err, state)
+	}
+	if n, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || n != remaining {
+		t.Errorf("remaining %d %v, want %d", n, err, remaining)
+	}
+}
