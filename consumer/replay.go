@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,6 +52,9 @@ func (f From) offset() kgo.Offset {
 type ReplayStats struct {
 	Events int64 // events read
 	Total  int64 // events between the start and the end offsets when the replay began
+	// Deleted counts the events of that range that Kafka deleted (retention, kafka-delete-records)
+	// before the replay could read them: they are not replayed.
+	Deleted int64
 	// GivenBack counts the orders missing from the store whose reservation Redis had given back
 	// (released, refunded, expired), which the replay stored failed, refunded or expired.
 	GivenBack int64
@@ -144,6 +148,7 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	if err != nil {
 		return stats, err
 	}
+	stats.Deleted = stats.Total - stats.Events
 	_, err = results.read(ctx, cfg, progress,
 		func() string { return fmt.Sprintf(", %d payments recorded", stats.Paid) },
 		func(batch []*kgo.Record) error {
@@ -154,8 +159,8 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	if err != nil {
 		return stats, err
 	}
-	fmt.Fprintf(progress, "replay: done, %d events; %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded; %d refused by the store though confirmed in Redis, left out of it (see the log)\n",
-		stats.Events, stats.GivenBack, stats.CaughtUp, stats.Paid, stats.HeldConfirmed)
+	fmt.Fprintf(progress, "replay: done, %d events (%d deleted by Kafka before they could be read); %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded; %d refused by the store though confirmed in Redis, left out of it (see the log)\n",
+		stats.Events, stats.Deleted, stats.GivenBack, stats.CaughtUp, stats.Paid, stats.HeldConfirmed)
 	return stats, nil
 }
 
@@ -205,16 +210,27 @@ func openRange(ctx context.Context, cfg Config, topic string, from From, progres
 
 // read hands each batch of the range to fn, writing a progress line, ended by what status
 // says, to progress every second, and returns how many records it read.
+//
+// A partition is done once the replay's position in it reaches the end offset: it read the
+// record before the end, or one past it (the end's own records compacted or deleted), or Kafka
+// deleted the rest of the range (retention, kafka-delete-records moved the log start to the end
+// or past it), which no record tells: the log start is listed every second. The events of the
+// range it could not read are printed.
 func (tr *topicRange) read(ctx context.Context, cfg Config, progress io.Writer, status func() string, fn func(batch []*kgo.Record) error) (read int64, err error) {
+	adm := kadm.NewClient(tr.cl)
 	last := time.Now()
 	for len(tr.remaining) > 0 {
-		fetches := tr.cl.PollRecords(ctx, cfg.BatchSize)
+		// Bounded: PollRecords waits for a record, and a partition whose rest of the range Kafka
+		// deleted has none to give; the replay hung there.
+		poll, cancel := context.WithTimeout(ctx, time.Second)
+		fetches := tr.cl.PollRecords(poll, cfg.BatchSize)
+		cancel()
 		if err := ctx.Err(); err != nil {
 			return read, fmt.Errorf("replay of %s stopped after %d of %d events: %w", tr.topic, read, tr.total, err)
 		}
 		var fatal error
 		fetches.EachError(func(_ string, _ int32, err error) {
-			if fatal == nil && !kgo.IsRetryableBrokerErr(err) {
+			if fatal == nil && !kgo.IsRetryableBrokerErr(err) && !errors.Is(err, context.DeadlineExceeded) {
 				fatal = err
 			}
 		})
@@ -224,12 +240,14 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, progress io.Writer, 
 		var batch []*kgo.Record
 		for _, rec := range fetches.Records() {
 			end, ok := tr.remaining[rec.Partition]
-			if !ok || rec.Offset >= end {
-				continue // written after the replay began: the live consumer has it
+			if !ok {
+				continue
 			}
-			batch = append(batch, rec)
-			if rec.Offset == end-1 {
+			if rec.Offset+1 >= end {
 				delete(tr.remaining, rec.Partition)
+			}
+			if rec.Offset < end { // written after the replay began: the live consumer has it
+				batch = append(batch, rec)
 			}
 		}
 		if len(batch) > 0 {
@@ -240,10 +258,31 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, progress io.Writer, 
 		}
 		if time.Since(last) >= time.Second {
 			last = time.Now()
+			tr.dropDeleted(ctx, adm, cfg.Logger)
 			fmt.Fprintf(progress, "replay: %d/%d events of %s (%d%%)%s\n", read, tr.total, tr.topic, percent(read, tr.total), status())
 		}
 	}
+	if gone := tr.total - read; gone > 0 {
+		fmt.Fprintf(progress, "replay: %d events of %s were deleted by Kafka (retention, kafka-delete-records) before the replay could read them: not replayed\n", gone, tr.topic)
+		cfg.Logger.Warn("replay: events deleted by Kafka before the replay could read them", "topic", tr.topic, "events", gone)
+	}
 	return read, nil
+}
+
+// dropDeleted ends the partitions whose log start has reached their end offset: Kafka deleted
+// the rest of their range. Records of them the client fetched before are dropped with them:
+// Kafka deleted them too. A failed listing is tried again the next second.
+func (tr *topicRange) dropDeleted(ctx context.Context, adm *kadm.Client, log *slog.Logger) {
+	starts, err := events.StartOffsets(ctx, adm, tr.topic)
+	if err != nil {
+		log.Warn("replay: list start offsets", "topic", tr.topic, "err", err)
+		return
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		if end, ok := tr.remaining[o.Partition]; ok && o.Offset >= end {
+			delete(tr.remaining, o.Partition)
+		}
+	})
 }
 
 // givenBackAs maps the states of a reservation whose units Redis gave back to the final row the

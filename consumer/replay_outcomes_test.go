@@ -217,7 +217,14 @@ const replayWindow = 10 * time.Minute
 
 func newReplaySale(t *testing.T, st *store.Store, stock int64) *replaySale {
 	t.Helper()
-	s := &replaySale{t: t, ctx: context.Background(), st: st, r: lua.New(luatest.MustRedis(t)), campaign: storetest.Name("replay")}
+	return newReplaySaleOn(t, st, stock, kafkatest.Fake(t))
+}
+
+// newReplaySaleOn is newReplaySale on brokers: the real broker, for a story kfake does not tell
+// as Kafka does.
+func newReplaySaleOn(t *testing.T, st *store.Store, stock int64, brokers []string) *replaySale {
+	t.Helper()
+	s := &replaySale{t: t, ctx: context.Background(), st: st, r: lua.New(luatest.MustRedis(t)), campaign: storetest.Name("replay"), brokers: brokers}
 	t.Cleanup(func() { s.r.Close() })
 	start := time.Now().Add(-time.Minute)
 	if err := st.CreateCampaign(s.ctx, store.Campaign{ID: s.campaign, Name: "replay", Stock: stock, PerUserLimit: 1,
@@ -227,7 +234,6 @@ func newReplaySale(t *testing.T, st *store.Store, stock int64) *replaySale {
 	if _, err := s.r.LoadCampaign(s.ctx, lua.Campaign{ID: s.campaign, Remaining: stock, Limit: 1, StartsAt: start, Stock: stock}); err != nil {
 		t.Fatal(err)
 	}
-	s.brokers = kafkatest.Fake(t)
 	s.topics = kafkatest.Topics(t, s.brokers)
 	// One partition, so the replay reads the purchases in the order they were made, the order
 	// in which the old replay's mistake is certain; across partitions it reads them in any.
@@ -241,25 +247,37 @@ func newReplaySale(t *testing.T, st *store.Store, stock int64) *replaySale {
 	return s
 }
 
-// buy does what the api does: reserve, then produce.
+// buy does what the api does: reserve, then produce, to the requested topic's first partition.
 func (s *replaySale) buy(user string) events.Event {
+	s.t.Helper()
+	return s.buyIn(0, user)
+}
+
+// buyIn is buy into the requested topic's partition p.
+func (s *replaySale) buyIn(p int32, user string) events.Event {
 	s.t.Helper()
 	e := orderEvent(s.campaign, user, 1)
 	if _, err := s.r.Reserve(s.ctx, s.campaign, e.OrderID, user, 1, time.Hour); err != nil {
 		s.t.Fatalf("reserve for %s: %v", user, err)
 	}
-	s.produce(s.topics.Requested, e)
+	s.produceTo(s.topics.Requested, p, e)
 	return e
 }
 
 // produce writes e to topic's first partition.
 func (s *replaySale) produce(topic string, e events.Event) {
 	s.t.Helper()
+	s.produceTo(topic, 0, e)
+}
+
+// produceTo writes e to topic's partition p.
+func (s *replaySale) produceTo(topic string, p int32, e events.Event) {
+	s.t.Helper()
 	rec, err := events.Record(topic, e)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	rec.Partition = 0
+	rec.Partition = p
 	if err := s.cl.ProduceSync(s.ctx, rec).FirstErr(); err != nil {
 		s.t.Fatal(err)
 	}
