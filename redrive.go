@@ -152,7 +152,8 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 			skip(l, "reservation "+e.OrderID+" is past its deadline: the sweeper fails the order")
 			continue
 		}
-		// A poison event is dead-lettered again when its batch is redelivered or replayed.
+		// A poison event is dead-lettered again when its batch is redelivered (and was when replayed,
+		// before replay stopped dead-lettering).
 		if from, ok := sent[e.OrderID]; ok {
 			skip(l, "order "+e.OrderID+" is sent from "+from.String()+" already")
 			continue

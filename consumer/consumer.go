@@ -173,9 +173,27 @@ type handler struct {
 	store Persister
 	redis Confirmer
 	cl    *kgo.Client // produces to the results and dead-letter topics
-	// keep, set by Replay, returns which of the orders the store refused (order id -> reason)
-	// are not to be dead-lettered (keepConfirmed). nil: every refusal is.
-	keep func(ctx context.Context, refused map[string]string) (map[string]bool, error)
+	// replay, set by Replay, counts the poison events and the store's refusals instead of
+	// dead-lettering them: the consumer did when it read them first, and the compensator
+	// resolved them (or the sweeper did, at the reservation's deadline).
+	replay *ReplayStats
+}
+
+// deadLetter adds rec's dead letter to out, counted by kind (events.ReasonPoison, or the store's
+// reason) and explained by reason, or, in a replay, counts it there.
+func (h *handler) deadLetter(out []*kgo.Record, rec *kgo.Record, kind, reason string) []*kgo.Record {
+	if h.replay != nil {
+		if kind == events.ReasonPoison {
+			h.replay.Poison++
+		} else {
+			h.replay.Refused++
+			h.cfg.Logger.Info("replay: the store refused an order; left out of the store, not dead-lettered (see ReplayStats.Refused)",
+				"partition", rec.Partition, "offset", rec.Offset, "reason", reason)
+		}
+		return out
+	}
+	deadLettered.WithLabelValues(kind).Inc()
+	return append(out, events.DeadLetter(h.cfg.Topics.DLQ, rec, reason))
 }
 
 // handle makes a batch durable: orders in the store, refusals in the DLQ, confirmations in
@@ -204,8 +222,7 @@ func (h *handler) persist(work, stop context.Context, recs []*kgo.Record) (finis
 		}
 		if err != nil {
 			h.cfg.Logger.Warn("poison event", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-			out = append(out, events.DeadLetter(h.cfg.Topics.DLQ, r, events.ReasonPoison+": "+err.Error()))
-			deadLettered.WithLabelValues(events.ReasonPoison).Inc()
+			out = h.deadLetter(out, r, events.ReasonPoison, events.ReasonPoison+": "+err.Error())
 			continue
 		}
 		evs = append(evs, e)
@@ -228,19 +245,13 @@ func (h *handler) persist(work, stop context.Context, recs []*kgo.Record) (finis
 
 // finish is handle's second stage: the batch's orders are in the store.
 func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []*kgo.Record, results []store.Result, out []*kgo.Record) error {
-	kept, err := h.kept(work, evs, results)
-	if err != nil {
-		return err
-	}
 	now := time.Now()
 	var confirmed []string
 	for i, res := range results {
 		e := evs[i]
 		switch {
-		case kept[e.OrderID]: // neither stored nor failed: the replay reports it
 		case res.Reason != "":
-			out = append(out, events.DeadLetter(h.cfg.Topics.DLQ, srcs[i], res.Reason))
-			deadLettered.WithLabelValues(res.Reason).Inc()
+			out = h.deadLetter(out, srcs[i], res.Reason, res.Reason)
 			persistedDeadLettered.Inc()
 		case res.Status == events.Confirmed:
 			// A redelivered confirmed order is confirmed in Redis again: the first time may
@@ -276,20 +287,6 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 		return nil
 	}
 	return h.produce(work, stop, out)
-}
-
-// kept asks keep, if set, which of the orders the store refused not to dead-letter.
-func (h *handler) kept(ctx context.Context, evs []events.Event, results []store.Result) (map[string]bool, error) {
-	refused := map[string]string{}
-	for i, res := range results {
-		if res.Reason != "" {
-			refused[evs[i].OrderID] = res.Reason
-		}
-	}
-	if h.keep == nil || len(refused) == 0 {
-		return nil, nil
-	}
-	return h.keep(ctx, refused)
 }
 
 // produce writes out, the results and dead letters of a batch, retrying while stop is not

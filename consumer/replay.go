@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -55,6 +54,15 @@ type ReplayStats struct {
 	// Deleted counts the events of that range that Kafka deleted (retention, kafka-delete-records)
 	// before the replay could read them: they are not replayed.
 	Deleted int64
+	// Poison counts the events the replay could not read as an order, and Refused the orders
+	// the store refused (sold out, over the buyer's limit, campaign gone). The replay dead-letters
+	// neither: the consumer did when it read them first, and the compensator resolved them. An
+	// order the consumer stored that the store now refuses (a backup from before its campaign
+	// was created lacks the campaign's row) is confirmed in Redis: dead-lettered, the
+	// compensator would store it failed and announce OrderFailed to a buyer told confirmed,
+	// while the release, of pending reservations only, left its unit sold. Left out, a replay
+	// after the operator puts the row back confirms it.
+	Poison, Refused int64
 	// GivenBack counts the orders missing from the store whose reservation Redis had given back
 	// (released, refunded, expired), which the replay stored failed, refunded or expired.
 	GivenBack int64
@@ -64,9 +72,6 @@ type ReplayStats struct {
 	// Paid counts the payments on the results topic that the store did not have, which the
 	// replay recorded (recordPaid).
 	Paid int64
-	// HeldConfirmed counts the orders the store refused whose reservation Redis holds
-	// confirmed, which the replay left out of the store and the DLQ (keepConfirmed).
-	HeldConfirmed int64
 }
 
 // ReplayStore is the part of the store a replay reads and writes.
@@ -98,7 +103,8 @@ var (
 // nothing, missing ones come back, as Redis last knew them (recordGivenBack). Before that, the
 // orders the store holds confirmed or paid that Redis has refunded or expired since are moved
 // on (catchUp); after it, the payments on the results topic from the same time are recorded
-// (recordPaid). It writes a progress line to progress every second.
+// (recordPaid). It writes a progress line to progress every second. It writes no dead letter:
+// the consumer wrote them when it read the range first (ReplayStats.Poison, Refused).
 func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r ReplayRedis, progress io.Writer) (ReplayStats, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -125,18 +131,15 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 		return stats, fmt.Errorf("replay: %d orders caught up, then: %w", caughtUp, err)
 	}
 	fmt.Fprintf(progress, "replay: %d orders the store held confirmed or paid were refunded or expired in Redis since, and are so in the store now\n", caughtUp)
-	h := &handler{cfg: cfg, store: st, redis: r, cl: requested.cl, // results and dead letters go out through it
-		keep: func(ctx context.Context, refused map[string]string) (map[string]bool, error) {
-			kept, err := keepConfirmed(ctx, cfg.Logger, r, refused)
-			stats.HeldConfirmed += int64(len(kept))
-			return kept, err
-		}}
+	h := &handler{cfg: cfg, store: st, redis: r, cl: requested.cl, replay: &stats} // results go out through it
 	// A stop (^C) lets the batch in hand finish, as the consumer's does: orders it stored would
 	// otherwise go unconfirmed in Redis and unannounced until a replay from as far back.
 	work, release := events.Drain(ctx, cfg.DrainTimeout, cfg.Logger, "the replay's batch in hand")
 	defer release()
 	stats.Events, err = requested.read(ctx, cfg, progress,
-		func() string { return fmt.Sprintf(", %d given back in Redis", stats.GivenBack) },
+		func() string {
+			return fmt.Sprintf(", %d given back in Redis, %d poison, %d refused by the store", stats.GivenBack, stats.Poison, stats.Refused)
+		},
 		func(batch []*kgo.Record) error {
 			n, err := recordGivenBack(ctx, cfg.Logger, st, r, batch)
 			if err != nil {
@@ -159,8 +162,8 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	if err != nil {
 		return stats, err
 	}
-	fmt.Fprintf(progress, "replay: done, %d events (%d deleted by Kafka before they could be read); %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded; %d refused by the store though confirmed in Redis, left out of it (see the log)\n",
-		stats.Events, stats.Deleted, stats.GivenBack, stats.CaughtUp, stats.Paid, stats.HeldConfirmed)
+	fmt.Fprintf(progress, "replay: done, %d events (%d deleted by Kafka before they could be read); %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded; %d poison events and %d orders the store refused, dead-lettered when the consumer read them, not again\n",
+		stats.Events, stats.Deleted, stats.GivenBack, stats.CaughtUp, stats.Paid, stats.Poison, stats.Refused)
 	return stats, nil
 }
 
@@ -410,7 +413,7 @@ func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r Re
 	for _, rec := range recs {
 		e, err := events.Decode(rec.Value)
 		if err != nil || e.Type != events.OrderRequested {
-			continue // the persister dead-letters it
+			continue // the persister counts it poison
 		}
 		evs = append(evs, e)
 		ids = append(ids, e.OrderID)
@@ -437,34 +440,6 @@ func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r Re
 		return err
 	})
 	return n, err
-}
-
-// keepConfirmed returns, of the orders the store refused (order id -> reason), those whose
-// reservation Redis holds confirmed, and logs each, for the replay to neither store nor
-// dead-letter them.
-//
-// Redis confirms a reservation only after the store committed its order, so the store refuses
-// such an order only when it lost the row and what made it possible (a backup from before the
-// campaign was created lacks the campaign's row: campaign_not_found). Dead-lettered, the
-// compensator would store it failed and announce OrderFailed to a buyer told confirmed, and
-// the release, which gives back pending reservations only, would leave the unit sold in Redis:
-// the order would end twice, its unit held by nobody the store knows. Left out, it stays as it
-// was, confirmed in Redis; once the operator has put back what the store refused it for, a
-// replay confirms it in the store.
-func keepConfirmed(ctx context.Context, log *slog.Logger, r ReplayRedis, refused map[string]string) (map[string]bool, error) {
-	held, err := reservations(ctx, log, r, slices.Collect(maps.Keys(refused)))
-	if err != nil {
-		return nil, err
-	}
-	kept := map[string]bool{}
-	for id, reason := range refused {
-		if held[id].State == lua.StateConfirmed {
-			kept[id] = true
-			log.Warn("replay: the store refused an order Redis holds confirmed; left out of the store and the DLQ: put back what the store refused it for (its campaign's row) and replay again",
-				"order_id", id, "reason", reason)
-		}
-	}
-	return kept, nil
 }
 
 // reservations reads the reservations of ids from Redis, retrying while Redis does not answer.

@@ -45,8 +45,8 @@ func testReplayRefusedConfirmed(t *testing.T, st *store.Store) {
 			t.Fatal(err)
 		}
 	}
-	if stats := s.replay(consumer.From{}); stats.Events != 1 || stats.HeldConfirmed != 1 {
-		t.Errorf("replay: %+v, want 1 event, 1 held confirmed in Redis", stats)
+	if stats := s.replay(consumer.From{}); stats.Events != 1 || stats.Refused != 1 {
+		t.Errorf("replay: %+v, want 1 event, 1 refused", stats)
 	}
 	// What the compensator does with the replay's dead letters (Compensator.deadLetter).
 	for _, rec := range s.deadLetters() {
@@ -68,8 +68,8 @@ func testReplayRefusedConfirmed(t *testing.T, st *store.Store) {
 	if err := st.CreateCampaign(s.ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	if stats := s.replay(consumer.From{}); stats.Events != 1 || stats.HeldConfirmed != 0 {
-		t.Errorf("replay #2: %+v, want 1 event, none held confirmed", stats)
+	if stats := s.replay(consumer.From{}); stats.Events != 1 || stats.Refused != 0 {
+		t.Errorf("replay #2: %+v, want 1 event, none refused", stats)
 	}
 	s.wantOrders(2, []wantOrder{{ann, events.Confirmed, ""}})
 	s.wantHeld(2, map[string]int64{"ann": 1})
