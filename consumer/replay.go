@@ -136,7 +136,10 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	// otherwise go unconfirmed in Redis and unannounced until a replay from as far back.
 	work, release := events.Drain(ctx, cfg.DrainTimeout, cfg.Logger, "the replay's batch in hand")
 	defer release()
-	stats.Events, err = requested.read(ctx, cfg, progress,
+	// The orders are persisted at MaxRate, as the consumer's are: a replay during a sale shares
+	// the database with it. It is alone, so the whole of it: a pace owning no partition keeps
+	// its first. The payments, one store write each and few, are not paced.
+	stats.Events, err = requested.read(ctx, cfg, newPace(cfg), progress,
 		func() string {
 			return fmt.Sprintf(", %d given back in Redis, %d poison, %d refused by the store", stats.GivenBack, stats.Poison, stats.Refused)
 		},
@@ -152,7 +155,9 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 		return stats, err
 	}
 	stats.Deleted = stats.Total - stats.Events
-	_, err = results.read(ctx, cfg, progress,
+	unpaced := cfg
+	unpaced.MaxRate = 0
+	_, err = results.read(ctx, cfg, newPace(unpaced), progress,
 		func() string { return fmt.Sprintf(", %d payments recorded", stats.Paid) },
 		func(batch []*kgo.Record) error {
 			n, err := recordPaid(ctx, cfg.Logger, st, batch)
@@ -211,7 +216,7 @@ func openRange(ctx context.Context, cfg Config, topic string, from From, progres
 	return tr, nil
 }
 
-// read hands each batch of the range to fn, writing a progress line, ended by what status
+// read hands each batch of the range to fn, at pace, writing a progress line, ended by what status
 // says, to progress every second, and returns how many records it read.
 //
 // A partition is done once the replay's position in it reaches the end offset: it read the
@@ -219,14 +224,14 @@ func openRange(ctx context.Context, cfg Config, topic string, from From, progres
 // deleted the rest of the range (retention, kafka-delete-records moved the log start to the end
 // or past it), which no record tells: the log start is listed every second. The events of the
 // range it could not read are printed.
-func (tr *topicRange) read(ctx context.Context, cfg Config, progress io.Writer, status func() string, fn func(batch []*kgo.Record) error) (read int64, err error) {
+func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress io.Writer, status func() string, fn func(batch []*kgo.Record) error) (read int64, err error) {
 	adm := kadm.NewClient(tr.cl)
 	last := time.Now()
 	for len(tr.remaining) > 0 {
 		// Bounded: PollRecords waits for a record, and a partition whose rest of the range Kafka
 		// deleted has none to give; the replay hung there.
 		poll, cancel := context.WithTimeout(ctx, time.Second)
-		fetches := tr.cl.PollRecords(poll, cfg.BatchSize)
+		fetches := tr.cl.PollRecords(poll, pace.batchSize())
 		cancel()
 		if err := ctx.Err(); err != nil {
 			return read, fmt.Errorf("replay of %s stopped after %d of %d events: %w", tr.topic, read, tr.total, err)
@@ -254,6 +259,9 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, progress io.Writer, 
 			}
 		}
 		if len(batch) > 0 {
+			if err := pace.wait(ctx, len(batch)); err != nil {
+				return read, fmt.Errorf("replay of %s stopped after %d of %d events: %w", tr.topic, read, tr.total, err)
+			}
 			if err := fn(batch); err != nil {
 				return read, fmt.Errorf("replay of %s after %d of %d events: %w", tr.topic, read, tr.total, err)
 			}
