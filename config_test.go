@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -145,6 +146,7 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"campaign", "add-stock", "--id", "x", "--to", "-5"}, "", "campaign add-stock: --to -5: want at least 1"},
 		{[]string{"campaign", "add-stock", "--id", "x", "--add", "0"}, "", "campaign add-stock: give --add N (units to put on sale) or --to TOTAL"},
 		{[]string{"replay", "--from", "start", "--batch-size", "-3"}, "", "--batch-size: want at least 1"},
+		{[]string{"replay", "--from", "start", "--max-rate", "-1"}, "", "--max-rate: want at least 0"},
 		{[]string{"dlq", "list", "--since", "-1h"}, "", "--since -1h: want a duration ago"},
 		{[]string{"audit", "--grace", "-5s"}, "", "--grace: want a positive duration"},
 		{[]string{"audit", "--grace", "0s"}, "", "--grace: want a positive duration"},
@@ -265,6 +267,16 @@ func TestOpsAnswerWhileTheRoleWaits(t *testing.T) {
 	}
 	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "waiting for the store, Redis and Kafka") {
 		t.Errorf("/readyz: %d %q, want 503 saying what it waits for", code, body)
+	}
+}
+
+// TestReplayHelpNamesMaxRate: replay --help documents --max-rate, the pace of its orders, and
+// that 0, the default, is unpaced.
+func TestReplayHelpNamesMaxRate(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "--help"}, &stdout, &stderr); code != 0 ||
+		!regexp.MustCompile(`(?s)-max-rate int\n.*orders.*per second.*0: unpaced`).MatchString(stdout.String()) {
+		t.Errorf("replay --help: exit %d, stdout %q; want --max-rate, its unit and its default", code, stdout.String())
 	}
 }
 

@@ -334,6 +334,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	c := f.conn()
 	from := f.String("from", "", "where to start: an RFC 3339 time, an offset (applied to every partition), or start (required)")
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
+	maxRate := f.atLeast("max-rate", 0, 0, "most orders persisted per second, paced as the consumer's --max-rate is: during a sale the replay shares the database with the consumer group, so give it what the database can spare beyond the group's rate; SECKILL_MAX_RATE, the consumers' variable, sets it too (0: unpaced)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -349,7 +350,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer d.close()
-	stats, err := consumer.Replay(ctx, consumer.Config{Brokers: c.brokerList(), Topics: c.topics(), BatchSize: *batch, Logger: c.logger(os.Stderr)}, start, d.store, d.redis, stdout)
+	stats, err := consumer.Replay(ctx, consumer.Config{Brokers: c.brokerList(), Topics: c.topics(), BatchSize: *batch, MaxRate: *maxRate,
+		Logger: c.logger(os.Stderr)}, start, d.store, d.redis, stdout)
 	if err != nil {
 		return err
 	}
