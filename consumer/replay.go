@@ -252,11 +252,12 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 				continue
 			}
 			if rec.Offset+1 >= end {
-				delete(tr.remaining, rec.Partition)
+				delete(tr.remaining, rec.Partition) // the position has reached the end
 			}
-			if rec.Offset < end { // written after the replay began: the live consumer has it
-				batch = append(batch, rec)
+			if rec.Offset >= end {
+				continue // written after the replay began: the live consumer has it
 			}
+			batch = append(batch, rec)
 		}
 		if len(batch) > 0 {
 			if err := pace.wait(ctx, len(batch)); err != nil {
@@ -282,8 +283,11 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 
 // dropDeleted ends the partitions whose log start has reached their end offset: Kafka deleted
 // the rest of their range. Records of them the client fetched before are dropped with them:
-// Kafka deleted them too. A failed listing is tried again the next second.
+// Kafka deleted them too. A failed listing is tried again the next second: bounded, as the
+// progress line waits for it.
 func (tr *topicRange) dropDeleted(ctx context.Context, adm *kadm.Client, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, metadataTimeout)
+	defer cancel()
 	starts, err := events.StartOffsets(ctx, adm, tr.topic)
 	if err != nil {
 		log.Warn("replay: list start offsets", "topic", tr.topic, "err", err)
