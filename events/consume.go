@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -129,6 +130,11 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, drain
 	defer cl.AllowRebalance()
 	work, release := Drain(ctx, drain, log, "the batch in hand")
 	defer release()
+	// The watch ends with the loop, which may end while ctx is live (a closed client).
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); watchTopics(watchCtx, cl, log) }()
+	defer func() { stopWatching(); <-watched }()
 	h, _ := cl.Context().Value(handoffKey{}).(*handoff)
 	if h == nil {
 		h = &handoff{} // not a client of NewGroupClient: no rebalance waits on it
@@ -205,5 +211,47 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, drain
 			inflight = done
 		}
 		cl.AllowRebalance()
+	}
+}
+
+// missingEvery spaces the warnings of a consumer whose topic is not there.
+const missingEvery = 30 * time.Second
+
+// watchTopics logs the topics cl consumes that Kafka does not have, until each is there or ctx
+// is done. franz-go waits for a missing topic without a word (UNKNOWN_TOPIC_OR_PARTITION is one
+// of the errors it retries and strips), so a consumer started before any api, which creates the
+// topics, logged "consuming" and then nothing. It reads what the client learned from its own
+// metadata refreshes (PartitionLeader), so it asks Kafka nothing more, and a topic it finds is
+// one the client is about to consume.
+func watchTopics(ctx context.Context, cl *kgo.Client, log *slog.Logger) {
+	warned := map[string]time.Time{} // missing topic -> when it was last logged
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		topics := cl.GetConsumeTopics()
+		found := 0
+		for _, topic := range topics {
+			leader, _, err := cl.PartitionLeader(topic, 0)
+			switch {
+			case leader >= 0:
+				found++
+				if _, ok := warned[topic]; ok {
+					delete(warned, topic)
+					log.Info("topic found; consuming it", "topic", topic)
+				}
+			case errors.Is(err, kerr.UnknownTopicOrPartition) && time.Since(warned[topic]) >= missingEvery:
+				warned[topic] = time.Now()
+				log.Warn("topic missing; waiting for it: seckill api creates the topics at its start (or check --topic-prefix and --kafka-brokers)",
+					"topic", topic, "next_warning_in", missingEvery)
+			}
+		}
+		if len(topics) > 0 && found == len(topics) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }

@@ -16,13 +16,16 @@ import (
 	"github.com/seckill/seckill/events/kafkatest"
 )
 
-// logged is a log handler that keeps the records at WARN and above.
+// logged is a log handler that keeps the records at WARN and above, or with info, at INFO too.
 type logged struct {
+	info bool
 	mu   sync.Mutex
 	msgs []string
 }
 
-func (h *logged) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *logged) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || h.info && l >= slog.LevelInfo
+}
 func (h *logged) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	b.WriteString(r.Level.String() + " " + r.Message)
@@ -36,14 +39,24 @@ func (h *logged) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *logged) WithGroup(string) slog.Handler      { return h }
 
 func (h *logged) find(substr string) string {
+	m := h.all(substr)
+	if len(m) == 0 {
+		return ""
+	}
+	return m[0]
+}
+
+// all returns the records that hold substr.
+func (h *logged) all(substr string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	var found []string
 	for _, m := range h.msgs {
 		if strings.Contains(m, substr) {
-			return m
+			found = append(found, m)
 		}
 	}
-	return ""
+	return found
 }
 
 // TestConsumePipelinedLogsFetchErrors: franz-go hands the poll the errors it cannot mend
