@@ -50,7 +50,7 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("campaign: unknown action %q\n\n%s", action, campaignUsage)
 	}
 	f := newFlags("campaign "+action, summary, stdout)
-	c := f.conn()
+	c := f.conn(usesAll)
 	id := f.String("id", "", "the campaign id (required)")
 	var endsAt *string
 	var add, to *int64

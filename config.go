@@ -123,22 +123,45 @@ func (f *flags) duration(name string, value time.Duration, zeroOK bool, usage st
 	return p
 }
 
-// conn holds the flags of the three dependencies, shared by every command that needs them.
+// conn holds the flags of the three dependencies, shared by every command that needs them. A
+// command has those of what it uses and no others, so that its --help lists only flags it
+// reads; the others are nil.
 type conn struct {
 	redisURL, postgresURL, brokers, topicPrefix, logFormat *string
 	redis                                                  *redisurl.Options // parsed from redisURL
 }
 
-func (f *flags) conn() conn {
-	c := conn{
-		redisURL:    f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis: redis://[user:pass@]host:port/db (one server; rediss:// with TLS), redis+sentinel://[user:pass@]s1:26379,s2:26379/<master>/db (Sentinel) or redis+cluster://[user:pass@]n1:7000,n2:7001 (Cluster)"),
-		postgresURL: f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "order database URL: postgres://… or sqlite:PATH"),
-		brokers:     f.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma-separated"),
-		topicPrefix: f.String("topic-prefix", events.DefaultPrefix, "prefix of the topic names (<prefix>.orders.requested, …)"),
-		logFormat:   f.logFormat("json"),
-		redis:       new(redisurl.Options),
+// uses names what a command reaches, and so its connection flags (flags.conn).
+type uses uint8
+
+const (
+	usesStore uses = 1 << iota // --postgres-url
+	usesRedis                  // --redis-url
+	usesKafka                  // --kafka-brokers and --topic-prefix
+	usesLog                    // --log-format: the command logs
+	usesAll   = usesStore | usesRedis | usesKafka | usesLog
+)
+
+func (f *flags) conn(u uses) conn {
+	c := conn{redis: new(redisurl.Options)}
+	var servers []string // the flags --dev stands in for
+	if u&usesRedis != 0 {
+		c.redisURL = f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis: redis://[user:pass@]host:port/db (one server; rediss:// with TLS), redis+sentinel://[user:pass@]s1:26379,s2:26379/<master>/db (Sentinel) or redis+cluster://[user:pass@]n1:7000,n2:7001 (Cluster)")
+		servers = append(servers, "--redis-url")
 	}
-	dev, dataDir := f.devFlags("reach the seckill dev (make run) running on --data-dir: its embedded Redis, Kafka and SQLite, in place of --redis-url, --postgres-url and --kafka-brokers")
+	if u&usesStore != 0 {
+		c.postgresURL = f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "order database URL: postgres://… or sqlite:PATH")
+		servers = append(servers, "--postgres-url")
+	}
+	if u&usesKafka != 0 {
+		c.brokers = f.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers, comma-separated")
+		c.topicPrefix = f.String("topic-prefix", events.DefaultPrefix, "prefix of the topic names (<prefix>.orders.requested, …)")
+		servers = append(servers, "--kafka-brokers")
+	}
+	if u&usesLog != 0 {
+		c.logFormat = f.logFormat("json")
+	}
+	dev, dataDir := f.devFlags("reach the seckill dev (make run) running on --data-dir: its embedded servers, in place of " + andList(servers))
 	f.after = append(f.after, func() error {
 		if !*dev {
 			return nil
@@ -147,22 +170,36 @@ func (f *flags) conn() conn {
 		if err != nil {
 			return err
 		}
-		*c.redisURL, *c.postgresURL, *c.brokers = a.RedisURL, a.StoreURL, a.KafkaBrokers
+		set := func(p *string, v string) {
+			if p != nil {
+				*p = v
+			}
+		}
+		set(c.redisURL, a.RedisURL)
+		set(c.postgresURL, a.StoreURL)
+		set(c.brokers, a.KafkaBrokers)
 		return nil
 	})
 	// A malformed URL ends the command at once (exit 2): no retry mends it, while a role waits
 	// out a Redis that is down.
 	f.after = append(f.after, func() error {
-		o, err := redisurl.Parse(*c.redisURL)
-		if err != nil {
-			return usagef("--redis-url %s: %v", store.RedactURL(*c.redisURL), err)
+		if c.redisURL != nil {
+			o, err := redisurl.Parse(*c.redisURL)
+			if err != nil {
+				return usagef("--redis-url %s: %v", store.RedactURL(*c.redisURL), err)
+			}
+			*c.redis = o
 		}
-		*c.redis = o
-		if err := store.CheckURL(*c.postgresURL); err != nil {
-			return usagef("--postgres-url %s: %v", store.RedactURL(*c.postgresURL), err)
+		if c.postgresURL != nil {
+			if err := store.CheckURL(*c.postgresURL); err != nil {
+				return usagef("--postgres-url %s: %v", store.RedactURL(*c.postgresURL), err)
+			}
 		}
 		return nil
 	})
+	if c.brokers == nil {
+		return c
+	}
 	// Kafka refuses a topic name of other characters, or longer than 249 (INVALID_TOPIC_EXCEPTION),
 	// and the api retried creating such topics for ever, as if Kafka were down.
 	f.after = append(f.after, func() error {
@@ -184,6 +221,14 @@ func (f *flags) conn() conn {
 		return nil
 	})
 	return c
+}
+
+// andList joins items as a sentence does: "a", "a and b", "a, b and c".
+func andList(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 // listenAddr is a host:port flag to listen on: a malformed one ends the command at once

@@ -347,7 +347,7 @@ func TestInterruptedOperationFails(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			var stdout, stderr bytes.Buffer
-			if code := run(ctx, append(args, conn...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "context canceled") {
+			if code := run(ctx, append(args, connFor(args, conn)...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "context canceled") {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and why it stopped", code, stdout.String(), stderr.String())
 			}
 		})

@@ -49,7 +49,17 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 			"order id. Dead letters the compensator handled (their orders failed) stay.",
 	}[verb], stdout)
 	f.positional = verb == "show"
-	c := f.conn()
+	// Each verb reaches only what it reads, and has only those flags: list, show and stats are
+	// what on-call runs in an incident, which may be Redis's (stats reads neither Redis nor the
+	// store).
+	reach := usesKafka
+	switch verb {
+	case "redrive":
+		reach |= usesStore | usesRedis
+	case "list", "show":
+		reach |= usesStore
+	}
+	c := f.conn(reach)
 	campaign := f.String("campaign", "", "only the dead letters of this campaign")
 	reason := f.String("reason", "", "only the dead letters whose reason starts with this")
 	since := f.String("since", "", "only the dead letters written since: an RFC 3339 time, or a duration ago (1h)")
@@ -102,16 +112,14 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		fix = &e
 	}
-	// Each verb opens only what it reads: list, show and stats are what on-call runs in an
-	// incident, which may be Redis's (stats reads neither Redis nor the store).
 	var (
 		d   deps
 		err error
 	)
-	switch verb {
-	case "redrive":
+	switch {
+	case reach&usesRedis != 0:
 		d, err = c.open(ctx)
-	case "list", "show":
+	case reach&usesStore != 0:
 		d.store, err = c.openStore(ctx)
 	}
 	if err != nil {

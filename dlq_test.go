@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +35,9 @@ func TestShowDeadLetterWithoutValue(t *testing.T) {
 
 // TestDLQReadsWhileRedisIsDown: list, show and stats read the dead-letter topic, and list and
 // show the store; none reads Redis. An on-call engineer runs them in an incident, which may be
-// Redis's: they must answer then, and stats even with the store down too.
+// Redis's: they must answer then, and stats even with the store down too. (They have no
+// --redis-url, nor stats a --postgres-url, since they read neither; given one that is down,
+// should one come back, they must not dial it.)
 func TestDLQReadsWhileRedisIsDown(t *testing.T) {
 	brokers := kafkatest.Fake(t)
 	topics := kafkatest.Topics(t, brokers)
@@ -54,19 +55,18 @@ func TestDLQReadsWhileRedisIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	down := "redis://" + freeAddr(t) + "/0" // nothing listens there
+	conn := []string{"--redis-url", down, "--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix}
 	for _, tc := range []struct {
-		args []string
-		want string
+		args     []string
+		storeURL string
+		want     string
 	}{
-		{[]string{"list"}, "1 dead letters in " + topics.DLQ},
-		{[]string{"show", positionOf(letter).String()}, "reason   " + events.ReasonStoreSoldOut},
-		{[]string{"stats", "--postgres-url", "postgres://seckill@" + freeAddr(t) + "/seckill"}, "1 dead letters in " + topics.DLQ},
+		{[]string{"list"}, storeURL, "1 dead letters in " + topics.DLQ},
+		{[]string{"show", positionOf(letter).String()}, storeURL, "reason   " + events.ReasonStoreSoldOut},
+		{[]string{"stats"}, "postgres://seckill@" + freeAddr(t) + "/seckill", "1 dead letters in " + topics.DLQ},
 	} {
 		args := append([]string{"dlq"}, tc.args...)
-		args = append(args, "--redis-url", down, "--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix)
-		if !slices.Contains(args, "--postgres-url") {
-			args = append(args, "--postgres-url", storeURL)
-		}
+		args = append(args, connFor(args, append(conn, "--postgres-url", tc.storeURL))...)
 		var stdout, stderr strings.Builder
 		if code := run(context.Background(), args, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), tc.want) {
 			t.Errorf("%v with Redis down: exit %d, want 0 and %q in\n%s%s", tc.args, code, tc.want, stdout.String(), stderr.String())

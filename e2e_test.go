@@ -104,7 +104,7 @@ func startPipeline(t *testing.T, brokers []string) *pipeline {
 // run runs a one-shot command with the pipeline's connection flags.
 func (p *pipeline) run(args ...string) (string, error) {
 	var out bytes.Buffer
-	if code := run(context.Background(), append(args, p.args...), &out, &out); code != 0 {
+	if code := run(context.Background(), append(args, connFor(args, p.args)...), &out, &out); code != 0 {
 		return out.String(), fmt.Errorf("seckill %v exited %d", args, code)
 	}
 	return out.String(), nil

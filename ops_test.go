@@ -29,7 +29,7 @@ func TestAPIReadinessOnBothPorts(t *testing.T) {
 	bin := seckillBinary(t, false)
 	conn := []string{"--redis-url", os.Getenv(luatest.RedisEnv), "--postgres-url", pg,
 		"--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix}
-	if out, err := exec.Command(bin, append([]string{"migrate"}, conn...)...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, append([]string{"migrate"}, connFor([]string{"migrate"}, conn)...)...).CombinedOutput(); err != nil {
 		t.Fatalf("seckill migrate: %v\n%s", err, out)
 	}
 	public, ops := "http://"+freeAddr(t), "http://"+freeAddr(t)

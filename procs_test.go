@@ -513,7 +513,7 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 		"--topic-prefix", c.topics.Prefix,
 		"--log-format", "text",
 	}
-	if out, err := exec.Command(c.bin, append([]string{"migrate"}, c.conn...)...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(c.bin, append([]string{"migrate"}, connFor([]string{"migrate"}, c.conn)...)...).CombinedOutput(); err != nil {
 		t.Fatalf("seckill migrate: %v\n%s", err, out)
 	}
 	c.store = storetest.MustOpen(t, w.postgresURL)
@@ -855,7 +855,7 @@ func (c *cluster) audit(t *testing.T, campaign string) string {
 }
 
 func (c *cluster) runAudit(campaign string) (string, error) {
-	args := append([]string{"audit"}, c.conn...)
+	args := append([]string{"audit"}, connFor([]string{"audit"}, c.conn)...)
 	if campaign != "" {
 		args = append(args, "--campaign", campaign)
 	}

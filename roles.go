@@ -95,7 +95,7 @@ func (c conn) open(ctx context.Context) (deps, error) {
 
 func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("api", "Serve the HTTP API: reserve stock in Redis and produce OrderRequested to Kafka.", stdout)
-	c := f.conn()
+	c := f.conn(usesAll)
 	addr := f.listenAddr("addr", ":8080", "listen address of the public API")
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics, for operators only")
 	adminToken := f.secret("admin-token", "bearer token of the admin endpoints (none: they are closed)")
@@ -154,7 +154,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 
 func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("consumer", "Persist OrderRequested events into the order database, in batches, idempotently.", stdout)
-	c := f.conn()
+	c := f.conn(usesAll)
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
 	maxRate := f.atLeast("max-rate", 0, 0, "most events the consumer group persists per second, the controlled pace: Kafka holds a burst and the database takes it at this rate from all the group's consumers together, each pacing at its share of the requested topic's partitions (0: as fast as the database takes them)")
@@ -184,7 +184,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 
 func runCompensator(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("compensator", "Release reservations that will not become orders (dead letters, reservations past their\ndeadline, orders unpaid past their pay_by), and rebuild Redis from the store after it lost\ndata. Run two for a standby: one sweeps at a time, under a lease.", stdout)
-	c := f.conn()
+	c := f.conn(usesAll)
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	sweep := f.duration("sweep-interval", 5*time.Second, false, "how often to look for reservations past their deadline")
 	retention := f.duration("retention", 24*time.Hour, false, "how long redis keeps released and refunded records (at least the api's --idempotency-ttl) and an ended campaign's keys")
@@ -313,7 +313,7 @@ func depsReady(d deps, pingKafka func(context.Context) error, log *slog.Logger) 
 
 func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("migrate", "Apply the order database schema (idempotent).", stdout)
-	c := f.conn()
+	c := f.conn(usesStore)
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -331,7 +331,7 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 
 func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("replay", "Re-consume OrderRequested events into the order database. Missing orders come back;\nstored ones are left as they are, but those Redis has refunded or expired since, and\nthe payments on the results topic are recorded.", stdout)
-	c := f.conn()
+	c := f.conn(usesAll)
 	from := f.String("from", "", "where to start: an RFC 3339 time, an offset (applied to every partition), or start (required)")
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
 	maxRate := f.atLeast("max-rate", 0, 0, "most orders persisted per second, paced as the consumer's --max-rate is: during a sale the replay shares the database with the consumer group, so give it what the database can spare beyond the group's rate; SECKILL_MAX_RATE, the consumers' variable, sets it too (0: unpaced)")
@@ -361,7 +361,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 
 func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("compensate", "Release a reservation that will not become an order, or refund a confirmed order\n(--order; prints its final state as JSON). With --campaign, every pending reservation\nand every confirmed or paid order of a campaign, or those of --status, with progress.\nIdempotent: run again, it changes nothing more.", stdout)
-	c := f.conn()
+	c := f.conn(usesAll)
 	order := f.String("order", "", "the order id")
 	campaign := f.String("campaign", "", "compensate every order of this campaign (in place of --order)")
 	status := f.String("status", "", "with --campaign: pending (release the pending reservations) or confirmed (refund the confirmed and paid orders); default both")

@@ -199,9 +199,15 @@ func (r *runner) identity() error {
 
 // connArgs are the connection flags of a role on the run's services.
 func (r *runner) connArgs(prefix string) []string {
+	return append(r.serverArgs(prefix), "--log-format", "json")
+}
+
+// serverArgs are the flags that point a command at the run's services: seckill audit's, which
+// logs nothing and has no --log-format.
+func (r *runner) serverArgs(prefix string) []string {
 	return []string{
 		"--redis-url", r.env.RedisURL, "--postgres-url", r.env.PGURL,
-		"--kafka-brokers", strings.Join(r.env.Brokers, ","), "--topic-prefix", prefix, "--log-format", "json",
+		"--kafka-brokers", strings.Join(r.env.Brokers, ","), "--topic-prefix", prefix,
 	}
 }
 

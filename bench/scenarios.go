@@ -294,7 +294,7 @@ func (r *runner) checkFlash(ctx context.Context, campaign string, f *FlashResult
 	}
 	f.RedisRemaining = remaining
 	if HasCommand(r.cfg.Binary, "audit") {
-		args := append([]string{"audit", "--campaign", campaign}, r.connArgs(r.env.Prefix(ScFlashCrowd))...)
+		args := append([]string{"audit", "--campaign", campaign}, r.serverArgs(r.env.Prefix(ScFlashCrowd))...)
 		out, err := exec.CommandContext(ctx, r.cfg.Binary, args...).CombinedOutput()
 		f.Audit = "clean"
 		if err != nil {

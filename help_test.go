@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// helpFlags returns the flags that seckill args --help lists.
+func helpFlags(t *testing.T, args ...string) map[string]bool {
+	t.Helper()
+	listed, err := listedFlags(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return listed
+}
+
+// connFor returns the flags of conn (pairs of --flag and its value) that seckill args has: the
+// harnesses' connection flags, which not every command reads.
+func connFor(args, conn []string) []string {
+	listed, err := listedFlags(args)
+	if err != nil {
+		panic(err)
+	}
+	var kept []string
+	for i := 0; i+1 < len(conn); i += 2 {
+		if listed[strings.TrimLeft(conn[i], "-")] {
+			kept = append(kept, conn[i], conn[i+1])
+		}
+	}
+	return kept
+}
+
+// listedFlags returns the flags that seckill args --help lists.
+func listedFlags(args []string) (map[string]bool, error) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), append(slices.Clone(args), "--help"), &stdout, &stderr); code != 0 {
+		return nil, fmt.Errorf("seckill %v --help: exit %d\n%s", args, code, stderr.String())
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		// "  -name type" (the flag package's) or "  --name=default" (bench's)
+		if rest, ok := strings.CutPrefix(line, "  -"); ok {
+			name, _, _ := strings.Cut(strings.TrimPrefix(rest, "-"), " ")
+			name, _, _ = strings.Cut(name, "=")
+			listed[name] = true
+		}
+	}
+	return listed, nil
+}
+
+// TestHelpListsOnlyTheFlagsRead: every command's --help lists the connection flags it reads and
+// no other. They are shared (flags.conn), and every command had all of them: migrate listed
+// --redis-url and --kafka-brokers, which it never reads, and dlq stats --postgres-url, and an
+// operator set them up for nothing.
+func TestHelpListsOnlyTheFlagsRead(t *testing.T) {
+	const all = "redis-url postgres-url kafka-brokers topic-prefix log-format dev data-dir"
+	covered := map[string]bool{}
+	for _, c := range []struct{ command, want string }{
+		{"api", all},
+		{"consumer", all},
+		{"compensator", all},
+		{"dev", "log-format data-dir"},
+		{"migrate", "postgres-url dev data-dir"},
+		{"replay", all},
+		{"compensate", all},
+		{"campaign close", all},
+		{"campaign extend", all},
+		{"campaign add-stock", all},
+		{"campaign cancel", all},
+		{"demo", "dev data-dir"},
+		{"dlq list", "postgres-url kafka-brokers topic-prefix dev data-dir"},
+		{"dlq show", "postgres-url kafka-brokers topic-prefix dev data-dir"},
+		{"dlq stats", "kafka-brokers topic-prefix dev data-dir"},
+		{"dlq redrive", "redis-url postgres-url kafka-brokers topic-prefix dev data-dir"},
+		{"bench", "redis-url postgres-url kafka-brokers"},
+		{"audit", "redis-url postgres-url kafka-brokers topic-prefix dev data-dir"},
+		{"token", "dev data-dir"},
+	} {
+		covered[strings.Fields(c.command)[0]] = true
+		listed := helpFlags(t, strings.Fields(c.command)...)
+		var got []string
+		for _, name := range strings.Fields(all) {
+			if listed[name] {
+				got = append(got, name)
+			}
+		}
+		if want := strings.Fields(c.want); !slices.Equal(got, want) {
+			t.Errorf("seckill %s --help lists %v of the connection flags, want %v", c.command, got, want)
+		}
+	}
+	for name := range maps.Keys(commands) {
+		if !covered[name] {
+			t.Errorf("seckill %s is not in the table: say which connection flags it reads", name)
+		}
+	}
+}
