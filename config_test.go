@@ -183,18 +183,25 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 // TestUnreachableSaysWhatToDo: an operator command whose server does not answer waits for
 // nothing (only the roles wait): it stops at once with exit 1, and says where to point it,
 // --dev included, as a newcomer's first `seckill audit` without --dev dials 127.0.0.1:5432.
+// It names no flag the command lacks: migrate was told to point --redis-url and
+// --kafka-brokers, which it refuses.
 func TestUnreachableSaysWhatToDo(t *testing.T) {
 	for _, args := range [][]string{
 		{"audit", "--postgres-url", "postgres://u:p@127.0.0.1:1/db"},
 		{"campaign", "close", "--id", "x", "--postgres-url", "sqlite:" + filepath.Join(t.TempDir(), "s.db"), "--redis-url", "redis://127.0.0.1:1/0"},
 		{"dlq", "stats", "--kafka-brokers", "127.0.0.1:1"},
+		{"migrate", "--postgres-url", "postgres://u:p@127.0.0.1:1/db"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			var stdout, stderr bytes.Buffer
 			code := run(ctx, args, &stdout, &stderr)
-			want := "nothing answers there; start it, point --postgres-url, --redis-url and --kafka-brokers at yours, or give --dev to reach make run"
+			command := args[0]
+			if command == "campaign" || command == "dlq" {
+				command += " " + args[1]
+			}
+			want := "nothing answers there; start it, point seckill at yours (seckill " + command + " --help names the flag of each server), or give --dev to reach make run"
 			if code != 1 || ctx.Err() != nil || !strings.Contains(stderr.String(), want) {
 				t.Errorf("exit %d (after its deadline: %v), stderr %q; want exit 1 at once with %q", code, ctx.Err() != nil, stderr.String(), want)
 			}

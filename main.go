@@ -117,12 +117,18 @@ func runsUntilStopped(args []string) bool {
 	return false
 }
 
-// unreachable says what to do when an operator command's server did not answer: the command
-// waits for nothing (only the roles wait), and a newcomer's first audit without --dev dials the
-// production defaults on 127.0.0.1.
-func unreachable(command string, err error) error {
+// unreachable says what to do when the server of the operator command of args did not answer:
+// the command waits for nothing (only the roles wait), and a newcomer's first audit without
+// --dev dials the production defaults on 127.0.0.1. Each command has the flags of the servers
+// it reaches and no others, so it points at the command's --help for them.
+func unreachable(args []string, err error) error {
+	command := args[0]
 	switch command {
-	case "audit", "campaign", "compensate", "dlq", "migrate", "replay":
+	case "campaign", "dlq": // their actions have flags of their own
+		if len(args) > 1 {
+			command += " " + args[1]
+		}
+	case "audit", "compensate", "migrate", "replay":
 	default:
 		return err
 	}
@@ -130,7 +136,7 @@ func unreachable(command string, err error) error {
 	if !errors.As(err, &op) || op.Op != "dial" {
 		return err
 	}
-	return fmt.Errorf("%w: nothing answers there; start it, point --postgres-url, --redis-url and --kafka-brokers at yours, or give --dev to reach make run", err)
+	return fmt.Errorf("%w: nothing answers there; start it, point seckill at yours (seckill %s --help names the flag of each server), or give --dev to reach make run", err, command)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -163,7 +169,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil && runsUntilStopped(args):
 		return 0 // stopped while waiting for a dependency: a clean stop
 	case err != nil:
-		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], unreachable(args[0], err))
+		fmt.Fprintf(stderr, "seckill %s: %v\n", args[0], unreachable(args, err))
 		return 1
 	}
 	return 0
