@@ -46,10 +46,20 @@ func newFlags(name, summary string, out io.Writer) *flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: seckill %s [flags]\n\n%s\n\nFlags (each also read from SECKILL_<FLAG> when not given):\n", name, summary)
-		fs.SetOutput(out)
+		fmt.Fprintf(out, "Usage: seckill %s [flags]\n\n%s\n\nFlags (each read from the variable beside it when not given):\n", name, summary)
+		var b strings.Builder
+		fs.SetOutput(&b)
 		defer fs.SetOutput(io.Discard)
 		fs.PrintDefaults()
+		// Each flag's variable by name: the operator writing a deployment's environment
+		// should not have to work out SECKILL_MAX_CONNS_PER_ADDR from --max-conns-per-addr.
+		for line := range strings.Lines(b.String()) {
+			if rest, ok := strings.CutPrefix(line, "  -"); ok {
+				flag, _, _ := strings.Cut(strings.TrimSuffix(rest, "\n"), " ")
+				line = strings.TrimSuffix(line, "\n") + " (or " + envName(flag) + ")\n"
+			}
+			io.WriteString(out, line)
+		}
 	}
 	return &flags{FlagSet: fs, out: out}
 }

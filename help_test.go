@@ -100,3 +100,25 @@ func TestHelpListsOnlyTheFlagsRead(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpNamesEachVariable: each flag's line of --help names its environment variable. The
+// help said only "SECKILL_<FLAG>", and an operator writing a deployment had to work out that
+// --max-conns-per-addr is SECKILL_MAX_CONNS_PER_ADDR.
+func TestHelpNamesEachVariable(t *testing.T) {
+	for _, args := range [][]string{{"api"}, {"migrate"}, {"dlq", "stats"}, {"token"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), append(args, "--help"), &stdout, &stderr); code != 0 {
+			t.Fatalf("seckill %v --help: exit %d\n%s", args, code, stderr.String())
+		}
+		for _, line := range strings.Split(stdout.String(), "\n") {
+			rest, ok := strings.CutPrefix(line, "  -")
+			if !ok {
+				continue
+			}
+			name, _, _ := strings.Cut(rest, " ")
+			if want := "(or SECKILL_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + ")"; !strings.HasSuffix(line, want) {
+				t.Errorf("seckill %v --help: %q, want it to end with %q", args, line, want)
+			}
+		}
+	}
+}
