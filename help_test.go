@@ -122,3 +122,13 @@ func TestHelpNamesEachVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpOfACommand: seckill help <command> is seckill <command> --help, as in go and git. It
+// printed the list of commands, and the newcomer who typed it did not learn the flags.
+func TestHelpOfACommand(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"help", "dlq", "stats"}, &stdout, &stderr); code != 0 ||
+		!strings.HasPrefix(stdout.String(), "Usage: seckill dlq stats [flags]") {
+		t.Errorf("seckill help dlq stats: exit %d, stdout %q, stderr %q; want dlq stats --help", code, stdout.String(), stderr.String())
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -24,7 +25,7 @@ import (
 
 const usage = `seckill: a flash-sale order pipeline (Redis reserve -> Kafka -> PostgreSQL)
 
-Usage: seckill <command> [flags]     (seckill <command> --help for its flags)
+Usage: seckill <command> [flags]     (seckill help <command>, or <command> --help, for its flags)
 
 Roles (long-running; SIGTERM drains in-flight work):
   api          the HTTP API: reserve in Redis, produce OrderRequested
@@ -144,6 +145,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case len(args) == 0:
 		fmt.Fprint(stderr, usage)
 		return 2
+	case args[0] == "help" && len(args) > 1: // as in go and git: help dlq stats
+		return run(ctx, append(slices.Clone(args[1:]), "--help"), stdout, stderr)
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
