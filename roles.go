@@ -187,7 +187,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	c := f.conn(usesAll)
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	sweep := f.duration("sweep-interval", 5*time.Second, false, "how often to look for reservations past their deadline")
-	retention := f.duration("retention", 24*time.Hour, false, "how long redis keeps released and refunded records (at least the api's --idempotency-ttl) and an ended campaign's keys")
+	retention := f.duration("retention", 24*time.Hour, false, "how long Redis keeps the records of released, refunded and expired reservations (at least the api's --idempotency-ttl) and an ended campaign's keys")
 	grace := f.duration("rebuild-grace", 6*time.Second, false, "after Redis lost data, how long to wait for purchases in flight before rebuilding (at least the api's produce timeout)")
 	if err := f.parse(args); err != nil {
 		return err
