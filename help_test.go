@@ -132,3 +132,22 @@ func TestHelpOfACommand(t *testing.T) {
 		t.Errorf("seckill help dlq stats: exit %d, stdout %q, stderr %q; want dlq stats --help", code, stdout.String(), stderr.String())
 	}
 }
+
+// TestHelpSaysTheSecretsDefaults: dev makes its secrets and keeps them in --data-dir, where its
+// --help said the api's words: no --jwt-secret default, and an --order-id-secret derived from
+// --jwt-secret. The api's --help did not say that it refuses to start without --jwt-secret.
+func TestHelpSaysTheSecretsDefaults(t *testing.T) {
+	for _, c := range []struct{ command, line, want string }{
+		{"dev", "-jwt-secret", "(default: one kept in --data-dir)"},
+		{"dev", "-order-id-secret", "(default: one kept in --data-dir)"},
+		{"api", "-jwt-secret", "(required, unless --insecure-user-header)"},
+	} {
+		var stdout, stderr bytes.Buffer
+		run(context.Background(), []string{c.command, "--help"}, &stdout, &stderr)
+		_, usage, _ := strings.Cut(stdout.String(), "  "+c.line+" ")
+		usage, _, _ = strings.Cut(usage, "\n  -")
+		if !strings.Contains(usage, c.want) {
+			t.Errorf("seckill %s --help: %s%s, want it to say %q", c.command, c.line, usage, c.want)
+		}
+	}
+}

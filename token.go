@@ -53,12 +53,15 @@ type guardFlags struct {
 
 func (f *flags) guards(dev bool) guardFlags {
 	insecureHelp := "accept the X-User-ID header as the buyer's identity: anyone can act as anyone (development only)"
+	secretHelp, orderIDDefault := " (required, unless --insecure-user-header)", "derived from --jwt-secret"
 	if dev {
 		insecureHelp = "accept the X-User-ID header as the buyer's identity (dev: on)"
+		// dev makes the secrets it is not given, and keeps them with its data (runDev).
+		secretHelp, orderIDDefault = " (default: one kept in --data-dir)", "one kept in --data-dir"
 	}
 	streamsAddrHelp := "order event streams open from one client address (an IPv6 /64), well above --max-streams-per-buyer as an office's NAT or a mobile carrier " +
 		"puts many buyers behind one address; behind a load balancer, set --trust-proxy-headers or 0 (0: no cap)"
-	return guardFlags{
+	g := guardFlags{
 		identityFlags:  f.identity(),
 		insecureUser:   f.Bool("insecure-user-header", dev, insecureHelp),
 		userRate:       notNegative(f, "user-rate", f.Float64("user-rate", 20, "requests a second per buyer, burst twice that (0: no limit)")),
@@ -68,8 +71,10 @@ func (f *flags) guards(dev bool) guardFlags {
 		streamsBuyer:   f.atLeast("max-streams-per-buyer", 4, 1, "order event streams one buyer may hold open"),
 		streamsAddr:    notNegative(f, "max-streams-per-addr", f.Int("max-streams-per-addr", 100, streamsAddrHelp)),
 		streams:        notNegative(f, "max-streams", f.Int("max-streams", 0, "order event streams open at once, below --max-conns: each holds a connection, and purchases need the others (0: 10,000, or half of --max-conns if less)")),
-		orderIDSecret:  f.secret("order-id-secret", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: derived from --jwt-secret)", api.MinSecretLen)),
+		orderIDSecret:  f.secret("order-id-secret", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: %s)", api.MinSecretLen, orderIDDefault)),
 	}
+	f.Lookup("jwt-secret").Usage += secretHelp
+	return g
 }
 
 // apply puts the settings into cfg, checks them, and warns about the insecure header.
