@@ -282,7 +282,7 @@ func TestOpsAnswerWhileTheRoleWaits(t *testing.T) {
 func TestReplayHelpNamesMaxRate(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"replay", "--help"}, &stdout, &stderr); code != 0 ||
-		!regexp.MustCompile(`(?s)-max-rate int\n.*orders.*per second.*0: unpaced`).MatchString(stdout.String()) {
+		!regexp.MustCompile(`(?s)-max-rate int .*\n.*orders.*per second.*0: unpaced`).MatchString(stdout.String()) {
 		t.Errorf("replay --help: exit %d, stdout %q; want --max-rate, its unit and its default", code, stdout.String())
 	}
 }
