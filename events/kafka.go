@@ -327,6 +327,12 @@ func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, g
 // was when ReadTopic began, in partition and offset order. A partition whose records were all
 // deleted (its start is its end) is not waited for.
 func ReadTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
+	return readTopic(ctx, brokers, topic, func() {})
+}
+
+// readTopic is ReadTopic, calling tookOffsets once it has the topic's start and end offsets,
+// before it reads: a test's hook to change the topic at that point, as retention may.
+func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets func()) ([]*kgo.Record, error) {
 	cl, err := NewClient(brokers)
 	if err != nil {
 		return nil, err
@@ -349,6 +355,7 @@ func ReadTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Reco
 			offsets[o.Partition] = kgo.NewOffset().At(start)
 		}
 	})
+	tookOffsets()
 	if len(want) == 0 {
 		return nil, nil
 	}
