@@ -323,9 +323,45 @@ func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, g
 	return lag, nil
 }
 
+// Ends is, per partition, the end offset a reader of a range of a topic's records has still to
+// reach. A partition is done, and leaves Ends, once the reader's position reaches its end:
+// it read the record before the end, or one past it (the end's own records compacted or
+// deleted), or Kafka deleted the rest of the range, which no record tells (DropDeleted).
+type Ends map[int32]int64
+
+// Take reports whether rec is in the range, and ends rec's partition once the position reaches
+// its end. A record past the end was written after the range was taken.
+func (e Ends) Take(rec *kgo.Record) bool {
+	end, ok := e[rec.Partition]
+	if !ok {
+		return false
+	}
+	if rec.Offset+1 >= end {
+		delete(e, rec.Partition)
+	}
+	return rec.Offset < end
+}
+
+// DropDeleted ends the partitions whose log start has reached their end offset: retention or
+// kafka-delete-records deleted the rest of their range, and no record of it will ever come.
+// A reader waiting for one waited for ever; it must call this while it waits (every second).
+// Records of these partitions fetched before are dropped with them: Kafka deleted them too.
+func (e Ends) DropDeleted(ctx context.Context, adm *kadm.Client, topic string) error {
+	starts, err := StartOffsets(ctx, adm, topic)
+	if err != nil {
+		return err
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		if end, ok := e[o.Partition]; ok && o.Offset >= end {
+			delete(e, o.Partition)
+		}
+	})
+	return nil
+}
+
 // ReadTopic returns every record of topic, from the start of each partition to its end as it
 // was when ReadTopic began, in partition and offset order. A partition whose records were all
-// deleted (its start is its end) is not waited for.
+// deleted (its start is its end), or are deleted while it reads, is not waited for.
 func ReadTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, error) {
 	return readTopic(ctx, brokers, topic, func() {})
 }
@@ -347,7 +383,7 @@ func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets 
 	if err != nil {
 		return nil, err
 	}
-	want := map[int32]int64{} // partition -> end offset still to reach
+	want := Ends{}
 	offsets := map[int32]kgo.Offset{}
 	ends.Each(func(o kadm.ListedOffset) {
 		if start := startOf(starts, o); o.Offset > start {
@@ -361,22 +397,33 @@ func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets 
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
 	var recs []*kgo.Record
+	last := time.Now()
 	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
+		// Bounded: a partition whose rest of the range Kafka deleted has no record to give, and
+		// only its log start tells it is done.
+		poll, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(poll)
+		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("read %s: %w", topic, err)
 		}
 		for _, e := range fs.Errors() {
-			return nil, fmt.Errorf("read %s partition %d: %w", topic, e.Partition, e.Err)
+			if !errors.Is(e.Err, context.DeadlineExceeded) { // the poll's bound
+				return nil, fmt.Errorf("read %s partition %d: %w", topic, e.Partition, e.Err)
+			}
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := want[r.Partition]; ok && r.Offset < end {
+			if want.Take(r) {
 				recs = append(recs, r)
-				if r.Offset+1 >= end {
-					delete(want, r.Partition)
-				}
 			}
 		})
+		// Every second, not only when idle: the done partitions' new records may keep coming.
+		if time.Since(last) >= time.Second {
+			last = time.Now()
+			if err := want.DropDeleted(ctx, adm, topic); err != nil {
+				return nil, fmt.Errorf("read %s: %w", topic, err)
+			}
+		}
 	}
 	slices.SortFunc(recs, func(a, b *kgo.Record) int {
 		if a.Partition != b.Partition {

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,4 +54,47 @@ func TestReadTopicAfterRecordsDeleted(t *testing.T) {
 				len(recs), err, time.Since(start).Round(time.Millisecond))
 		}
 	})
+}
+
+// TestReadTopicOfARangeRetentionDeleted: retention (or kafka-delete-records) deletes the rest
+// of a partition's range while ReadTopic reads it, on the real broker. No record at the end
+// offset less one will ever come: ReadTopic waited for it until its context ended, and every
+// dlq command hung for its minute, then failed. It must return the other partitions' records.
+func TestReadTopicOfARangeRetentionDeleted(t *testing.T) {
+	brokers := kafkatest.Real(t)
+	ctx := context.Background()
+	topic := kafkatest.Topics(t, brokers).DLQ
+	cl := kafkatest.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var recs []*kgo.Record
+	for i := range 20 {
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: int32(i % 2), Value: []byte(strconv.Itoa(i))})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 0's records are all deleted once ReadTopic took its end offsets.
+	deleteP0 := func() {
+		offsets := kadm.Offsets{}
+		offsets.AddOffset(topic, 0, int64(len(recs)/2), -1)
+		resp, err := kadm.NewClient(cl).DeleteRecords(ctx, offsets)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Errorf("delete records: %v", err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second) // the bug was a read waiting for ever
+	defer cancel()
+	start := time.Now()
+	got, err := events.ReadTopicThen(rctx, brokers, topic, deleteP0)
+	if err != nil || len(got) != len(recs)/2 {
+		t.Fatalf("ReadTopic of a topic whose partition 0 was deleted as it read = %d records, %v after %v; want partition 1's %d and no error",
+			len(got), err, time.Since(start).Round(time.Millisecond), len(recs)/2)
+	}
+	for _, r := range got {
+		if r.Partition != 1 {
+			t.Errorf("ReadTopic returned a deleted record of partition %d offset %d", r.Partition, r.Offset)
+		}
+	}
 }
