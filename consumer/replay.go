@@ -177,7 +177,7 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 type topicRange struct {
 	cl        *kgo.Client
 	topic     string
-	remaining map[int32]int64 // partition -> end offset still to reach
+	remaining events.Ends
 	total     int64
 }
 
@@ -204,7 +204,7 @@ func openRange(ctx context.Context, cfg Config, topic string, from From, progres
 		cl.Close()
 		return nil, err
 	}
-	tr := &topicRange{cl: cl, topic: topic, remaining: map[int32]int64{}}
+	tr := &topicRange{cl: cl, topic: topic, remaining: events.Ends{}}
 	ends.Each(func(o kadm.ListedOffset) {
 		start := starts[o.Partition]
 		if o.Offset > start {
@@ -247,17 +247,10 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 		}
 		var batch []*kgo.Record
 		for _, rec := range fetches.Records() {
-			end, ok := tr.remaining[rec.Partition]
-			if !ok {
-				continue
+			// A record past the end was written after the replay began: the live consumer has it.
+			if tr.remaining.Take(rec) {
+				batch = append(batch, rec)
 			}
-			if rec.Offset+1 >= end {
-				delete(tr.remaining, rec.Partition) // the position has reached the end
-			}
-			if rec.Offset >= end {
-				continue // written after the replay began: the live consumer has it
-			}
-			batch = append(batch, rec)
 		}
 		if len(batch) > 0 {
 			if err := pace.wait(ctx, len(batch)); err != nil {
@@ -282,22 +275,14 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 }
 
 // dropDeleted ends the partitions whose log start has reached their end offset: Kafka deleted
-// the rest of their range. Records of them the client fetched before are dropped with them:
-// Kafka deleted them too. A failed listing is tried again the next second: bounded, as the
-// progress line waits for it.
+// the rest of their range (events.Ends.DropDeleted). A failed listing is tried again the next
+// second: bounded, as the progress line waits for it.
 func (tr *topicRange) dropDeleted(ctx context.Context, adm *kadm.Client, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, metadataTimeout)
 	defer cancel()
-	starts, err := events.StartOffsets(ctx, adm, tr.topic)
-	if err != nil {
+	if err := tr.remaining.DropDeleted(ctx, adm, tr.topic); err != nil {
 		log.Warn("replay: list start offsets", "topic", tr.topic, "err", err)
-		return
 	}
-	starts.Each(func(o kadm.ListedOffset) {
-		if end, ok := tr.remaining[o.Partition]; ok && o.Offset >= end {
-			delete(tr.remaining, o.Partition)
-		}
-	})
 }
 
 // givenBackAs maps the states of a reservation whose units Redis gave back to the final row the
