@@ -408,7 +408,20 @@ func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets 
 			return nil, fmt.Errorf("read %s: %w", topic, err)
 		}
 		for _, e := range fs.Errors() {
-			if !errors.Is(e.Err, context.DeadlineExceeded) { // the poll's bound
+			var lost *kgo.ErrDataLoss
+			switch {
+			case errors.Is(e.Err, context.DeadlineExceeded): // the poll's bound
+			case errors.As(e.Err, &lost):
+				// Informational: the log was truncated (an unclean leader election), and
+				// franz-go resumes the partition at ResetTo by itself. What was read from there
+				// comes again, as the log has it now.
+				slog.Warn("read: the broker lost records, reading them again", "topic", topic, "partition", e.Partition, "err", e.Err)
+				if _, reading := want[e.Partition]; reading {
+					recs = slices.DeleteFunc(recs, func(r *kgo.Record) bool {
+						return r.Partition == e.Partition && r.Offset >= lost.ResetTo
+					})
+				}
+			default:
 				return nil, fmt.Errorf("read %s partition %d: %w", topic, e.Partition, e.Err)
 			}
 		}

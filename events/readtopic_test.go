@@ -3,11 +3,14 @@ package events_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
@@ -96,5 +99,61 @@ func TestReadTopicOfARangeRetentionDeleted(t *testing.T) {
 		if r.Partition != 1 {
 			t.Errorf("ReadTopic returned a deleted record of partition %d offset %d", r.Partition, r.Offset)
 		}
+	}
+}
+
+// TestReadTopicGoesOnAfterDataLoss: the broker answers a fetch in the middle of the range with
+// OFFSET_OUT_OF_RANGE, as after an unclean leader election that truncated the log. franz-go
+// resets the partition, rewinding, and reports an ErrDataLoss, which is informational: it goes
+// on by itself. ReadTopic failed outright on it. It must return the partition's records once
+// each, as the log has them now.
+func TestReadTopicGoesOnAfterDataLoss(t *testing.T) {
+	kafka := kafkatest.FakeCluster(t)
+	brokers := kafka.ListenAddrs()
+	ctx := context.Background()
+	topic := kafkatest.Topics(t, brokers).DLQ
+	cl := kafkatest.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	// Each its own batch, too big for two in a fetch, so that the range takes several fetches.
+	const n = 4
+	for i := range n {
+		rec := &kgo.Record{Topic: topic, Key: []byte(strconv.Itoa(i)), Value: make([]byte, 600<<10)}
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lost atomic.Bool // set on kfake's goroutine
+	kafka.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kafka.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		for _, rt := range fr.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.FetchOffset == 0 || !lost.CompareAndSwap(false, true) {
+					continue
+				}
+				resp := fr.ResponseKind().(*kmsg.FetchResponse)
+				st := kmsg.NewFetchResponseTopic()
+				st.Topic, st.TopicID = rt.Topic, rt.TopicID
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.OffsetOutOfRange.Code
+				st.Partitions = append(st.Partitions, sp)
+				resp.Topics = append(resp.Topics, st)
+				return resp, nil, true
+			}
+		}
+		return nil, nil, false
+	})
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	recs, err := events.ReadTopic(rctx, brokers, topic)
+	if err != nil || len(recs) != n {
+		t.Fatalf("ReadTopic after data loss = %d records, %v; want the %d records and no error", len(recs), err, n)
+	}
+	for i, r := range recs {
+		if r.Offset != int64(i) {
+			t.Errorf("record %d is at offset %d, want %d", i, r.Offset, i)
+		}
+	}
+	if !lost.Load() {
+		t.Error("no fetch in the middle of the range: the test did not lose data")
 	}
 }
