@@ -178,6 +178,7 @@ type topicRange struct {
 	cl        *kgo.Client
 	topic     string
 	remaining events.Ends
+	next      map[int32]int64 // partition -> offset after the last record read: counted once
 	total     int64
 }
 
@@ -204,7 +205,7 @@ func openRange(ctx context.Context, cfg Config, topic string, from From, progres
 		cl.Close()
 		return nil, err
 	}
-	tr := &topicRange{cl: cl, topic: topic, remaining: events.Ends{}}
+	tr := &topicRange{cl: cl, topic: topic, remaining: events.Ends{}, next: map[int32]int64{}}
 	ends.Each(func(o kadm.ListedOffset) {
 		start := starts[o.Partition]
 		if o.Offset > start {
@@ -237,19 +238,35 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 			return read, fmt.Errorf("replay of %s stopped after %d of %d events: %w", tr.topic, read, tr.total, err)
 		}
 		var fatal error
-		fetches.EachError(func(_ string, _ int32, err error) {
-			if fatal == nil && !kgo.IsRetryableBrokerErr(err) && !errors.Is(err, context.DeadlineExceeded) {
+		fetches.EachError(func(_ string, p int32, err error) {
+			var lost *kgo.ErrDataLoss
+			switch {
+			case errors.As(err, &lost):
+				// Informational: the log was truncated (an unclean leader election), and franz-go
+				// resumes the partition at ResetTo by itself. The events from there are replayed
+				// again, which the persister makes harmless, and not counted again: the events
+				// Kafka deleted are those of the range the replay did not read.
+				cfg.Logger.Warn("replay: the broker lost events, replaying them again", "topic", tr.topic, "partition", p, "err", err)
+			case fatal == nil && !kgo.IsRetryableBrokerErr(err) && !errors.Is(err, context.DeadlineExceeded):
 				fatal = err
 			}
 		})
 		if fatal != nil {
 			return read, fmt.Errorf("replay: fetch %s: %w", tr.topic, fatal)
 		}
-		var batch []*kgo.Record
+		var (
+			batch []*kgo.Record
+			fresh int64 // not read before a data loss's rewind
+		)
 		for _, rec := range fetches.Records() {
 			// A record past the end was written after the replay began: the live consumer has it.
-			if tr.remaining.Take(rec) {
-				batch = append(batch, rec)
+			if !tr.remaining.Take(rec) {
+				continue
+			}
+			batch = append(batch, rec)
+			if rec.Offset >= tr.next[rec.Partition] {
+				tr.next[rec.Partition] = rec.Offset + 1
+				fresh++
 			}
 		}
 		if len(batch) > 0 {
@@ -259,7 +276,7 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 			if err := fn(batch); err != nil {
 				return read, fmt.Errorf("replay of %s after %d of %d events: %w", tr.topic, read, tr.total, err)
 			}
-			read += int64(len(batch))
+			read += fresh
 		}
 		if time.Since(last) >= time.Second {
 			last = time.Now()

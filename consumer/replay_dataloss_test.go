@@ -1,0 +1,82 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/seckill/seckill/consumer"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/store/storetest"
+)
+
+// TestReplayGoesOnAfterDataLoss: the broker answers a fetch in the middle of the replay's range
+// with OFFSET_OUT_OF_RANGE, as after an unclean leader election that truncated the log.
+// franz-go resets the partition, rewinding, and reports an ErrDataLoss, which is
+// informational: it goes on by itself. The replay stopped on it, with the rest of the range
+// not replayed. It must go on: the events read again are persisted again, which changes
+// nothing, the persister being idempotent.
+func TestReplayGoesOnAfterDataLoss(t *testing.T) {
+	kafka := kafkatest.FakeCluster(t)
+	s := newReplaySaleOn(t, storetest.MustOpen(t, storetest.SQLiteURL(t)), 1000, kafka.ListenAddrs())
+	// Each its own batch, too big for two in a fetch, so that the range takes several fetches.
+	pad := kgo.RecordHeader{Key: "pad", Value: make([]byte, 600<<10)}
+	const n = 4
+	for i := range n {
+		rec, err := events.Record(s.topics.Requested, orderEvent(s.campaign, fmt.Sprint("u", i), 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Partition, rec.Headers = 0, append(rec.Headers, pad)
+		if err := s.cl.ProduceSync(s.ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lost atomic.Bool // set on kfake's goroutine
+	kafka.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kafka.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		for _, rt := range fr.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.FetchOffset == 0 || !lost.CompareAndSwap(false, true) {
+					continue
+				}
+				resp := fr.ResponseKind().(*kmsg.FetchResponse)
+				st := kmsg.NewFetchResponseTopic()
+				st.Topic, st.TopicID = rt.Topic, rt.TopicID
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.OffsetOutOfRange.Code
+				st.Partitions = append(st.Partitions, sp)
+				resp.Topics = append(resp.Topics, st)
+				return resp, nil, true
+			}
+		}
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	var progress strings.Builder
+	stats, err := consumer.Replay(ctx, consumer.Config{Brokers: s.brokers, Topics: s.topics, Logger: slog.New(slog.DiscardHandler)},
+		consumer.From{}, s.st, s.r, &progress)
+	if err != nil {
+		t.Fatalf("replay: %+v, %v\n%s", stats, err, progress.String())
+	}
+	if stats.Total != n || stats.Events != n || stats.Deleted != 0 {
+		t.Errorf("replay: %+v, want the %d events of the range read, each counted once, none deleted", stats, n)
+	}
+	if !lost.Load() {
+		t.Error("no fetch in the middle of the range: the test did not lose data")
+	}
+	if orders, err := s.st.Orders(s.ctx, s.campaign); err != nil || len(orders) != n {
+		t.Errorf("the store holds %d orders (%v), want the %d replayed", len(orders), err, n)
+	}
+}
