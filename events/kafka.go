@@ -345,7 +345,8 @@ func (e Ends) Take(rec *kgo.Record) bool {
 // DropDeleted ends the partitions whose log start has reached their end offset: retention or
 // kafka-delete-records deleted the rest of their range, and no record of it will ever come.
 // A reader waiting for one waited for ever; it must call this while it waits (every second).
-// Records of these partitions fetched before are dropped with them: Kafka deleted them too.
+// Records of these partitions the client fetched and Take has not seen yet are dropped with
+// them (Take refuses them): Kafka deleted them too.
 func (e Ends) DropDeleted(ctx context.Context, adm *kadm.Client, topic string) error {
 	starts, err := StartOffsets(ctx, adm, topic)
 	if err != nil {
