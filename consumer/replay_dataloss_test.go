@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
@@ -41,27 +38,7 @@ func TestReplayGoesOnAfterDataLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var lost atomic.Bool // set on kfake's goroutine
-	kafka.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		kafka.KeepControl()
-		fr := req.(*kmsg.FetchRequest)
-		for _, rt := range fr.Topics {
-			for _, rp := range rt.Partitions {
-				if rp.FetchOffset == 0 || !lost.CompareAndSwap(false, true) {
-					continue
-				}
-				resp := fr.ResponseKind().(*kmsg.FetchResponse)
-				st := kmsg.NewFetchResponseTopic()
-				st.Topic, st.TopicID = rt.Topic, rt.TopicID
-				sp := kmsg.NewFetchResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.OffsetOutOfRange.Code
-				st.Partitions = append(st.Partitions, sp)
-				resp.Topics = append(resp.Topics, st)
-				return resp, nil, true
-			}
-		}
-		return nil, nil, false
-	})
+	lost := kafkatest.LoseRecordsOnce(kafka)
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
 	var progress strings.Builder
@@ -73,7 +50,7 @@ func TestReplayGoesOnAfterDataLoss(t *testing.T) {
 	if stats.Total != n || stats.Events != n || stats.Deleted != 0 {
 		t.Errorf("replay: %+v, want the %d events of the range read, each counted once, none deleted", stats, n)
 	}
-	if !lost.Load() {
+	if !lost() {
 		t.Error("no fetch in the middle of the range: the test did not lose data")
 	}
 	if orders, err := s.st.Orders(s.ctx, s.campaign); err != nil || len(orders) != n {

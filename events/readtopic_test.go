@@ -3,14 +3,11 @@ package events_test
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
@@ -121,27 +118,7 @@ func TestReadTopicGoesOnAfterDataLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var lost atomic.Bool // set on kfake's goroutine
-	kafka.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		kafka.KeepControl()
-		fr := req.(*kmsg.FetchRequest)
-		for _, rt := range fr.Topics {
-			for _, rp := range rt.Partitions {
-				if rp.FetchOffset == 0 || !lost.CompareAndSwap(false, true) {
-					continue
-				}
-				resp := fr.ResponseKind().(*kmsg.FetchResponse)
-				st := kmsg.NewFetchResponseTopic()
-				st.Topic, st.TopicID = rt.Topic, rt.TopicID
-				sp := kmsg.NewFetchResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.OffsetOutOfRange.Code
-				st.Partitions = append(st.Partitions, sp)
-				resp.Topics = append(resp.Topics, st)
-				return resp, nil, true
-			}
-		}
-		return nil, nil, false
-	})
+	lost := kafkatest.LoseRecordsOnce(kafka)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	recs, err := events.ReadTopic(rctx, brokers, topic)
@@ -153,7 +130,7 @@ func TestReadTopicGoesOnAfterDataLoss(t *testing.T) {
 			t.Errorf("record %d is at offset %d, want %d", i, r.Offset, i)
 		}
 	}
-	if !lost.Load() {
+	if !lost() {
 		t.Error("no fetch in the middle of the range: the test did not lose data")
 	}
 }

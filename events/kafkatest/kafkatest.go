@@ -6,12 +6,15 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/events"
 )
@@ -74,6 +77,35 @@ func FakeCluster(tb testing.TB) *kfake.Cluster {
 	}
 	tb.Cleanup(c.Close)
 	return c
+}
+
+// LoseRecordsOnce makes kafka answer the first fetch past a partition's offset 0 with
+// OFFSET_OUT_OF_RANGE, as after an unclean leader election that truncated the log: franz-go
+// resets the partition, rewinding, and reports an ErrDataLoss, which is informational. lost
+// tells whether it has, so that a test can tell it did lose data.
+func LoseRecordsOnce(kafka *kfake.Cluster) (lost func() bool) {
+	var happened atomic.Bool // set on kfake's goroutine
+	kafka.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kafka.KeepControl()
+		fr := req.(*kmsg.FetchRequest)
+		for _, rt := range fr.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.FetchOffset == 0 || !happened.CompareAndSwap(false, true) {
+					continue
+				}
+				resp := fr.ResponseKind().(*kmsg.FetchResponse)
+				st := kmsg.NewFetchResponseTopic()
+				st.Topic, st.TopicID = rt.Topic, rt.TopicID
+				sp := kmsg.NewFetchResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.OffsetOutOfRange.Code
+				st.Partitions = append(st.Partitions, sp)
+				resp.Topics = append(resp.Topics, st)
+				return resp, nil, true
+			}
+		}
+		return nil, nil, false
+	})
+	return happened.Load
 }
 
 // Client returns a client of brokers (events.NewClient with opts), closed when the test ends.
