@@ -202,8 +202,10 @@ func (c *Compensator) exportAudits(ctx context.Context) error {
 }
 
 func (c *Compensator) consumeDLQ(ctx context.Context) error {
-	log := c.cfg.Logger.With("role", "compensator", "topic", c.cfg.Topics.DLQ)
-	log.Info("consuming dead letters", "group", c.cfg.Group)
+	// Not With("topic"): the loop's own lines name the topic they are about, and a JSON line
+	// holding "topic" twice is one that log pipelines reject or mangle.
+	log := c.cfg.Logger.With("role", "compensator")
+	log.Info("consuming dead letters", "topic", c.cfg.Topics.DLQ, "group", c.cfg.Group)
 	return events.ConsumeLoop(ctx, c.cl, 100, c.cfg.DrainTimeout, log, func(work, stop context.Context, fs kgo.Fetches) error {
 		// A stop lets the whole batch in hand finish, not only the letter being resolved: its
 		// offsets are committed as one, and stopping part way would leave the letters already
