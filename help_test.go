@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -148,6 +149,66 @@ func TestHelpSaysTheSecretsDefaults(t *testing.T) {
 		usage, _, _ = strings.Cut(usage, "\n  -")
 		if !strings.Contains(usage, c.want) {
 			t.Errorf("seckill %s --help: %s%s, want it to say %q", c.command, c.line, usage, c.want)
+		}
+	}
+}
+
+// everyCommand returns the arguments of every command that has a --help: each of commands, and
+// each action of those that dispatch to actions (campaign's, dlq's, bench's hidden ones).
+func everyCommand() [][]string {
+	var all [][]string
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
+		all = append(all, []string{name})
+		var actions []string
+		switch name {
+		case "campaign":
+			actions = slices.Sorted(maps.Keys(campaignActions))
+		case "dlq":
+			actions = []string{"list", "show", "stats", "redrive"}
+		case "bench":
+			actions = []string{"role", "role baseline", "report"}
+		}
+		for _, a := range actions {
+			all = append(all, append([]string{name}, strings.Fields(a)...))
+		}
+	}
+	return all
+}
+
+// help returns what seckill args --help prints.
+func help(t *testing.T, args []string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), append(slices.Clone(args), "--help"), &stdout, &stderr); code != 0 {
+		t.Fatalf("seckill %v --help: exit %d\n%s", args, code, stderr.String())
+	}
+	return stdout.String()
+}
+
+// TestHelpNamesOnlyItsFlags: a flag named in a command's --help is one of that command's flags.
+// dev's --max-streams said "below --max-conns", a flag of the api that dev does not have, and
+// an operator looked for it. A name of another command's flag is allowed where the text says
+// whose it is, in the list below.
+func TestHelpNamesOnlyItsFlags(t *testing.T) {
+	elsewhere := map[string]bool{ // command: flag, each said to be another command's
+		"bench: --user-rate":             true, // "extra flag for every api ... --api-flag=--user-rate=0"
+		"bench: --jwt-secret":            true, // "when the api has --jwt-secret"
+		"bench: --max-rate":              true, // "of the consumer ..., as its --max-rate"
+		"compensator: --idempotency-ttl": true, // "the api's --idempotency-ttl"
+		"dev: --dev":                     true, // "the addresses operator commands read with --dev"
+	}
+	named := regexp.MustCompile(`--[a-z][a-z0-9-]*`)
+	for _, args := range everyCommand() {
+		command := strings.Join(args, " ")
+		listed := helpFlags(t, args...)
+		if len(listed) == 0 {
+			continue // campaign, dlq: a list of actions, which name their own flags
+		}
+		for _, flag := range named.FindAllString(help(t, args), -1) {
+			name := strings.TrimPrefix(flag, "--")
+			if !listed[name] && !elsewhere[command+": "+flag] {
+				t.Errorf("seckill %s --help names %s, which it does not have", command, flag)
+			}
 		}
 	}
 }

@@ -59,6 +59,10 @@ func (f *flags) guards(dev bool) guardFlags {
 		// dev makes the secrets it is not given, and keeps them with its data (runDev).
 		secretHelp, orderIDDefault = " (default: one kept in --data-dir)", "one kept in --data-dir"
 	}
+	streamsHelp := "order event streams open at once, below --max-conns: each holds a connection, and purchases need the others (0: 10,000, or half of --max-conns if less)"
+	if dev {
+		streamsHelp = "order event streams open at once (0: 10,000)" // dev caps no connections
+	}
 	streamsAddrHelp := "order event streams open from one client address (an IPv6 /64), well above --max-streams-per-buyer as an office's NAT or a mobile carrier " +
 		"puts many buyers behind one address; behind a load balancer, set --trust-proxy-headers or 0 (0: no cap)"
 	g := guardFlags{
@@ -70,7 +74,7 @@ func (f *flags) guards(dev bool) guardFlags {
 		idempotencyTTL: f.duration("idempotency-ttl", 24*time.Hour, false, "how long an Idempotency-Key is remembered"),
 		streamsBuyer:   f.atLeast("max-streams-per-buyer", 4, 1, "order event streams one buyer may hold open"),
 		streamsAddr:    notNegative(f, "max-streams-per-addr", f.Int("max-streams-per-addr", 100, streamsAddrHelp)),
-		streams:        notNegative(f, "max-streams", f.Int("max-streams", 0, "order event streams open at once, below --max-conns: each holds a connection, and purchases need the others (0: 10,000, or half of --max-conns if less)")),
+		streams:        notNegative(f, "max-streams", f.Int("max-streams", 0, streamsHelp)),
 		orderIDSecret:  f.secret("order-id-secret", fmt.Sprintf("key of the order ids derived from Idempotency-Keys, the same on every api, at least %d bytes (default: %s)", api.MinSecretLen, orderIDDefault)),
 	}
 	f.Lookup("jwt-secret").Usage += secretHelp
