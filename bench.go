@@ -66,7 +66,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 	workDir := f.String("work-dir", "", "processes' logs and raw profiles (default: a new temporary directory)")
 	keep := f.Bool("keep", false, "keep the run's schema, topics and Redis keys")
 	rounds := f.atLeast("rounds", 3, 1, "rounds of every scenario; each target is judged on the median of its rounds, with their spread shown")
-	f.Usage = func() { compactUsage(f, "bench", summary) }
+	f.Usage = func() { compactUsage(f, summary) }
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -196,8 +196,8 @@ func benchCommand(f *flags, set map[string]bool) string {
 }
 
 // compactUsage prints the flags one a line, so that the bench's many sizes fit on a screen.
-func compactUsage(f *flags, name, summary string) {
-	fmt.Fprintf(f.out, "Usage: seckill %s [flags]\n\n%s\n\nFlags (each also read from SECKILL_<FLAG> when not given):\n", name, summary)
+func compactUsage(f *flags, summary string) {
+	fmt.Fprintf(f.out, "%s\n\n%s\n\nFlags (each also read from SECKILL_<FLAG> when not given):\n", f.usageLine(), summary)
 	f.VisitAll(func(fl *flag.Flag) {
 		def := ""
 		if fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "false" && fl.DefValue != "[]" {
@@ -215,9 +215,9 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 // runBenchRole runs a role (api, consumer, compensator) exactly as its own command does, or a
 // baseline server, with net/http/pprof served on --pprof beside it for the bench's profiles.
 func runBenchRole(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("bench role", "Run a role or a baseline server with pprof beside it (used by seckill bench).\nUsage: seckill bench role [--pprof ADDR] api|consumer|compensator|baseline [its flags]", stdout)
+	f := newFlags("bench role", "Run a role or a baseline server with pprof beside it (used by seckill bench).", stdout)
 	addr := f.String("pprof", "", "address to serve /debug/pprof/ on (none: no pprof)")
-	f.positional = true // the role and its flags
+	f.positional = "api|consumer|compensator|baseline [its flags]"
 	if err := f.parse(args); err != nil {
 		return err
 	}

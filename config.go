@@ -36,7 +36,7 @@ func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(f
 type flags struct {
 	*flag.FlagSet
 	out        io.Writer      // where --help goes
-	positional bool           // the command reads arguments after its flags (f.Args)
+	positional string         // the arguments the command reads after its flags (f.Args), for its usage line; "": none
 	after      []func() error // run by parse once the flags are set
 }
 
@@ -45,8 +45,9 @@ type flags struct {
 func newFlags(name, summary string, out io.Writer) *flags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	f := &flags{FlagSet: fs, out: out}
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: seckill %s [flags]\n\n%s\n\nFlags (each read from the variable beside it when not given):\n", name, summary)
+		fmt.Fprintf(out, "%s\n\n%s\n\nFlags (each read from the variable beside it when not given):\n", f.usageLine(), summary)
 		var b strings.Builder
 		fs.SetOutput(&b)
 		defer fs.SetOutput(io.Discard)
@@ -61,7 +62,13 @@ func newFlags(name, summary string, out io.Writer) *flags {
 			io.WriteString(out, line)
 		}
 	}
-	return &flags{FlagSet: fs, out: out}
+	return f
+}
+
+// usageLine is the first line of the command's --help, with the arguments it reads after its
+// flags: an operator learns from it that dlq show wants a PARTITION/OFFSET.
+func (f *flags) usageLine() string {
+	return strings.TrimSpace("Usage: seckill " + f.Name() + " [flags] " + f.positional)
 }
 
 func envName(flag string) string {
@@ -81,7 +88,7 @@ func (f *flags) parse(args []string) error {
 		return err
 	case err != nil:
 		return usagef("%v (seckill %s --help lists the flags)", err, f.Name())
-	case f.NArg() > 0 && !f.positional:
+	case f.NArg() > 0 && f.positional == "":
 		return usagef("unexpected arguments: %v", f.Args())
 	}
 	given := map[string]bool{}

@@ -48,7 +48,9 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 			"sends none of it again, and one run before that is harmless: the consumer keys on the\n" +
 			"order id. Dead letters the compensator handled (their orders failed) stay.",
 	}[verb], stdout)
-	f.positional = verb == "show"
+	if verb == "show" {
+		f.positional = "PARTITION/OFFSET"
+	}
 	// Each verb reaches only what it reads, and has only those flags: list, show and stats are
 	// what on-call runs in an incident, which may be Redis's (stats reads neither Redis nor the
 	// store).

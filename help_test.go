@@ -212,3 +212,29 @@ func TestHelpNamesOnlyItsFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpShowsItsUsage: every command's --help has one Usage line, which shows the arguments
+// the command takes after its flags. bench role printed two (its summary had one of its own),
+// and dlq show's did not show PARTITION/OFFSET, which it requires.
+func TestHelpShowsItsUsage(t *testing.T) {
+	positional := map[string]string{
+		"dlq show":   "PARTITION/OFFSET",
+		"bench role": "api|consumer|compensator|baseline [its flags]",
+	}
+	for _, args := range everyCommand() {
+		command := strings.Join(args, " ")
+		var usage []string
+		for _, line := range strings.Split(help(t, args), "\n") {
+			if strings.Contains(line, "Usage:") {
+				usage = append(usage, line)
+			}
+		}
+		if len(usage) != 1 || !strings.HasPrefix(usage[0], "Usage: seckill "+command+" ") {
+			t.Errorf("seckill %s --help: usage lines %q, want one, of seckill %s", command, usage, command)
+			continue
+		}
+		if want := positional[command]; want != "" && !strings.Contains(usage[0], want) {
+			t.Errorf("seckill %s --help: %q, want it to show %s", command, usage[0], want)
+		}
+	}
+}
