@@ -368,9 +368,10 @@ func ReadTopic(ctx context.Context, brokers []string, topic string) ([]*kgo.Reco
 }
 
 // readTopic is ReadTopic, calling tookOffsets once it has the topic's start and end offsets,
-// before it reads: a test's hook to change the topic at that point, as retention may.
-func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets func()) ([]*kgo.Record, error) {
-	cl, err := NewClient(brokers)
+// before it reads: a test's hook to change the topic at that point, as retention may. opts
+// are the client's, for a test's hooks.
+func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets func(), opts ...kgo.Opt) ([]*kgo.Record, error) {
+	cl, err := NewClient(brokers, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -437,6 +438,18 @@ func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets 
 			if err := want.DropDeleted(ctx, adm, topic); err != nil {
 				return nil, fmt.Errorf("read %s: %w", topic, err)
 			}
+		}
+		// A partition done is let go of: on a busy topic, what is written to it since would
+		// be fetched, and discarded, at every fetch until the last partition is done.
+		var done []int32
+		for p := range offsets {
+			if _, reading := want[p]; !reading {
+				done = append(done, p)
+				delete(offsets, p)
+			}
+		}
+		if len(done) > 0 {
+			cl.RemoveConsumePartitions(map[string][]int32{topic: done})
 		}
 	}
 	slices.SortFunc(recs, func(a, b *kgo.Record) int {

@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,5 +133,58 @@ func TestReadTopicGoesOnAfterDataLoss(t *testing.T) {
 	}
 	if !lost() {
 		t.Error("no fetch in the middle of the range: the test did not lose data")
+	}
+}
+
+// buffered is a hook that calls fn with each record its client fetched.
+type buffered func(*kgo.Record)
+
+func (b buffered) OnFetchRecordBuffered(r *kgo.Record) { b(r) }
+
+// TestReadTopicLetsGoOfDonePartitions: on a busy topic, ReadTopic kept the partitions it had
+// read to their end assigned until the last one was done, fetching (and discarding) what was
+// written to them since at every fetch. Here partition 0 has one record to read and five
+// written after ReadTopic took its ends, and partition 1 five to read, each too big for two in
+// a fetch: partition 1 takes five fetches. Of partition 0's five new records, at most two may
+// be fetched: the one with its last record, and one in a fetch that left before it was done.
+func TestReadTopicLetsGoOfDonePartitions(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	ctx := context.Background()
+	topic := kafkatest.Topics(t, brokers).DLQ
+	cl := kafkatest.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	const n = 5
+	produce := func(p int32, n, size int) {
+		t.Helper()
+		var recs []*kgo.Record
+		for range n {
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: make([]byte, size)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Error(err)
+		}
+	}
+	produce(0, 1, 1)
+	for range n { // each its own batch
+		produce(1, 1, 600<<10)
+	}
+	var past atomic.Int64
+	fetched := buffered(func(r *kgo.Record) {
+		if r.Partition == 0 && r.Offset > 0 {
+			past.Add(1)
+		}
+	})
+	busy := func() {
+		for range n {
+			produce(0, 1, 600<<10)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	recs, err := events.ReadTopicThen(rctx, brokers, topic, busy, kgo.WithHooks(fetched))
+	if err != nil || len(recs) != 1+n {
+		t.Fatalf("ReadTopic = %d records, %v; want %d and no error", len(recs), err, 1+n)
+	}
+	if got := past.Load(); got > 2 {
+		t.Errorf("ReadTopic fetched %d of the %d records written to partition 0 after its end, want at most 2: it went on fetching a partition it was done with", got, n)
 	}
 }
