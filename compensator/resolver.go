@@ -116,13 +116,9 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 			return o, rerr
 		}
 		if res.State == lua.StateConfirmed {
-			// Redis confirms a reservation only after the store committed its order: the
-			// store has it now (the consumer stored it between the two reads), or lost it (a
-			// restore from a backup). Failed, a lost order would end twice: failed in the
-			// store and announced so, confirmed in Redis, whose release gives back pending
-			// reservations only, with its unit sold; and the failed row, final, would keep a
-			// replay from bringing it back confirmed.
-			if o, err = r.Store.Order(ctx, orderID); events.ErrorCode(err) == events.OrderNotFound {
+			// The consumer may have stored it between the two reads.
+			var lost bool
+			if o, lost, err = r.lost(ctx, orderID); lost {
 				return o, events.Errorf(events.OrderNotFound, "order %q is confirmed in Redis but not in the store, restored from a backup that lacks it: run `seckill replay` first", orderID)
 			}
 		} else {
@@ -145,6 +141,20 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 		return r.Fail(ctx, orderEvent(o), o.Reason, "operator")
 	}
 	return o, nil
+}
+
+// lost reads the order of a reservation Redis holds confirmed, and reports whether the store
+// lost it. Redis confirms a reservation only after the store committed its order, so the store
+// has it, or lost it: restored from a backup that lacks it. A lost order must not be failed: it
+// would end twice, failed in the store and announced so to a buyer told confirmed, and
+// confirmed in Redis, whose release gives back pending reservations only, with its unit sold;
+// and the failed row, final, would keep a replay from bringing it back confirmed.
+func (r *Resolver) lost(ctx context.Context, orderID string) (store.Order, bool, error) {
+	o, err := r.Store.Order(ctx, orderID)
+	if events.ErrorCode(err) == events.OrderNotFound {
+		return o, true, nil
+	}
+	return o, false, err
 }
 
 // Pay records the payment of a confirmed order within its window and announces it; paying again
