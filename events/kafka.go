@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -360,6 +361,31 @@ func (e Ends) DropDeleted(ctx context.Context, adm *kadm.Client, topic string) e
 	return nil
 }
 
+// LetGo stops cl fetching the partitions of topic in fetching that are done (not in e), and
+// returns the others. A reader of a busy topic would otherwise fetch what is written to its
+// done partitions since, only for Take to discard it, at every fetch until the last one is done.
+//
+// They are paused (PauseFetchPartitions), which works for any client not in a group. Removing
+// them (RemoveConsumePartitions) does not work for a client of ConsumeTopics: franz-go (v1.22)
+// then drops the topic from those the client adds partitions of, so a partition removed before
+// the client's first assignment left it consuming none. A removal also drops the records
+// buffered for every partition, to be fetched again. What the client buffered for a paused
+// partition it drops at the next poll: past the partition's end.
+func (e Ends) LetGo(cl *kgo.Client, topic string, fetching []int32) []int32 {
+	var done []int32
+	fetching = slices.DeleteFunc(fetching, func(p int32) bool {
+		_, reading := e[p]
+		if !reading {
+			done = append(done, p)
+		}
+		return !reading
+	})
+	if len(done) > 0 {
+		cl.PauseFetchPartitions(map[string][]int32{topic: done})
+	}
+	return fetching
+}
+
 // ReadTopic returns every record of topic, from the start of each partition to its end as it
 // was when ReadTopic began, in partition and offset order. A partition whose records were all
 // deleted (its start is its end), or are deleted while it reads, is not waited for.
@@ -398,6 +424,7 @@ func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets 
 		return nil, nil
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
+	fetching := slices.Collect(maps.Keys(offsets))
 	var recs []*kgo.Record
 	last := time.Now()
 	for len(want) > 0 {
@@ -439,18 +466,7 @@ func readTopic(ctx context.Context, brokers []string, topic string, tookOffsets 
 				return nil, fmt.Errorf("read %s: %w", topic, err)
 			}
 		}
-		// A partition done is let go of: on a busy topic, what is written to it since would
-		// be fetched, and discarded, at every fetch until the last partition is done.
-		var done []int32
-		for p := range offsets {
-			if _, reading := want[p]; !reading {
-				done = append(done, p)
-				delete(offsets, p)
-			}
-		}
-		if len(done) > 0 {
-			cl.RemoveConsumePartitions(map[string][]int32{topic: done})
-		}
+		fetching = want.LetGo(cl, topic, fetching)
 	}
 	slices.SortFunc(recs, func(a, b *kgo.Record) int {
 		if a.Partition != b.Partition {
