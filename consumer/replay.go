@@ -178,17 +178,19 @@ type topicRange struct {
 	cl        *kgo.Client
 	topic     string
 	remaining events.Ends
+	fetching  []int32         // the partitions the client fetches (events.Ends.LetGo)
 	next      map[int32]int64 // partition -> offset after the last record read: counted once
 	total     int64
 }
 
 // openRange finds where topic's records from from begin and end, and prints how many there are.
-func openRange(ctx context.Context, cfg Config, topic string, from From, progress io.Writer) (*topicRange, error) {
-	cl, err := events.NewClient(cfg.Brokers,
+// opts are added to the client's, for a test's hooks.
+func openRange(ctx context.Context, cfg Config, topic string, from From, progress io.Writer, opts ...kgo.Opt) (*topicRange, error) {
+	cl, err := events.NewClient(cfg.Brokers, append([]kgo.Opt{
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(from.offset()),
-		kgo.FetchMaxWait(250*time.Millisecond),
-	)
+		kgo.FetchMaxWait(250 * time.Millisecond),
+	}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +209,7 @@ func openRange(ctx context.Context, cfg Config, topic string, from From, progres
 	}
 	tr := &topicRange{cl: cl, topic: topic, remaining: events.Ends{}, next: map[int32]int64{}}
 	ends.Each(func(o kadm.ListedOffset) {
+		tr.fetching = append(tr.fetching, o.Partition)
 		start := starts[o.Partition]
 		if o.Offset > start {
 			tr.remaining[o.Partition] = o.Offset
@@ -229,6 +232,10 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 	adm := kadm.NewClient(tr.cl)
 	last := time.Now()
 	for len(tr.remaining) > 0 {
+		// The client consumes the whole topic: during a sale, the partitions done, and those
+		// whose range was empty from the start, would be fetched, thousands of records a
+		// second to discard, until the last one is done, beside the live consumer.
+		tr.fetching = tr.remaining.LetGo(tr.cl, tr.topic, tr.fetching)
 		// Bounded: PollRecords waits for a record, and a partition whose rest of the range Kafka
 		// deleted has none to give; the replay hung there.
 		poll, cancel := context.WithTimeout(ctx, time.Second)
