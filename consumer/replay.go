@@ -167,7 +167,7 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 	if err != nil {
 		return stats, err
 	}
-	fmt.Fprintf(progress, "replay: done, %d events (%d deleted by Kafka before they could be read); %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded; %d poison events and %d orders the store refused, dead-lettered when the consumer read them, not again\n",
+	fmt.Fprintf(progress, "replay: done, %d events (%d deleted by Kafka before they could be read); %d orders missing from the store were given back in Redis and are stored failed, refunded or expired; %d stored confirmed or paid were refunded or expired; %d payments recorded; %d poison events and %d orders the store refused, not dead-lettered (each refusal is logged)\n",
 		stats.Events, stats.Deleted, stats.GivenBack, stats.CaughtUp, stats.Paid, stats.Poison, stats.Refused)
 	return stats, nil
 }
