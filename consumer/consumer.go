@@ -187,8 +187,8 @@ func (h *handler) deadLetter(out []*kgo.Record, rec *kgo.Record, kind, reason st
 			h.replay.Poison++
 		} else {
 			h.replay.Refused++
-			h.cfg.Logger.Info("replay: the store refused an order; left out of the store, not dead-lettered (see ReplayStats.Refused)",
-				"partition", rec.Partition, "offset", rec.Offset, "reason", reason)
+			h.cfg.Logger.Info("replay: the store refused an order; left out of the store, not dead-lettered",
+				"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason)
 		}
 		return out
 	}
