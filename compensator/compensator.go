@@ -232,24 +232,26 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 		return nil
 	}
 	return events.Retry(stop, c.cfg.Logger, "resolve dead letter "+e.OrderID, func() error {
-		// The store refused an order Redis holds confirmed only if it lost the order and what
-		// let it be stored (a restore from a backup without its campaign's row): it is left
-		// out of the store, for a replay to confirm once the operator has put that back.
+		// The store refused an order Redis holds confirmed, refunded or expired only if it
+		// lost the order and what let it be stored (a restore from a backup without its
+		// campaign's row): it is left out of the store, for a replay to store it as Redis
+		// ended it once the operator has put that back.
 		res, err := c.Redis.Reservation(work, e.OrderID)
-		if err == nil && res.State == lua.StateConfirmed {
+		if err != nil && !errors.Is(err, lua.ErrNoReservation) {
+			return err
+		}
+		if err == nil && storedBefore(res.State) {
 			_, lost, err := c.lost(work, e.OrderID)
 			if err != nil {
 				return err
 			}
 			if lost {
-				c.cfg.Logger.Warn("dead letter of an order confirmed in Redis that the store lost: left out of the store; "+
-					"put back what the store refused it for, then run `seckill replay`",
-					"order_id", e.OrderID, "campaign", e.CampaignID, "reason", reason, "offset", rec.Offset)
+				c.cfg.Logger.Warn("dead letter of an order Redis holds confirmed, refunded or expired that the store lost: "+
+					"left out of the store; put back what the store refused it for, then run `seckill replay`",
+					"order_id", e.OrderID, "campaign", e.CampaignID, "state", res.State, "reason", reason, "offset", rec.Offset)
 				compensations.WithLabelValues("dlq", "lost").Inc()
 				return nil
 			}
-		} else if err != nil && !errors.Is(err, lua.ErrNoReservation) {
-			return err
 		}
 		_, err = c.Fail(work, e, reason, "dlq")
 		return err

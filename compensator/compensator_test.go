@@ -129,7 +129,7 @@ func (e *env) check(t *testing.T, evs []events.Event) map[events.Status]int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := map[events.Status]string{events.Confirmed: "confirmed", events.Failed: "released", events.Refunded: "refunded"}[o.Status]
+		want := map[events.Status]string{events.Confirmed: "confirmed", events.Failed: "released", events.Refunded: "refunded", events.Expired: "expired"}[o.Status]
 		if res.State != want {
 			t.Errorf("order %s is %s in the store but %s in redis", ev.OrderID, o.Status, res.State)
 		}

@@ -143,12 +143,20 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 	return o, nil
 }
 
-// lost reads the order of a reservation Redis holds confirmed, and reports whether the store
-// lost it. Redis confirms a reservation only after the store committed its order, so the store
-// has it, or lost it: restored from a backup that lacks it. A lost order must not be failed: it
-// would end twice, failed in the store and announced so to a buyer told confirmed, and
-// confirmed in Redis, whose release gives back pending reservations only, with its unit sold;
-// and the failed row, final, would keep a replay from bringing it back confirmed.
+// storedBefore reports whether Redis holds a reservation in a state it reaches only after the
+// store committed its order: confirmed (the consumer confirms after its commit), refunded or
+// expired (a refund or an expiry writes the store first). Pending and released are the states
+// failing an order expects: its release moves pending to released.
+func storedBefore(state string) bool {
+	return state == lua.StateConfirmed || state == lua.StateRefunded || state == lua.StateExpired
+}
+
+// lost reads the order of a reservation Redis holds in a state storedBefore reports, and
+// reports whether the store lost it: the store has it, or was restored from a backup that lacks
+// it. A lost order must not be failed: it would end twice, failed in the store and announced so
+// to a buyer told confirmed (or refunded), and as it ended in Redis, whose release gives back
+// pending reservations only, with its unit sold or already given back; and the failed row,
+// final, would keep a replay from bringing it back as it ended.
 func (r *Resolver) lost(ctx context.Context, orderID string) (store.Order, bool, error) {
 	o, err := r.Store.Order(ctx, orderID)
 	if events.ErrorCode(err) == events.OrderNotFound {
