@@ -306,12 +306,9 @@ func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, g
 	if err != nil {
 		return 0, fmt.Errorf("lag of %s on %s: %w", group, topic, err)
 	}
-	committed, err := adm.FetchOffsets(ctx, group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		err = nil // a group that never committed (kfake says so; Kafka answers with no offsets)
-	}
+	committed, err := CommittedOffsets(ctx, adm, group)
 	if err != nil {
-		return 0, fmt.Errorf("lag of %s on %s: committed offsets: %w", group, topic, err)
+		return 0, fmt.Errorf("lag of %s on %s: %w", group, topic, err)
 	}
 	var lag int64
 	ends.Each(func(end kadm.ListedOffset) {
@@ -322,6 +319,18 @@ func LagBehind(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, g
 		lag += max(0, end.Offset-at)
 	})
 	return lag, nil
+}
+
+// CommittedOffsets returns the offsets group has committed: none for a group that never did.
+func CommittedOffsets(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+	committed, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		err = nil // a group that never committed (kfake says so; Kafka answers with no offsets)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("committed offsets of %s: %w", group, err)
+	}
+	return committed, nil
 }
 
 // Ends is, per partition, the end offset a reader of a range of a topic's records has still to
