@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
@@ -101,5 +102,60 @@ func TestDLQStatsCountsPoisonAsOneReason(t *testing.T) {
 	}
 	if code != 0 || len(rows) != 2 || rows[events.ReasonPoison] != "2" || rows[events.ReasonStoreSoldOut] != "1" {
 		t.Errorf("dlq stats of two poison letters and one store_sold_out: exit %d, want rows poison 2 and store_sold_out 1:\n%s%s", code, stdout.String(), stderr.String())
+	}
+}
+
+// TestDLQListSaysWhatTheCompensatorLeftOut: the compensator leaves out of the store the dead
+// letter of an order Redis holds confirmed, refunded or expired that the store lost (restored
+// from a backup without its campaign's row), and commits it. dlq list called every dead letter
+// whose order the store lacks "not in the store yet (the compensator has not handled it)",
+// which sent the operator waiting for a compensator that was done, instead of to its WARN and
+// the replay. Past the compensator group's committed offset a letter is handled: its order is
+// not in the store because the compensator left it out (or the store lost it since).
+func TestDLQListSaysWhatTheCompensatorLeftOut(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	storeURL := storetest.SQLiteURL(t)
+	storetest.MustOpen(t, storeURL)
+	cl := kafkatest.Client(t, brokers)
+	var letters []*kgo.Record
+	for _, id := range []string{"camp.left-out", "camp.waiting"} {
+		e := events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now().UTC(),
+			OrderID: id, CampaignID: "camp", UserID: "ann", Quantity: 1}
+		src, err := events.Record(topics.Requested, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		letters = append(letters, events.DeadLetter(topics.DLQ, src, string(events.CampaignNotFound)))
+	}
+	// One buyer's events, so one partition: the compensator has committed past the first only.
+	if err := cl.ProduceSync(context.Background(), letters...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var done kadm.Offsets
+	done.Add(kadm.Offset{Topic: topics.DLQ, Partition: letters[0].Partition, At: letters[0].Offset + 1, LeaderEpoch: -1})
+	if _, err := kadm.NewClient(cl).CommitOffsets(context.Background(), topics.CompensatorGroup(), done); err != nil {
+		t.Fatal(err)
+	}
+
+	args := []string{"dlq", "list"}
+	args = append(args, connFor(args, []string{"--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix, "--postgres-url", storeURL})...)
+	var stdout, stderr strings.Builder
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("dlq list: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	for id, want := range map[string]string{
+		"camp.left-out": "not in the store: the compensator left it out",
+		"camp.waiting":  "not in the store yet (the compensator has not handled it)",
+	} {
+		var line string
+		for _, l := range strings.Split(stdout.String(), "\n") {
+			if strings.Contains(l, id) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, want) {
+			t.Errorf("dlq list: the line of %s is %q, want %q in it; listed\n%s", id, line, want, stdout.String())
+		}
 	}
 }
