@@ -67,3 +67,28 @@ func (e *env) wantRedis(t *testing.T, ev events.Event, state string, remaining i
 		t.Errorf("remaining %d %v, want %d", n, err, remaining)
 	}
 }
+
+// TestCompensateRefusesARefundTheStoreLost: Ann's order was refunded, in the store and then in
+// Redis, and the store is restored from a backup that lacks it. An operator compensates it
+// again: Compensate refuses, changing nothing. Before, it stored the order failed and announced
+// OrderFailed, while Redis holds it refunded: the order ended twice, and the failed row, final,
+// kept the replay from storing it refunded.
+func TestCompensateRefusesARefundTheStoreLost(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	ann := e.reserve(t, 1, time.Hour)[0]
+	e.confirm(t, []events.Event{ann})
+	res := e.operator().Resolver
+	if o, err := res.Compensate(e.ctx, ann.OrderID); err != nil || o.Status != events.Refunded {
+		t.Fatalf("Compensate: %q %v, want refunded", o.Status, err)
+	}
+	e.sql(t, `DELETE FROM orders WHERE campaign_id = ?`, e.campaign)
+	e.sql(t, `DELETE FROM purchases WHERE campaign_id = ?`, e.campaign)
+
+	if o, err := res.Compensate(e.ctx, ann.OrderID); events.ErrorCode(err) != events.OrderNotFound {
+		t.Errorf("Compensate of a refund the store lost: %q (%q) %v, want order_not_found", o.Status, o.Reason, err)
+	}
+	if o, err := e.st.Order(e.ctx, ann.OrderID); events.ErrorCode(err) != events.OrderNotFound {
+		t.Errorf("the store has the lost order %q (%q) %v, want none", o.Status, o.Reason, err)
+	}
+	e.wantRedis(t, ann, lua.StateRefunded, e.stock)
+}

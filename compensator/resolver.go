@@ -115,11 +115,11 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 		if rerr != nil {
 			return o, rerr
 		}
-		if res.State == lua.StateConfirmed {
+		if storedBefore(res.State) {
 			// The consumer may have stored it between the two reads.
 			var lost bool
 			if o, lost, err = r.lost(ctx, orderID); lost {
-				return o, events.Errorf(events.OrderNotFound, "order %q is confirmed in Redis but not in the store, restored from a backup that lacks it: run `seckill replay` first", orderID)
+				return o, events.Errorf(events.OrderNotFound, "order %q is %s in Redis but not in the store, restored from a backup that lacks it: run `seckill replay` first", orderID, res.State)
 			}
 		} else {
 			// Fail announces what it did; a refund is still due when the consumer stored the
