@@ -34,7 +34,7 @@ func (s slowRefunds) RefundOrder(_ context.Context, id string) (store.Order, err
 
 func (s slowRefunds) MarkRefunded(context.Context, string) error { return nil }
 
-type allRefunded struct{ ReplayRedis }
+type allRefunded struct{ Confirmer }
 
 func (allRefunded) Reservations(_ context.Context, ids []string) (map[string]lua.Reservation, error) {
 	res := map[string]lua.Reservation{}

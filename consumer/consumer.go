@@ -74,11 +74,13 @@ func (c Config) Validate() error {
 // Persister is the part of the store the consumer writes to.
 type Persister interface {
 	ConfirmOrders(ctx context.Context, evs []events.Event) ([]store.Result, error)
+	RecordGivenBack(ctx context.Context, orders []store.Order) (int, error)
 }
 
-// Confirmer marks reservations confirmed in Redis.
+// Confirmer reads reservations in Redis and marks them confirmed.
 type Confirmer interface {
 	ConfirmAll(ctx context.Context, orderIDs []string) error
+	Reservations(ctx context.Context, orderIDs []string) (map[string]lua.Reservation, error)
 }
 
 var (
@@ -175,7 +177,8 @@ type handler struct {
 	cl    *kgo.Client // produces to the results and dead-letter topics
 	// replay, set by Replay, counts the poison events and the store's refusals instead of
 	// dead-lettering them: the consumer did when it read them first, and the compensator
-	// resolved them (or the sweeper did, at the reservation's deadline).
+	// resolved them (or the sweeper did, at the reservation's deadline). It also counts the
+	// orders recordGivenBack stores, and makes it wait for Redis.
 	replay *ReplayStats
 }
 
@@ -230,6 +233,10 @@ func (h *handler) persist(work, stop context.Context, recs []*kgo.Record) (finis
 	}
 	batchSize.Observe(float64(len(evs)))
 
+	// First: the persister would confirm an order the store lost whose units Redis gave back.
+	if err := h.recordGivenBack(work, stop, evs); err != nil {
+		return nil, err
+	}
 	var results []store.Result
 	err = events.Retry(stop, h.cfg.Logger, "persist batch", func() error {
 		var err error

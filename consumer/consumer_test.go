@@ -14,6 +14,7 @@ import (
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
 )
@@ -29,6 +30,11 @@ func (c *confirmer) ConfirmAll(_ context.Context, ids []string) error {
 	defer c.mu.Unlock()
 	c.largest = max(c.largest, len(ids))
 	return nil
+}
+
+// Reservations knows of no reservation: the orders go to the store as they come.
+func (c *confirmer) Reservations(context.Context, []string) (map[string]lua.Reservation, error) {
+	return nil, nil
 }
 
 // TestMaxRate checks the controlled pace: with --max-rate 200, 300 events already in Kafka take

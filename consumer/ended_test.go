@@ -12,6 +12,7 @@ import (
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
 )
@@ -27,6 +28,11 @@ func (c *idsConfirmer) ConfirmAll(_ context.Context, ids []string) error {
 	defer c.mu.Unlock()
 	c.ids = append(c.ids, ids...)
 	return nil
+}
+
+// Reservations knows of no reservation: the orders go to the store as they come.
+func (c *idsConfirmer) Reservations(context.Context, []string) (map[string]lua.Reservation, error) {
+	return nil, nil
 }
 
 // TestEndedOrderIsNotConfirmedInRedis: the event of an order the store ended first (the api

@@ -77,7 +77,6 @@ type ReplayStats struct {
 // ReplayStore is the part of the store a replay reads and writes.
 type ReplayStore interface {
 	Persister
-	RecordGivenBack(ctx context.Context, orders []store.Order) (int, error)
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
 	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
@@ -87,16 +86,7 @@ type ReplayStore interface {
 	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
 }
 
-// ReplayRedis is the part of Redis a replay reads and writes.
-type ReplayRedis interface {
-	Confirmer
-	Reservations(ctx context.Context, orderIDs []string) (map[string]lua.Reservation, error)
-}
-
-var (
-	_ ReplayStore = (*store.Store)(nil)
-	_ ReplayRedis = (*lua.Redis)(nil)
-)
+var _ ReplayStore = (*store.Store)(nil)
 
 // Replay re-consumes the requested topic from from up to its end as of the call, outside any
 // consumer group, into the same persister as the consumer: orders already stored change
@@ -105,7 +95,7 @@ var (
 // on (catchUp); after it, the payments on the results topic from the same time are recorded
 // (recordPaid). It writes a progress line to progress every second. It writes no dead letter:
 // the consumer wrote them when it read the range first (ReplayStats.Poison, Refused).
-func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r ReplayRedis, progress io.Writer) (ReplayStats, error) {
+func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Confirmer, progress io.Writer) (ReplayStats, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return ReplayStats{}, err
@@ -143,14 +133,7 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Replay
 		func() string {
 			return fmt.Sprintf(", %d given back in Redis, %d poison, %d refused by the store", stats.GivenBack, stats.Poison, stats.Refused)
 		},
-		func(batch []*kgo.Record) error {
-			n, err := recordGivenBack(ctx, cfg.Logger, st, r, batch)
-			if err != nil {
-				return err
-			}
-			stats.GivenBack += int64(n)
-			return h.handle(work, ctx, batch)
-		})
+		func(batch []*kgo.Record) error { return h.handle(work, ctx, batch) })
 	if err != nil {
 		return stats, err
 	}
@@ -351,7 +334,7 @@ var givenBackAs = map[string]struct {
 // Only the store's forward transitions are used, so an order the store holds in a later state
 // is left alone, and a second replay finds nothing to do. A paid order is confirmed in Redis:
 // nothing here tells of a payment.
-func catchUp(ctx context.Context, cfg Config, st ReplayStore, r ReplayRedis, progress io.Writer) (int, error) {
+func catchUp(ctx context.Context, cfg Config, st ReplayStore, r Confirmer, progress io.Writer) (int, error) {
 	var cs []store.Campaign
 	err := events.Retry(ctx, cfg.Logger, "replay: read campaigns", func() (err error) {
 		cs, err = st.Campaigns(ctx)
@@ -384,7 +367,7 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r ReplayRedis, pro
 			for i, o := range page {
 				ids[i] = o.OrderID
 			}
-			res, err := reservations(ctx, cfg.Logger, r, ids)
+			res, err := reservations(ctx, ctx, cfg.Logger, r, ids)
 			if err != nil {
 				return n, err
 			}
@@ -417,31 +400,38 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r ReplayRedis, pro
 }
 
 // recordGivenBack stores, before the persister sees the batch, its orders the store does not
-// have and whose reservation Redis has given back, and returns how many it stored.
+// have and whose reservation Redis has given back, and, in a replay, counts them.
 //
 // The persister confirms any order the store does not have. In normal operation the store
 // has every order whose units were given back, since each give-back writes the store first
-// and Redis second; a store that lost rows (restored from a backup) breaks that, and it is
-// what a replay is for. Confirming such an order again would hand a buyer told "failed" a
-// unit Redis has given back and may have sold to someone else, who is then refused
-// store_sold_out although confirmed. So Redis, whose record outlived the store's row, says
-// how the order ended, and the persister finds it final and changes nothing. An order whose
-// record Redis has trimmed (a day after it ended), or that is pending or confirmed, goes to
-// the persister as before.
-func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r ReplayRedis, recs []*kgo.Record) (int, error) {
-	evs := make([]events.Event, 0, len(recs))
-	ids := make([]string, 0, len(recs))
-	for _, rec := range recs {
-		e, err := events.Decode(rec.Value)
-		if err != nil || e.Type != events.OrderRequested {
-			continue // the persister counts it poison
-		}
-		evs = append(evs, e)
-		ids = append(ids, e.OrderID)
+// and Redis second; a store that lost rows (restored from a backup) breaks that, for a replay
+// and for the consumer alike, which meets the lost orders again when its group's offsets are
+// reset or it died between the store's commit and the offsets'. Confirming such an order again
+// would hand a buyer told "failed" a unit Redis has given back and may have sold to someone
+// else, who is then refused store_sold_out although confirmed. So Redis, whose record outlived
+// the store's row, says how the order ended, and the persister finds it final and changes
+// nothing. An order whose record Redis has trimmed (a day after it ended), or that is pending
+// or confirmed, goes to the persister as before: the batches of a sale, whose store write
+// costs one round trip to Redis more, one HMGET per campaign.
+func (h *handler) recordGivenBack(work, stop context.Context, evs []events.Event) error {
+	ids := make([]string, len(evs))
+	for i, e := range evs {
+		ids[i] = e.OrderID
 	}
-	held, err := reservations(ctx, log, r, ids)
-	if err != nil {
-		return 0, err
+	var (
+		held map[string]lua.Reservation
+		err  error
+	)
+	if h.replay != nil { // there to put a restored store right: it waits for Redis
+		if held, err = reservations(work, stop, h.cfg.Logger, h.redis, ids); err != nil {
+			return err
+		}
+	} else if held, err = h.redis.Reservations(work, ids); err != nil {
+		// The consumer does not wait for Redis, as it does not for its confirmations: a restored
+		// store meeting an outage is rarer than an outage, whose backlog, left waiting, the
+		// sweeper would fail at its deadline.
+		h.cfg.Logger.Warn("read reservations; persisting without checking for orders Redis gave back", "orders", len(ids), "err", err)
+		return nil
 	}
 	var orders []store.Order
 	for _, e := range evs {
@@ -453,21 +443,25 @@ func recordGivenBack(ctx context.Context, log *slog.Logger, st ReplayStore, r Re
 			Status: as.status, Reason: as.reason, CreatedAtMs: e.OccurredAt.UnixMilli()})
 	}
 	if len(orders) == 0 {
-		return 0, nil
+		return nil
 	}
 	var n int
-	err = events.Retry(ctx, log, "replay: record given-back orders", func() (err error) {
-		n, err = st.RecordGivenBack(ctx, orders)
+	err = events.Retry(stop, h.cfg.Logger, "record given-back orders", func() (err error) {
+		n, err = h.store.RecordGivenBack(work, orders)
 		return err
 	})
-	return n, err
+	if h.replay != nil {
+		h.replay.GivenBack += int64(n)
+	}
+	return err
 }
 
-// reservations reads the reservations of ids from Redis, retrying while Redis does not answer.
-func reservations(ctx context.Context, log *slog.Logger, r ReplayRedis, ids []string) (map[string]lua.Reservation, error) {
+// reservations reads the reservations of ids from Redis, retrying while Redis does not answer
+// and stop is not done; work is the context of the reads.
+func reservations(work, stop context.Context, log *slog.Logger, r Confirmer, ids []string) (map[string]lua.Reservation, error) {
 	var res map[string]lua.Reservation
-	err := events.Retry(ctx, log, "replay: read reservations", func() (err error) {
-		res, err = r.Reservations(ctx, ids)
+	err := events.Retry(stop, log, "replay: read reservations", func() (err error) {
+		res, err = r.Reservations(work, ids)
 		return err
 	})
 	return res, err

@@ -26,8 +26,8 @@ const (
 	// ReasonUnpaid is the reason of an order that expired unpaid, once its units are back in
 	// Redis; until then an expired order's reason is "" (store.ExpiringOrders).
 	ReasonUnpaid = "unpaid"
-	// ReasonReleasedBeforeReplay is the reason of a failed order that a replay recorded after
-	// the store had lost its row: Redis had released the reservation, so the order had failed,
+	// ReasonReleasedBeforeReplay is the reason of a failed order that a replay, or the consumer
+	// meeting its event again, recorded after the store had lost its row: Redis had released the reservation, so the order had failed,
 	// but Redis does not keep why, and the first reason went with the row.
 	ReasonReleasedBeforeReplay = "released_before_replay"
 )
