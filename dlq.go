@@ -47,7 +47,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 			"pending in Redis, before its deadline (when the sweeper fails the order), and no order\n" +
 			"in the store; so a redrive run again once the consumer has stored what the first sent\n" +
 			"sends none of it again, and one run before that is harmless: the consumer keys on the\n" +
-			"order id. Dead letters the compensator handled (their orders failed) stay.",
+			"order id. Dead letters that are not poison stay: they are the compensator's.",
 	}[verb], stdout)
 	if verb == "show" {
 		f.positional = "PARTITION/OFFSET"
@@ -188,13 +188,15 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		tw.Flush()
 		fmt.Fprintf(stdout, "%d dead letters in %s\n", len(letters), c.topics().DLQ)
 	case "show":
-		letters[0].print(stdout, orderState(ctx, d.store, letters[0]))
+		state, _ := orderState(ctx, d.store, letters[0])
+		letters[0].print(stdout, state)
 	default:
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "at\twritten\treason\tsource\torder\tnow")
 		for _, l := range letters {
+			state, _ := orderState(ctx, d.store, l)
 			fmt.Fprintf(tw, "%d/%d\t%s\t%s\t%s\t%s\t%s\n", l.rec.Partition, l.rec.Offset, l.rec.Timestamp.UTC().Format(time.RFC3339),
-				l.reason, l.source, orDash(l.orderID), orderState(ctx, d.store, l))
+				l.reason, l.source, orDash(l.orderID), state)
 		}
 		tw.Flush()
 		fmt.Fprintf(stdout, "%d dead letters in %s\n", len(letters), c.topics().DLQ)
@@ -246,30 +248,33 @@ type orders interface {
 	Order(ctx context.Context, id string) (store.Order, error)
 }
 
-// orderState says what the compensator did with a dead letter: the order's state in the store.
-func orderState(ctx context.Context, st orders, l deadLetter) string {
+// orderState says what the compensator did with a dead letter: the order's state in the store,
+// and whether the compensator is done with it. list, show and redrive all decide it here, so that
+// none says the compensator handled a letter another says it has not: done is an order in the
+// store (which the compensator writes before it commits), or one its group has committed past.
+func orderState(ctx context.Context, st orders, l deadLetter) (state string, done bool) {
 	if l.orderID == "" {
-		return "unreadable: left to the sweeper (see dlq redrive)"
+		return "unreadable: left to the sweeper (see dlq redrive)", l.resolved
 	}
 	o, err := st.Order(ctx, l.orderID)
 	switch {
 	case events.ErrorCode(err) == events.OrderNotFound && strings.HasPrefix(l.reason, events.ReasonPoison):
 		// It reads now, but the compensator, like the consumer, could not read it then.
-		return "not in the store: unreadable when it came (see dlq redrive)"
+		return "not in the store: unreadable when it came (see dlq redrive)", l.resolved
 	case events.ErrorCode(err) == events.OrderNotFound && l.resolved:
 		// The compensator fails a dead-lettered order in the store, unless Redis holds it
 		// confirmed, refunded or expired and the store lost it (a restore): that one it leaves
 		// out, with a WARN. The store may also have lost a failed row since.
 		return "not in the store: the compensator left it out (confirmed, refunded or expired in Redis, lost by the store: " +
-			"see its WARN), or the store lost it since; put back what the store refused it for, then run seckill replay"
+			"see its WARN), or the store lost it since; put back what the store refused it for, then run seckill replay", true
 	case events.ErrorCode(err) == events.OrderNotFound:
-		return "not in the store yet (the compensator has not handled it)"
+		return "not in the store yet (the compensator has not handled it)", false
 	case err != nil:
-		return "cannot tell: " + err.Error()
+		return "cannot tell: " + err.Error(), l.resolved
 	case o.Reason != "":
-		return string(o.Status) + " (" + o.Reason + ")"
+		return string(o.Status) + " (" + o.Reason + ")", true
 	}
-	return string(o.Status)
+	return string(o.Status), true
 }
 
 func (l deadLetter) print(w io.Writer, state string) {

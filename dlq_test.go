@@ -22,7 +22,8 @@ func TestShowDeadLetterWithoutValue(t *testing.T) {
 	src := &kgo.Record{Topic: "shop.orders.requested", Partition: 2, Offset: 7, Key: []byte("camp/ann"), Value: bytes.Repeat([]byte("x"), 1_000_000)}
 	l := readDeadLetter(events.WithoutValue(events.DeadLetter("shop.orders.dlq", src, events.ReasonPoison+": decode event: invalid character 'x'")))
 	var out strings.Builder
-	l.print(&out, orderState(context.Background(), fakeAwaited{}, l))
+	state, _ := orderState(context.Background(), fakeAwaited{}, l)
+	l.print(&out, state)
 	for _, want := range []string{
 		"decode   no value: its 1000000 bytes were too large for the dead-letter topic and left out",
 		"value    (left out: the original is at shop.orders.requested/2/7)",

@@ -86,15 +86,19 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 		skipped++
 		fmt.Fprintf(out, "skip  %s  %s\n", positionOf(l.rec), why)
 	}
-	handled := 0
+	notPoison := 0
 	sent := map[string]position{} // order id -> the dead letter it is sent from
 	for _, l := range letters {
 		at := positionOf(l.rec)
 		if !strings.HasPrefix(l.reason, events.ReasonPoison) {
 			if len(letters) == 1 { // the one --at names: say why nothing happens
-				skip(l, "the compensator handled it ("+l.reason+"): order "+orderState(ctx, src, l))
+				if state, done := orderState(ctx, src, l); done {
+					skip(l, "the compensator handled it ("+l.reason+"): order "+state)
+				} else {
+					skip(l, "not poison ("+l.reason+"): left to the compensator: order "+state)
+				}
 			}
-			handled++
+			notPoison++
 			continue
 		}
 		if n := events.ValueOmitted(l.rec); n > 0 && fix == nil {
@@ -167,8 +171,9 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 		send = append(send, rec)
 		fmt.Fprintf(out, "send  %s  order %s of %s, %d units, to %s\n", at, e.OrderID, e.CampaignID, e.Quantity, requested)
 	}
-	if handled > 0 && len(letters) > 1 {
-		fmt.Fprintf(out, "%d dead letters the compensator handled (not poison) are left as they are\n", handled)
+	if notPoison > 0 && len(letters) > 1 {
+		// Not read one by one, so not called handled: some may still wait for the compensator.
+		fmt.Fprintf(out, "%d dead letters that are not poison are left to the compensator (dlq list says what became of each)\n", notPoison)
 	}
 	return send, skipped, nil
 }
