@@ -333,7 +333,9 @@ func givenBackBy(status events.Status, reason string) string {
 	case reason == events.ReasonProduce:
 		return "api (produce failed)"
 	case reason == events.ReasonReleasedBeforeReplay:
-		return "unknown (released before a replay)"
+		// The reason's name says replay, but the consumer stores it too: what is known is only
+		// that Redis gave the units back before the store had the order.
+		return "unknown (given back in Redis before the store had the order)"
 	}
 	return "dead letter (" + reason + ")"
 }

@@ -26,8 +26,10 @@ const (
 	// ReasonUnpaid is the reason of an order that expired unpaid, once its units are back in
 	// Redis; until then an expired order's reason is "" (store.ExpiringOrders).
 	ReasonUnpaid = "unpaid"
-	// ReasonReleasedBeforeReplay is the reason of a failed order that a replay, or the consumer
-	// meeting its event again, recorded after the store had lost its row: Redis had released the reservation, so the order had failed,
-	// but Redis does not keep why, and the first reason went with the row.
+	// ReasonReleasedBeforeReplay is the reason of a failed order whose units Redis gave back
+	// before the store had the order: a replay, or the consumer meeting its event again after a
+	// restore lost the row, stores it so. Redis does not keep why the order failed, and the
+	// first reason went with the row, so why is unknown. Despite its name the consumer records
+	// it too; the value stays, as stored rows and the audit hold it.
 	ReasonReleasedBeforeReplay = "released_before_replay"
 )
