@@ -223,11 +223,14 @@ func (c *Compensator) consumeDLQ(ctx context.Context) error {
 // deadLetter resolves one dead-lettered event, retrying while stop is not done.
 func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) error {
 	reason := events.Header(rec, events.HeaderReason)
+	// Its warnings say where the letter is, for the operator's dlq show PARTITION/OFFSET: an
+	// offset alone is in every partition.
+	where := c.cfg.Logger.With("topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset)
 	e, err := events.Decode(rec.Value)
 	if err != nil || e.Type != events.OrderRequested {
 		// Without a readable order there is nothing to release here; if it held a
 		// reservation, the sweeper releases it at its deadline.
-		c.cfg.Logger.Warn("unreadable dead letter left to the sweeper", "offset", rec.Offset, "reason", reason, "err", err)
+		where.Warn("unreadable dead letter left to the sweeper", "reason", reason, "err", err)
 		compensations.WithLabelValues("dlq", "unreadable").Inc()
 		return nil
 	}
@@ -246,9 +249,9 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 				return err
 			}
 			if lost {
-				c.cfg.Logger.Warn("dead letter of an order Redis holds confirmed, refunded or expired that the store lost: "+
+				where.Warn("dead letter of an order Redis holds confirmed, refunded or expired that the store lost: "+
 					"left out of the store; put back what the store refused it for, then run `seckill replay`",
-					"order_id", e.OrderID, "campaign", e.CampaignID, "state", res.State, "reason", reason, "offset", rec.Offset)
+					"order_id", e.OrderID, "campaign", e.CampaignID, "state", res.State, "reason", reason)
 				compensations.WithLabelValues("dlq", "lost").Inc()
 				return nil
 			}

@@ -104,6 +104,15 @@ func TestDeadLetterOfAnOrderTheStoreLost(t *testing.T) {
 			if !strings.Contains(logs.String(), `"level":"WARN"`) || !strings.Contains(logs.String(), ann.OrderID) || !strings.Contains(logs.String(), "seckill replay") {
 				t.Errorf("no warning naming %s and the replay:\n%s", ann.OrderID, logs.String())
 			}
+			// It says where the dead letter is, for dlq show, naming each key once.
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if !strings.Contains(line, ann.OrderID) || !strings.Contains(line, `"level":"WARN"`) {
+					continue
+				}
+				if k, err := duplicateKey([]byte(line)); err != nil || k != "" || !strings.Contains(line, `"topic":"`+e.topics.DLQ+`","partition":`) {
+					t.Errorf("logged %s (duplicate key %q, %v): want it to name the topic %s and the partition once", line, k, err, e.topics.DLQ)
+				}
+			}
 
 			// The operator puts the campaign's row back and replays.
 			camp.Sold = 0

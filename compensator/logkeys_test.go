@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
 )
@@ -61,6 +63,65 @@ func TestLogLinesNameTheirTopicOnce(t *testing.T) {
 		if bytes.Contains(line, []byte("topic missing")) && !bytes.Contains(line, []byte(topics.DLQ)) {
 			t.Errorf("logged %s, want it to name %s", line, topics.DLQ)
 		}
+	}
+}
+
+// TestUnreadableDeadLetterNamesWhereItIs: the warning for a dead letter the compensator cannot
+// read named its offset alone, so the operator could not find it (dlq show P/O) without
+// guessing the topic and partition. It names all three, each once.
+func TestUnreadableDeadLetterNamesWhereItIs(t *testing.T) {
+	e := newEnv(t, 10, 1)
+	out, err := os.Create(filepath.Join(t.TempDir(), "compensator.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cl, err := events.NewClient(e.brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	src := &kgo.Record{Topic: e.topics.Requested, Key: []byte(e.campaign + "/ann"), Value: []byte(`{"version":2}`)}
+	letter := events.DeadLetter(e.topics.DLQ, src, events.ReasonPoison+": unknown version 2")
+	if err := cl.ProduceSync(e.ctx, letter).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, SweepInterval: time.Hour,
+		Logger: slog.New(slog.NewJSONHandler(out, nil))})
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	const msg = "unreadable dead letter left to the sweeper"
+	var line []byte
+	for deadline := time.Now().Add(20 * time.Second); line == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s no %q line", msg)
+		}
+		logged, err := os.ReadFile(out.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range bytes.Split(logged, []byte("\n")) {
+			if bytes.Contains(l, []byte(msg)) && bytes.HasSuffix(l, []byte("}")) {
+				line = l
+			}
+		}
+	}
+	if k, err := duplicateKey(line); err != nil || k != "" {
+		t.Errorf("logged %s: duplicate key %q (%v)", line, k, err)
+	}
+	var got struct {
+		Topic     string `json:"topic"`
+		Partition *int32 `json:"partition"`
+		Offset    *int64 `json:"offset"`
+	}
+	if err := json.Unmarshal(line, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Topic != letter.Topic || got.Partition == nil || *got.Partition != letter.Partition || got.Offset == nil || *got.Offset != letter.Offset {
+		t.Errorf("logged %s, want topic %s, partition %d and offset %d", line, letter.Topic, letter.Partition, letter.Offset)
 	}
 }
 
