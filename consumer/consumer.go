@@ -79,7 +79,8 @@ type Persister interface {
 
 // Confirmer reads reservations in Redis and marks them confirmed.
 type Confirmer interface {
-	ConfirmAll(ctx context.Context, orderIDs []string) error
+	// ConfirmAll returns the orders it did not confirm, with their reservation's state.
+	ConfirmAll(ctx context.Context, orderIDs []string) (map[string]string, error)
 	Reservations(ctx context.Context, orderIDs []string) (map[string]lua.Reservation, error)
 }
 
@@ -284,7 +285,7 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 	redisDone := make(chan struct{})
 	go func() {
 		defer close(redisDone)
-		if err := h.redis.ConfirmAll(work, confirmed); err != nil {
+		if _, err := h.redis.ConfirmAll(work, confirmed); err != nil {
 			// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
 			h.cfg.Logger.Warn("confirm reservations", "orders", len(confirmed), "err", err)
 		}

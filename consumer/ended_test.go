@@ -23,11 +23,12 @@ type idsConfirmer struct {
 	ids []string
 }
 
-func (c *idsConfirmer) ConfirmAll(_ context.Context, ids []string) error {
+// ConfirmAll confirms every order.
+func (c *idsConfirmer) ConfirmAll(_ context.Context, ids []string) (map[string]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ids = append(c.ids, ids...)
-	return nil
+	return nil, nil
 }
 
 // Reservations knows of no reservation: the orders go to the store as they come.

@@ -2,6 +2,7 @@ package lua_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -45,9 +46,18 @@ func testConfirmAll(t *testing.T, rdb *redis.Client, flush bool) {
 			t.Fatal(err)
 		}
 	}
-	for range 2 { // twice: confirming is idempotent
-		if err := r.ConfirmAll(ctx, ids); err != nil {
+	// It answers which orders it left, and their states: the second time, every one.
+	unknown := events.NewOrderID(campaign)
+	for i, want := range []map[string]string{
+		{ids[2]: "released", unknown: ""},
+		{ids[0]: "confirmed", ids[1]: "confirmed", ids[2]: "released", unknown: ""},
+	} {
+		left, err := r.ConfirmAll(ctx, append(ids, unknown))
+		if err != nil {
 			t.Fatal(err)
+		}
+		if !maps.Equal(left, want) {
+			t.Errorf("ConfirmAll #%d left %v, want %v", i+1, left, want)
 		}
 	}
 	for i, want := range []string{"confirmed", "confirmed", "released"} {

@@ -131,13 +131,17 @@ func BenchmarkConfirmAll(b *testing.B) {
 		}
 		return nil
 	})
-	run("batched", func() error { return r.ConfirmAll(ctx, ids) })
+	run("batched", func() error {
+		_, err := r.ConfirmAll(ctx, ids)
+		return err
+	})
 	// The consumer's Redis work per batch: it reads the batch's reservations before the store's
 	// commit (recordGivenBack), and confirms them after.
 	run("read-then-batched", func() error {
 		if _, err := r.Reservations(ctx, ids); err != nil {
 			return err
 		}
-		return r.ConfirmAll(ctx, ids)
+		_, err := r.ConfirmAll(ctx, ids)
+		return err
 	})
 }

@@ -598,14 +598,19 @@ const confirmBatch = 500
 // trip: one script call per campaign (a campaign's keys share one hash slot) and per
 // confirmBatch orders, pipelined. The consumer confirms its batches this way. A record the
 // script cannot parse is an error, after every other order has been confirmed.
-func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
+//
+// It returns the orders it left as they were, by id, with the state their reservation is in
+// ("" when Redis has none; a malformed one is the error instead): nil when it confirmed every
+// one, as for a batch of new orders. An order listed twice is confirmed once, and left the
+// second time.
+func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) (map[string]string, error) {
 	groups, err := byCampaign(orderIDs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pipe := r.rdb.Pipeline()
 	calls := make([]scriptCall, 0, len(groups))
-	sizes := make([]int, 0, len(groups)) // orders per call
+	batches := make([][]string, 0, len(groups)) // the orders of each call
 	for _, g := range groups {
 		k := KeysOf(g.campaign)
 		keys := []string{k.Res, k.Pending}
@@ -613,30 +618,39 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) error {
 			n := min(len(g.ids), confirmBatch)
 			// A []string argument goes out as one argument per id.
 			calls = append(calls, callScript(ctx, pipe, confirmScript, keys, g.ids[:n]))
-			sizes = append(sizes, n)
+			batches = append(batches, g.ids[:n])
 			g.ids = g.ids[n:]
 		}
 	}
 	pipe.Exec(ctx) // each call carries its own error
 	// A reply lists only the orders its call did not confirm; the malformed ones are errors.
-	var malformed error
+	var (
+		left      map[string]string
+		malformed error
+	)
 	for c, call := range calls {
 		v, err := call.reply(ctx, r.rdb)
 		if err == nil {
-			err = confirmListed(v, sizes[c], func(_ int, o confirmOutcome) {
-				if o.outcome == "malformed" && malformed == nil {
+			err = confirmListed(v, len(batches[c]), func(i int, o confirmOutcome) {
+				switch {
+				case o.outcome != "malformed":
+					if left == nil {
+						left = map[string]string{}
+					}
+					left[batches[c][i]] = o.state
+				case malformed == nil:
 					malformed = errors.New(o.state)
 				}
 			})
 		}
 		if err != nil {
-			return fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
+			return left, fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
 		}
 	}
 	if malformed != nil {
-		return fmt.Errorf("confirm %d orders: %w", len(orderIDs), malformed)
+		return left, fmt.Errorf("confirm %d orders: %w", len(orderIDs), malformed)
 	}
-	return nil
+	return left, nil
 }
 
 // scriptCall is one script call by EVALSHA, made or queued on a pipeline.
