@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,6 +76,11 @@ func (c Config) Validate() error {
 type Persister interface {
 	ConfirmOrders(ctx context.Context, evs []events.Event) ([]store.Result, error)
 	RecordGivenBack(ctx context.Context, orders []store.Order) (int, error)
+	// The transitions of an order Redis refunded or expired since the store's copy (moveOn).
+	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
+	MarkRefunded(ctx context.Context, orderID string) error
+	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
+	MarkUnpaid(ctx context.Context, orderID string) error
 }
 
 // Confirmer reads reservations in Redis and marks them confirmed.
@@ -277,24 +283,79 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 				return err
 			}
 			out = append(out, rec)
+		case res.Status == events.Paid:
+			// Redelivered, paid since: nothing to announce, but confirmed in Redis like a
+			// confirmed order, whose answer tells of a refund the store lacks (unconfirmed).
+			confirmed = append(confirmed, e.OrderID)
+			persistedDuplicate.Inc()
 		default: // the compensator resolved it first
 			persistedDuplicate.Inc()
 		}
 	}
 	// Redis and Kafka are independent of each other here: one round trip's wait, not two.
 	redisDone := make(chan struct{})
+	var movedErr error
 	go func() {
 		defer close(redisDone)
-		if _, err := h.redis.ConfirmAll(work, confirmed); err != nil {
+		left, err := h.redis.ConfirmAll(work, confirmed)
+		if err != nil {
 			// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
 			h.cfg.Logger.Warn("confirm reservations", "orders", len(confirmed), "err", err)
 		}
+		if len(left) > 0 { // a redelivery's, or a restored store's: new orders are all pending
+			movedErr = h.unconfirmed(work, stop, left)
+		}
 	}()
-	defer func() { <-redisDone }()
-	if len(out) == 0 {
-		return nil
+	var err error
+	if len(out) > 0 {
+		err = h.produce(work, stop, out)
 	}
-	return h.produce(work, stop, out)
+	<-redisDone
+	if err != nil {
+		return err
+	}
+	return movedErr
+}
+
+// unconfirmed deals with the orders of a batch, which the store holds confirmed or paid, that
+// Redis's confirm left as they were (left: ConfirmAll's answer, the reservation's state by
+// order id), and counts them by state.
+//
+// One Redis holds confirmed already is a redelivery's, or the sweeper's that got there first:
+// expected. One Redis has refunded or expired is one the store holds in an earlier state than
+// Redis, which only a store restored from a backup does (each refund and expiry writes the
+// store first), or a refund or expiry that overtook this batch, which moveOn finds done in the
+// store: it is moved on as the replay's catch-up does (moveOn), its units off sold and off the
+// buyer's total, as Redis has put them back on sale. Any other state (released, or no
+// reservation: Redis lost it, or trimmed it a day after it ended) is a disagreement this cannot
+// settle, for an operator: one warning per state and batch, as a Redis that lost its data
+// answers so for every order in flight.
+func (h *handler) unconfirmed(work, stop context.Context, left map[string]string) error {
+	disagree := map[string][]string{} // state -> order ids
+	for id, state := range left {
+		state = cmp.Or(state, unknownState)
+		leftInRedis.WithLabelValues(state).Inc()
+		switch state {
+		case lua.StateConfirmed:
+			h.cfg.Logger.Debug("confirm: the reservation is confirmed already", "order_id", id)
+		case lua.StateRefunded, lua.StateExpired:
+			moved, err := moveOn(work, stop, h.cfg.Logger, h.store, id, state)
+			if err != nil {
+				return err
+			}
+			if moved {
+				h.cfg.Logger.Info("confirm: the store held an order confirmed that Redis ended since; moved it on as Redis did",
+					"order_id", id, "state", state)
+			}
+		default:
+			disagree[state] = append(disagree[state], id)
+		}
+	}
+	for state, ids := range disagree {
+		h.cfg.Logger.Warn("confirm: the store holds orders confirmed that Redis does not; see the audit's I2",
+			"state", state, "orders", len(ids), "first", ids[0])
+	}
+	return nil
 }
 
 // produce writes out, the results and dead letters of a batch, retrying while stop is not

@@ -65,6 +65,44 @@ func TestConsumerKeepsAGivenBackOrderEnded(t *testing.T) {
 	})
 }
 
+// TestConsumerMovesOnAnOrderRedisEndedSinceTheBackup: the store is restored from a backup that
+// holds Ann's order confirmed (or paid), which Redis has refunded (or expired) since, and the
+// consumer reads her event again (its group's offsets reset). The store finds the order stored
+// and Redis's confirm answers "unchanged" with the state it ended in: the consumer moves the
+// order on in the store as the replay's catch-up does, its unit off sold and off Ann's total.
+// Before, the answer was dropped and the store kept the unit Redis had put back on sale, which
+// only a replay would have undone. On both databases.
+func TestConsumerMovesOnAnOrderRedisEndedSinceTheBackup(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		for _, tc := range []struct {
+			name      string
+			before    func(s *replaySale, e events.Event) // in the backup
+			end       func(s *replaySale, e events.Event) // after it
+			as        events.Status
+			asBecause string
+		}{
+			{"refunded", func(*replaySale, events.Event) {}, (*replaySale).refund, events.Refunded, events.ReasonOperator},
+			{"paid, refunded", (*replaySale).pay, (*replaySale).refund, events.Refunded, events.ReasonOperator},
+			{"expired", (*replaySale).unpaid, (*replaySale).expire, events.Expired, events.ReasonUnpaid},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s := newReplaySale(t, st, 1)
+				ann := s.buy("ann")
+				s.confirm(ann)
+				tc.before(s, ann)
+				restore := s.backup()
+				tc.end(s, ann)
+				restore()
+
+				s.consume()
+				s.wantOrders(1, []wantOrder{{ann, tc.as, tc.asBecause}})
+				s.wantHeld(1, map[string]int64{})
+				s.wantRedisSold(1, 0)
+			})
+		}
+	})
+}
+
 // consume runs the live consumer, with Redis, over the requested topic until its group has
 // committed every record.
 func (s *replaySale) consume() {

@@ -21,11 +21,18 @@ var (
 		Name: "seckill_consumer_lag",
 		Help: "Events behind the partition's high watermark after the last batch.",
 	}, []string{"partition"})
+	leftInRedis = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "seckill_consumer_unconfirmed_total",
+		Help: "Orders the consumer stored confirmed or paid that Redis's confirm left as they were, by the reservation's state: confirmed (a redelivery: expected), refunded or expired (moved on in the store, restored from a backup), released or unknown (no reservation: the store and Redis disagree).",
+	}, []string{"state"})
 	deadLettered = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "seckill_dlq_total",
 		Help: "Events sent to the dead-letter topic, by reason.",
 	}, []string{"reason"})
 )
+
+// unknownState labels an order Redis has no reservation of in leftInRedis.
+const unknownState = "unknown"
 
 // The results of persisted, looked up once: every order of every batch counts in one of them.
 var (

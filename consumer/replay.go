@@ -79,10 +79,6 @@ type ReplayStore interface {
 	Persister
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
-	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
-	MarkRefunded(ctx context.Context, orderID string) error
-	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
-	MarkUnpaid(ctx context.Context, orderID string) error
 	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
 }
 
@@ -304,17 +300,40 @@ func (tr *topicRange) dropDeleted(ctx context.Context, adm *kadm.Client, log *sl
 var givenBackAs = map[string]struct {
 	status events.Status
 	reason string
-	move   func(st ReplayStore, ctx context.Context, orderID string) (store.Order, error)
-	mark   func(st ReplayStore, ctx context.Context, orderID string) error
+	move   func(st Persister, ctx context.Context, orderID string) (store.Order, error)
+	mark   func(st Persister, ctx context.Context, orderID string) error
 }{
 	lua.StateReleased: {events.Failed, events.ReasonReleasedBeforeReplay, nil, nil},
-	lua.StateRefunded: {events.Refunded, events.ReasonOperator, ReplayStore.RefundOrder, ReplayStore.MarkRefunded},
+	lua.StateRefunded: {events.Refunded, events.ReasonOperator, Persister.RefundOrder, Persister.MarkRefunded},
 	// Redis expired it, so its pay_by had passed by the compensator's clock, and has by ours
 	// unless the two clocks disagree; then the order stays confirmed here and the sweeper
 	// expires it once past its pay_by, its units already back in Redis.
-	lua.StateExpired: {events.Expired, events.ReasonUnpaid, func(st ReplayStore, ctx context.Context, id string) (store.Order, error) {
+	lua.StateExpired: {events.Expired, events.ReasonUnpaid, func(st Persister, ctx context.Context, id string) (store.Order, error) {
 		return st.ExpireOrder(ctx, id, time.Now())
-	}, ReplayStore.MarkUnpaid},
+	}, Persister.MarkUnpaid},
+}
+
+// moveOn moves an order the store holds confirmed or paid on to how Redis, in state, says it
+// ended, when that is refunded or expired, with the store's own transition and then the mark
+// that its units are back in Redis; it reports whether it moved the order. An order the store
+// holds in another state, or whose state in Redis is another, is left as it is. It retries the
+// store while stop is not done; work is the context of the writes. catchUp and the consumer's
+// confirm step (handler.unconfirmed) share it.
+func moveOn(work, stop context.Context, log *slog.Logger, st Persister, orderID, state string) (bool, error) {
+	as := givenBackAs[state]
+	if as.move == nil {
+		return false, nil
+	}
+	moved := false
+	err := events.Retry(stop, log, "move on an order Redis ended", func() error {
+		o, err := as.move(st, work, orderID)
+		if err != nil || o.Status != as.status {
+			return err
+		}
+		moved = true
+		return as.mark(st, work, orderID)
+	})
+	return moved, err
 }
 
 // catchUp moves on the orders the store holds confirmed or paid whose reservation Redis has
@@ -374,19 +393,7 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r Confirmer, progr
 			for _, o := range page {
 				report(i+1, checked, len(held))
 				checked++
-				as := givenBackAs[res[o.OrderID].State]
-				if as.move == nil {
-					continue
-				}
-				moved := false
-				err := events.Retry(ctx, cfg.Logger, "replay: catch up order", func() error {
-					o, err := as.move(st, ctx, o.OrderID)
-					if err != nil || o.Status != as.status {
-						return err
-					}
-					moved = true
-					return as.mark(st, ctx, o.OrderID)
-				})
+				moved, err := moveOn(ctx, ctx, cfg.Logger, st, o.OrderID, res[o.OrderID].State)
 				if err != nil {
 					return n, err
 				}

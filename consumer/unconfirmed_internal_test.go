@@ -1,0 +1,66 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// refunds is a store whose every order is confirmed and refunds as asked, recording which.
+type refunds struct {
+	Persister
+	refunded []string
+}
+
+func (s *refunds) RefundOrder(_ context.Context, id string) (store.Order, error) {
+	s.refunded = append(s.refunded, id)
+	return store.Order{OrderID: id, Status: events.Refunded}, nil
+}
+
+func (s *refunds) MarkRefunded(context.Context, string) error { return nil }
+
+// TestUnconfirmedLogsOnlyTheUnexpected: of the orders Redis's confirm left as they were, one
+// it holds confirmed (a redelivery's) is logged at DEBUG only; one it refunded is refunded in
+// the store, with an INFO line; those it released or has no reservation of, which the store
+// cannot agree with, get one WARN per state, however many orders. Each is counted by state.
+func TestUnconfirmedLogsOnlyTheUnexpected(t *testing.T) {
+	var logs strings.Builder
+	st := &refunds{}
+	h := &handler{cfg: Config{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}, store: st}
+	before := map[string]float64{}
+	for _, state := range []string{lua.StateConfirmed, lua.StateRefunded, lua.StateReleased, unknownState} {
+		before[state] = testutil.ToFloat64(leftInRedis.WithLabelValues(state))
+	}
+	left := map[string]string{"c.again": lua.StateConfirmed, "c.refunded": lua.StateRefunded,
+		"c.released1": lua.StateReleased, "c.released2": lua.StateReleased, "c.lost": ""}
+	if err := h.unconfirmed(context.Background(), context.Background(), left); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.refunded) != 1 || st.refunded[0] != "c.refunded" {
+		t.Errorf("refunded %v in the store, want [c.refunded]", st.refunded)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	var levels []string
+	for _, l := range lines {
+		level, _, _ := strings.Cut(strings.TrimPrefix(l[strings.Index(l, "level="):], "level="), " ")
+		levels = append(levels, level)
+		if strings.Contains(l, "c.again") && level != "DEBUG" {
+			t.Errorf("a redelivered order Redis holds confirmed logged above DEBUG: %s", l)
+		}
+	}
+	if got := strings.Join(levels, " "); strings.Count(got, "WARN") != 2 || strings.Count(got, "INFO") != 1 {
+		t.Errorf("levels %s, want one INFO (the refund) and two WARN (released, unknown):\n%s", got, logs.String())
+	}
+	for state, want := range map[string]float64{lua.StateConfirmed: 1, lua.StateRefunded: 1, lua.StateReleased: 2, unknownState: 1} {
+		if got := testutil.ToFloat64(leftInRedis.WithLabelValues(state)) - before[state]; got != want {
+			t.Errorf("seckill_consumer_unconfirmed_total{state=%q} rose by %v, want %v", state, got, want)
+		}
+	}
+}
