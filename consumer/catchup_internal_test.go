@@ -15,7 +15,7 @@ import (
 )
 
 // slowRefunds is a store of one campaign whose confirmed orders Redis has all refunded; each
-// refund takes a while, as a transaction on a loaded database does.
+// write takes a while, as a transaction on a loaded database does.
 type slowRefunds struct {
 	ReplayStore
 	orders []store.Order
@@ -27,12 +27,15 @@ func (s slowRefunds) Campaigns(context.Context) ([]store.Campaign, error) {
 
 func (s slowRefunds) Confirmed(context.Context, string) ([]store.Order, error) { return s.orders, nil }
 
-func (s slowRefunds) RefundOrder(_ context.Context, id string) (store.Order, error) {
+func (s slowRefunds) RecordGivenBack(_ context.Context, orders []store.Order) (stored, moved int, err error) {
 	time.Sleep(300 * time.Millisecond)
-	return store.Order{OrderID: id, Status: events.Refunded}, nil
+	for _, o := range orders {
+		if o.Status != events.Refunded || o.Reason != events.ReasonOperator {
+			return 0, 0, fmt.Errorf("order %s recorded %s (%q), want refunded (%q)", o.OrderID, o.Status, o.Reason, events.ReasonOperator)
+		}
+	}
+	return 0, len(orders), nil
 }
-
-func (s slowRefunds) MarkRefunded(context.Context, string) error { return nil }
 
 type allRefunded struct{ Confirmer }
 
@@ -45,21 +48,21 @@ func (allRefunded) Reservations(_ context.Context, ids []string) (map[string]lua
 }
 
 // TestCatchUpReportsProgressWithinACampaign: a flash sale is one campaign, and a backup from
-// before its cancellation holds every order confirmed: the catch-up refunds them one by one, two
-// transactions each, for minutes. It writes a progress line every second of that, not only when
-// it moves on to another campaign.
+// before its cancellation holds every order confirmed: the catch-up refunds them a page of
+// BatchSize orders, one transaction, at a time, for minutes. It writes a progress line every
+// second of that, not only when it moves on to another campaign.
 func TestCatchUpReportsProgressWithinACampaign(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := slowRefunds{}
-		for i := range 10 {
+		for i := range 20 {
 			st.orders = append(st.orders, store.Order{OrderID: fmt.Sprintf("camp.order%d", i), Status: events.Confirmed})
 		}
-		cfg := Config{Logger: slog.New(slog.DiscardHandler)}
+		cfg := Config{Logger: slog.New(slog.DiscardHandler), BatchSize: 2}
 		cfg.setDefaults()
 		var progress strings.Builder
 		n, err := catchUp(context.Background(), cfg, st, allRefunded{}, &progress)
-		if err != nil || n != 10 {
-			t.Fatalf("catchUp: %d moved, %v; want 10", n, err)
+		if err != nil || n != 20 {
+			t.Fatalf("catchUp: %d moved, %v; want 20", n, err)
 		}
 		if lines := strings.Count(progress.String(), "catching up"); lines < 2 {
 			t.Errorf("3 s of catching up wrote %d progress lines, want one a second:\n%s", lines, progress.String())

@@ -75,12 +75,7 @@ func (c Config) Validate() error {
 // Persister is the part of the store the consumer writes to.
 type Persister interface {
 	ConfirmOrders(ctx context.Context, evs []events.Event) ([]store.Result, error)
-	RecordGivenBack(ctx context.Context, orders []store.Order) (int, error)
-	// The transitions of an order Redis refunded or expired since the store's copy (moveOn).
-	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
-	MarkRefunded(ctx context.Context, orderID string) error
-	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
-	MarkUnpaid(ctx context.Context, orderID string) error
+	RecordGivenBack(ctx context.Context, orders []store.Order) (stored, moved int, err error)
 }
 
 // Confirmer reads reservations in Redis and marks them confirmed.
@@ -303,7 +298,7 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 			h.cfg.Logger.Warn("confirm reservations", "orders", len(confirmed), "err", err)
 		}
 		if len(left) > 0 { // a redelivery's, or a restored store's: new orders are all pending
-			movedErr = h.unconfirmed(work, stop, left)
+			movedErr = h.unconfirmed(work, stop, evs, left)
 		}
 	}()
 	var err error
@@ -317,21 +312,21 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 	return movedErr
 }
 
-// unconfirmed deals with the orders of a batch, which the store holds confirmed or paid, that
-// Redis's confirm left as they were (left: ConfirmAll's answer, the reservation's state by
+// unconfirmed deals with the orders of a batch (evs), which the store holds confirmed or paid,
+// that Redis's confirm left as they were (left: ConfirmAll's answer, the reservation's state by
 // order id), and counts them by state.
 //
 // One Redis holds confirmed already is a redelivery's, or the sweeper's that got there first:
-// expected. One Redis has refunded or expired is one the store holds in an earlier state than
-// Redis, which only a store restored from a backup does (each refund and expiry writes the
-// store first), or a refund or expiry that overtook this batch, which moveOn finds done in the
-// store: it is moved on as the replay's catch-up does (moveOn), its units off sold and off the
-// buyer's total, as Redis has put them back on sale. Any other state (released, or no
-// reservation: Redis lost it, or trimmed it a day after it ended) is a disagreement this cannot
-// settle, for an operator: one warning per state and batch, as a Redis that lost its data
-// answers so for every order in flight.
-func (h *handler) unconfirmed(work, stop context.Context, left map[string]string) error {
+// expected. One Redis has refunded or expired is a restored store's that recordGivenBack could
+// not move on before the batch, as Redis did not answer its read then, or a refund or expiry
+// that overtook the batch, which the store has already: it is moved on as Redis ended it
+// (store.RecordGivenBack). Any other state (released, or no reservation: Redis lost it, or
+// trimmed it a day after it ended) is a disagreement this cannot settle, for an operator: one
+// warning per state and batch, as a Redis that lost its data answers so for every order in
+// flight.
+func (h *handler) unconfirmed(work, stop context.Context, evs []events.Event, left map[string]string) error {
 	disagree := map[string][]string{} // state -> order ids
+	ended := map[string]string{}      // order id -> state, of those Redis refunded or expired
 	for id, state := range left {
 		state = cmp.Or(state, unknownState)
 		leftInRedis.WithLabelValues(state).Inc()
@@ -339,14 +334,7 @@ func (h *handler) unconfirmed(work, stop context.Context, left map[string]string
 		case lua.StateConfirmed:
 			h.cfg.Logger.Debug("confirm: the reservation is confirmed already", "order_id", id)
 		case lua.StateRefunded, lua.StateExpired:
-			moved, err := moveOn(work, stop, h.cfg.Logger, h.store, id, state)
-			if err != nil {
-				return err
-			}
-			if moved {
-				h.cfg.Logger.Info("confirm: the store held an order confirmed that Redis ended since; moved it on as Redis did",
-					"order_id", id, "state", state)
-			}
+			ended[id] = state
 		default:
 			disagree[state] = append(disagree[state], id)
 		}
@@ -355,7 +343,21 @@ func (h *handler) unconfirmed(work, stop context.Context, left map[string]string
 		h.cfg.Logger.Warn("confirm: the store holds orders confirmed that Redis does not; see the audit's I2",
 			"state", state, "orders", len(ids), "first", ids[0])
 	}
-	return nil
+	if len(ended) == 0 {
+		return nil
+	}
+	var orders []store.Order
+	for _, e := range evs {
+		if _, ok := ended[e.OrderID]; ok {
+			orders = append(orders, orderOf(e))
+		}
+	}
+	_, moved, err := recordEnded(work, stop, h.cfg.Logger, h.store, endedAs(orders, func(id string) string { return ended[id] }))
+	if moved > 0 {
+		h.cfg.Logger.Info("confirm: moved on orders the store held confirmed that Redis had refunded or expired since",
+			"orders", moved)
+	}
+	return err
 }
 
 // produce writes out, the results and dead letters of a batch, retrying while stop is not

@@ -67,11 +67,12 @@ func TestConsumerKeepsAGivenBackOrderEnded(t *testing.T) {
 
 // TestConsumerMovesOnAnOrderRedisEndedSinceTheBackup: the store is restored from a backup that
 // holds Ann's order confirmed (or paid), which Redis has refunded (or expired) since, and the
-// consumer reads her event again (its group's offsets reset). The store finds the order stored
-// and Redis's confirm answers "unchanged" with the state it ended in: the consumer moves the
-// order on in the store as the replay's catch-up does, its unit off sold and off Ann's total.
-// Before, the answer was dropped and the store kept the unit Redis had put back on sale, which
-// only a replay would have undone. On both databases.
+// consumer reads her event again (its group's offsets reset), in one batch with Bob's, who
+// bought the unit Redis put back on sale. The consumer moves Ann's order on in the store as
+// Redis ended it, its unit off sold and off Ann's total, before it persists the batch, so Bob's
+// order is confirmed with the unit. Before, Ann's order was moved on only after the batch's
+// commit (from the confirm's answer), and Bob's was refused store_sold_out and dead-lettered,
+// though Redis had sold him the unit. On both databases.
 func TestConsumerMovesOnAnOrderRedisEndedSinceTheBackup(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		for _, tc := range []struct {
@@ -93,11 +94,12 @@ func TestConsumerMovesOnAnOrderRedisEndedSinceTheBackup(t *testing.T) {
 				restore := s.backup()
 				tc.end(s, ann)
 				restore()
+				bob := s.buy("bob")
 
 				s.consume()
-				s.wantOrders(1, []wantOrder{{ann, tc.as, tc.asBecause}})
-				s.wantHeld(1, map[string]int64{})
-				s.wantRedisSold(1, 0)
+				s.wantOrders(1, []wantOrder{{ann, tc.as, tc.asBecause}, {bob, events.Confirmed, ""}})
+				s.wantHeld(1, map[string]int64{"bob": 1})
+				s.wantRedisSold(1, 1)
 			})
 		}
 	})

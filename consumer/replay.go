@@ -293,53 +293,56 @@ func (tr *topicRange) dropDeleted(ctx context.Context, adm *kadm.Client, log *sl
 // order's reason went with the row; a refunded or expired order's units are back in Redis, and
 // its reason says so (ReasonOperator, ReasonUnpaid), as the compensator records it once Redis
 // has them (an empty reason is a refund still to finish).
-//
-// move and mark are what the compensator did to the order in the store when the order was
-// confirmed or paid there: the transition, then the note that its units are back in Redis.
-// A failed order was never confirmed, so released has none.
 var givenBackAs = map[string]struct {
 	status events.Status
 	reason string
-	move   func(st Persister, ctx context.Context, orderID string) (store.Order, error)
-	mark   func(st Persister, ctx context.Context, orderID string) error
 }{
-	lua.StateReleased: {events.Failed, events.ReasonReleasedBeforeReplay, nil, nil},
-	lua.StateRefunded: {events.Refunded, events.ReasonOperator, Persister.RefundOrder, Persister.MarkRefunded},
-	// Redis expired it, so its pay_by had passed by the compensator's clock, and has by ours
-	// unless the two clocks disagree; then the order stays confirmed here and the sweeper
-	// expires it once past its pay_by, its units already back in Redis.
-	lua.StateExpired: {events.Expired, events.ReasonUnpaid, func(st Persister, ctx context.Context, id string) (store.Order, error) {
-		return st.ExpireOrder(ctx, id, time.Now())
-	}, Persister.MarkUnpaid},
+	lua.StateReleased: {events.Failed, events.ReasonReleasedBeforeReplay},
+	lua.StateRefunded: {events.Refunded, events.ReasonOperator},
+	lua.StateExpired:  {events.Expired, events.ReasonUnpaid},
 }
 
-// moveOn moves an order the store holds confirmed or paid on to how Redis, in state, says it
-// ended, when that is refunded or expired, with the store's own transition and then the mark
-// that its units are back in Redis; it reports whether it moved the order. An order the store
-// holds in another state, or whose state in Redis is another, is left as it is. It retries the
-// store while stop is not done; work is the context of the writes. catchUp and the consumer's
-// confirm step (handler.unconfirmed) share it.
-func moveOn(work, stop context.Context, log *slog.Logger, st Persister, orderID, state string) (bool, error) {
-	as := givenBackAs[state]
-	if as.move == nil {
-		return false, nil
-	}
-	moved := false
-	err := events.Retry(stop, log, "move on an order Redis ended", func() error {
-		o, err := as.move(st, work, orderID)
-		if err != nil || o.Status != as.status {
-			return err
+// endedAs returns the orders of os whose reservation Redis gave back, by state (an order id's
+// reservation's state), each as the store must hold it (givenBackAs), for
+// store.RecordGivenBack.
+func endedAs(os []store.Order, state func(orderID string) string) []store.Order {
+	var ended []store.Order
+	for _, o := range os {
+		if as, ok := givenBackAs[state(o.OrderID)]; ok {
+			o.Status, o.Reason = as.status, as.reason
+			ended = append(ended, o)
 		}
-		moved = true
-		return as.mark(st, work, orderID)
+	}
+	return ended
+}
+
+// stateIn reads a reservation's state in res, Redis's answer: "" when it has none.
+func stateIn(res map[string]lua.Reservation) func(orderID string) string {
+	return func(id string) string { return res[id].State }
+}
+
+// orderOf is the store's row of e's order, before the store decides its status.
+func orderOf(e events.Event) store.Order {
+	return store.Order{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID, Quantity: int64(e.Quantity),
+		CreatedAtMs: e.OccurredAt.UnixMilli()}
+}
+
+// recordEnded records orders as Redis ended them (store.RecordGivenBack), retrying while stop
+// is not done; work is the context of the write.
+func recordEnded(work, stop context.Context, log *slog.Logger, st Persister, orders []store.Order) (stored, moved int, err error) {
+	if len(orders) == 0 {
+		return 0, 0, nil
+	}
+	err = events.Retry(stop, log, "record orders Redis ended", func() (err error) {
+		stored, moved, err = st.RecordGivenBack(work, orders)
+		return err
 	})
-	return moved, err
+	return stored, moved, err
 }
 
 // catchUp moves on the orders the store holds confirmed or paid whose reservation Redis has
-// refunded or expired, with the store's own transitions (RefundOrder, ExpireOrder, then the
-// mark that their units are back), and returns how many it moved. It writes a progress line to
-// progress every second.
+// refunded or expired (store.RecordGivenBack, a page of BatchSize orders a transaction), and
+// returns how many it moved. It writes a progress line to progress every second.
 //
 // Each refund and expiry writes the store first and Redis second, so in normal operation Redis
 // is never ahead of the store; a store restored from a backup taken before the refund or the
@@ -350,8 +353,8 @@ func moveOn(work, stop context.Context, log *slog.Logger, st Persister, orderID,
 // start, and the units these orders hold in the store must be free before a later buyer's
 // order, which may have taken them in Redis, comes through the persister.
 //
-// Only the store's forward transitions are used, so an order the store holds in a later state
-// is left alone, and a second replay finds nothing to do. A paid order is confirmed in Redis:
+// Only forward transitions are made, so an order the store holds in a later state is left
+// alone, and a second replay finds nothing to do. A paid order is confirmed in Redis:
 // nothing here tells of a payment.
 func catchUp(ctx context.Context, cfg Config, st ReplayStore, r Confirmer, progress io.Writer) (int, error) {
 	var cs []store.Campaign
@@ -363,8 +366,8 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r Confirmer, progr
 		return 0, err
 	}
 	n, last := 0, time.Now()
-	// Checked after each order, not each campaign: a sale is one campaign, and catching up
-	// its orders (two transactions each) can take minutes.
+	// Checked after each page, not each campaign: a sale is one campaign, and catching up its
+	// orders can take minutes.
 	report := func(campaign, checked, of int) {
 		if time.Since(last) >= time.Second {
 			last = time.Now()
@@ -390,40 +393,38 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r Confirmer, progr
 			if err != nil {
 				return n, err
 			}
-			for _, o := range page {
-				report(i+1, checked, len(held))
-				checked++
-				moved, err := moveOn(ctx, ctx, cfg.Logger, st, o.OrderID, res[o.OrderID].State)
-				if err != nil {
-					return n, err
-				}
-				if moved {
-					n++
-				}
+			_, moved, err := recordEnded(ctx, ctx, cfg.Logger, st, endedAs(page, stateIn(res)))
+			n += moved
+			if err != nil {
+				return n, err
 			}
+			checked += len(page)
+			report(i+1, checked, len(held))
 		}
 	}
 	return n, nil
 }
 
-// recordGivenBack stores, before the persister sees the batch, its orders the store does not
-// have and whose reservation Redis has given back, and, in a replay, counts them.
+// recordGivenBack makes the store hold the batch's orders whose reservation Redis has given
+// back as Redis ended them, before the persister sees the batch: those it lacks are stored
+// failed, refunded or expired, those it holds confirmed or paid are refunded or expired, their
+// units off the totals (store.RecordGivenBack). In a replay it counts both.
 //
-// The persister confirms any order the store does not have. In normal operation the store
-// has every order whose units were given back, since each give-back writes the store first
-// and Redis second; a store that lost rows (restored from a backup) breaks that, for a replay
-// and for the consumer alike, which meets the lost orders again when its group's offsets are
-// reset or it died between the store's commit and the offsets'. Confirming such an order again
-// would hand a buyer told "failed" a unit Redis has given back and may have sold to someone
-// else, who is then refused store_sold_out although confirmed. So Redis, whose record outlived
-// the store's row, says how the order ended, and the persister finds it final and changes
-// nothing. An order whose record Redis has trimmed (a day after it ended), or that is pending
-// or confirmed, goes to the persister as before: the batches of a sale, whose store write
-// costs one round trip to Redis more, one HMGET per campaign.
+// In normal operation neither happens: each give-back writes the store first and Redis second.
+// A store restored from a backup breaks that, for a replay and for the consumer alike, which
+// meets the orders again when its group's offsets are reset or it died between the store's
+// commit and the offsets'. The persister would confirm a lost order again, handing a buyer told
+// "failed" a unit Redis has given back and may have sold to someone else; and an order the
+// store holds confirmed keeps its unit counted as sold, so the buyer Redis sold it to next, in
+// the same batch or one the consumer persists meanwhile, is refused store_sold_out though
+// confirmed. An order whose record Redis has trimmed (a day after it ended), or that is pending
+// or confirmed, goes to the persister as before: the batches of a sale, whose store write costs
+// one round trip to Redis more, one HMGET per campaign.
 func (h *handler) recordGivenBack(work, stop context.Context, evs []events.Event) error {
 	ids := make([]string, len(evs))
+	orders := make([]store.Order, len(evs))
 	for i, e := range evs {
-		ids[i] = e.OrderID
+		ids[i], orders[i] = e.OrderID, orderOf(e)
 	}
 	var (
 		held map[string]lua.Reservation
@@ -436,29 +437,18 @@ func (h *handler) recordGivenBack(work, stop context.Context, evs []events.Event
 	} else if held, err = h.redis.Reservations(work, ids); err != nil {
 		// The consumer does not wait for Redis, as it does not for its confirmations: a restored
 		// store meeting an outage is rarer than an outage, whose backlog, left waiting, the
-		// sweeper would fail at its deadline.
+		// sweeper would fail at its deadline. The confirm's answer still finds an order the
+		// store holds confirmed that Redis ended (unconfirmed).
 		h.cfg.Logger.Warn("read reservations; persisting without checking for orders Redis gave back", "orders", len(ids), "err", err)
 		return nil
 	}
-	var orders []store.Order
-	for _, e := range evs {
-		as, ok := givenBackAs[held[e.OrderID].State]
-		if !ok {
-			continue
-		}
-		orders = append(orders, store.Order{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID, Quantity: int64(e.Quantity),
-			Status: as.status, Reason: as.reason, CreatedAtMs: e.OccurredAt.UnixMilli()})
-	}
-	if len(orders) == 0 {
-		return nil
-	}
-	var n int
-	err = events.Retry(stop, h.cfg.Logger, "record given-back orders", func() (err error) {
-		n, err = h.store.RecordGivenBack(work, orders)
-		return err
-	})
+	stored, moved, err := recordEnded(work, stop, h.cfg.Logger, h.store, endedAs(orders, stateIn(held)))
 	if h.replay != nil {
-		h.replay.GivenBack += int64(n)
+		h.replay.GivenBack += int64(stored)
+		h.replay.CaughtUp += int64(moved)
+	} else if moved > 0 {
+		h.cfg.Logger.Info("moved on orders the store held confirmed that Redis had refunded or expired since (a store restored from a backup)",
+			"orders", moved)
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -13,18 +14,21 @@ import (
 	"github.com/seckill/seckill/store"
 )
 
-// refunds is a store whose every order is confirmed and refunds as asked, recording which.
+// refunds is a store whose every order is confirmed and moves on as asked, recording which.
 type refunds struct {
 	Persister
 	refunded []string
 }
 
-func (s *refunds) RefundOrder(_ context.Context, id string) (store.Order, error) {
-	s.refunded = append(s.refunded, id)
-	return store.Order{OrderID: id, Status: events.Refunded}, nil
+func (s *refunds) RecordGivenBack(_ context.Context, orders []store.Order) (stored, moved int, err error) {
+	for _, o := range orders {
+		if o.Status != events.Refunded {
+			return 0, 0, fmt.Errorf("order %s recorded %s, want refunded", o.OrderID, o.Status)
+		}
+		s.refunded = append(s.refunded, o.OrderID)
+	}
+	return 0, len(orders), nil
 }
-
-func (s *refunds) MarkRefunded(context.Context, string) error { return nil }
 
 // TestUnconfirmedLogsOnlyTheUnexpected: of the orders Redis's confirm left as they were, one
 // it holds confirmed (a redelivery's) is logged at DEBUG only; one it refunded is refunded in
@@ -40,7 +44,11 @@ func TestUnconfirmedLogsOnlyTheUnexpected(t *testing.T) {
 	}
 	left := map[string]string{"c.again": lua.StateConfirmed, "c.refunded": lua.StateRefunded,
 		"c.released1": lua.StateReleased, "c.released2": lua.StateReleased, "c.lost": ""}
-	if err := h.unconfirmed(context.Background(), context.Background(), left); err != nil {
+	var evs []events.Event
+	for _, id := range []string{"c.again", "c.refunded", "c.released1", "c.released2", "c.lost", "c.confirmed"} {
+		evs = append(evs, events.Event{OrderID: id, CampaignID: "c", UserID: "u-" + id, Quantity: 1})
+	}
+	if err := h.unconfirmed(context.Background(), context.Background(), evs, left); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.refunded) != 1 || st.refunded[0] != "c.refunded" {

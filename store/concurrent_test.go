@@ -347,7 +347,7 @@ var givingBack = []struct {
 		return o.Status, err
 	}},
 	{"replay records it given back", func(ctx context.Context, s *store.Store, e events.Event) (events.Status, error) {
-		if _, err := s.RecordGivenBack(ctx, []store.Order{{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID,
+		if _, _, err := s.RecordGivenBack(ctx, []store.Order{{OrderID: e.OrderID, CampaignID: e.CampaignID, UserID: e.UserID,
 			Quantity: int64(e.Quantity), Status: events.Failed, Reason: "released_before_replay", CreatedAtMs: e.OccurredAt.UnixMilli()}}); err != nil {
 			return "", err
 		}

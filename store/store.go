@@ -434,42 +434,95 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 	return s.Order(ctx, e.OrderID)
 }
 
-// RecordGivenBack stores orders whose units were given back before the store lost their rows
-// (a restore from a backup that lacks the last minutes), each with the final status (failed,
-// refunded or expired) and reason the caller gives, unless the store holds the order already,
-// and returns how many it stored. No campaign's sold and no buyer's bought changes: they count
-// the units orders hold, and these hold none, as after RefundOrder or ExpireOrder. Replay
-// records this way what Redis says of orders the store has lost, before it persists them. On
+// RecordGivenBack makes the store hold orders as the giving back of their units ended them,
+// when the store has lost that change (restored from a backup that lacks the last minutes) and
+// Redis, whose record outlived it, tells it: each order comes with the final status (failed,
+// refunded or expired) and reason the caller gives. An order the store lacks is stored so,
+// holding no units. One it holds confirmed or paid is moved on so, as RefundOrder or
+// ExpireOrder and then MarkRefunded or MarkUnpaid would: its units off its campaign's sold and
+// its buyer's bought. Any other order is left as it is: failed was never confirmed, and an
+// order paid in the store is not expired by this (Redis holds a paid order as confirmed, so
+// one it expired was not paid when it did). It returns how many orders it stored and how many
+// it moved on.
+//
+// The consumer and the replay record this way what Redis says of a batch's orders before they
+// persist it, and the replay's catch-up what it says of the orders the store holds. On
 // PostgreSQL it writes under the campaigns' locks, as FailOrderFenced does and for the same
 // reason: a consumer's batch deciding the same order meanwhile would count its units as taken.
-func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (int, error) {
-	now := time.Now().UnixMilli()
+func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (stored, moved int, err error) {
+	now := time.Now()
 	rows := make([][]any, len(orders))
 	campaigns := make([]string, len(orders))
 	for i, o := range orders {
 		campaigns[i] = o.CampaignID
 		if o.Status != events.Failed && o.Status != events.Refunded && o.Status != events.Expired {
-			return 0, fmt.Errorf("record order %s as given back: %q is not a status that gives units back", o.OrderID, o.Status)
+			return 0, 0, fmt.Errorf("record order %s as given back: %q is not a status that gives units back", o.OrderID, o.Status)
 		}
-		rows[i] = []any{o.OrderID, o.CampaignID, o.UserID, o.Quantity, string(o.Status), o.Reason, o.CreatedAtMs, now}
+		rows[i] = []any{o.OrderID, o.CampaignID, o.UserID, o.Quantity, string(o.Status), o.Reason, o.CreatedAtMs, now.UnixMilli()}
 	}
-	var n int
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		stored, moved = 0, 0
 		if _, err := s.lockCampaigns(ctx, tx, campaigns); err != nil {
 			return err
 		}
-		return s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms) VALUES `,
+		err := s.insertValues(ctx, tx, `INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms) VALUES `,
 			``, ` ON CONFLICT (order_id) DO NOTHING RETURNING order_id`, rows, func(rs *sqlx.Rows) error {
 				for rs.Next() {
-					n++
+					stored++
 				}
 				return rs.Err()
 			})
+		if err != nil {
+			return err
+		}
+		for _, o := range orders {
+			if o.Status == events.Failed {
+				continue
+			}
+			_, ok, err := endOrder(ctx, tx, o.OrderID, o.Status, o.Reason, now)
+			if err != nil {
+				return err
+			}
+			if ok {
+				moved++
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("record %d given-back orders: %w", len(orders), err)
+		return 0, 0, fmt.Errorf("record %d given-back orders: %w", len(orders), err)
 	}
-	return n, nil
+	return stored, moved, nil
+}
+
+// endsFrom are the states from which an order moves to refunded or expired (at now, the
+// argument), its units given back. An order expires only once past its pay_by: one Redis
+// expired by the compensator's clock stays confirmed here if this clock disagrees, and the
+// sweeper expires it once past, its units already back in Redis.
+var endsFrom = map[events.Status]string{
+	events.Refunded: `status IN ('confirmed', 'paid')`,
+	events.Expired:  `status = 'confirmed' AND pay_by_ms > 0 AND pay_by_ms <= ?`,
+}
+
+// endOrder moves order orderID to status (refunded or expired) with reason, if it is in a state
+// that moves there at now (endsFrom), and takes its units off its campaign's sold and its
+// buyer's bought; it returns the moved row and whether it moved it. The caller holds the
+// campaign's lock.
+func endOrder(ctx context.Context, tx *sqlx.Tx, orderID string, status events.Status, reason string, now time.Time) (Order, bool, error) {
+	args := []any{string(status), reason, now.UnixMilli(), orderID}
+	if status == events.Expired {
+		args = append(args, now.UnixMilli())
+	}
+	var o Order
+	err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = ?, reason = ?, updated_at_ms = ?
+		WHERE order_id = ? AND `+endsFrom[status]+` RETURNING *`), args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Order{}, false, nil
+	}
+	if err != nil {
+		return Order{}, false, err
+	}
+	return o, true, giveBack(ctx, tx, o)
 }
 
 // Orders returns every order row of a campaign.
@@ -635,16 +688,8 @@ func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) 
 		if _, err := s.lockCampaign(ctx, tx, campaign); err != nil {
 			return err
 		}
-		var o Order
-		err = tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'refunded', reason = '', updated_at_ms = ?
-			WHERE order_id = ? AND status IN ('confirmed', 'paid') RETURNING *`), time.Now().UnixMilli(), orderID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return giveBack(ctx, tx, o)
+		_, _, err = endOrder(ctx, tx, orderID, events.Refunded, "", time.Now())
+		return err
 	})
 	if err != nil {
 		return Order{}, fmt.Errorf("refund order %s: %w", orderID, err)
@@ -755,16 +800,13 @@ func (s *Store) ExpireOrder(ctx context.Context, orderID string, now time.Time) 
 		if _, err := s.lockCampaign(ctx, tx, o.CampaignID); err != nil {
 			return err
 		}
-		err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'expired', reason = '', updated_at_ms = ?
-			WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > 0 AND pay_by_ms <= ? RETURNING *`),
-			now.UnixMilli(), orderID, now.UnixMilli())
-		if errors.Is(err, sql.ErrNoRows) {
-			return tx.GetContext(ctx, &o, tx.Rebind(`SELECT * FROM orders WHERE order_id = ?`), orderID)
-		}
-		if err != nil {
+		moved, ok, err := endOrder(ctx, tx, orderID, events.Expired, "", now)
+		if err != nil || ok {
+			o = moved
 			return err
 		}
-		return giveBack(ctx, tx, o)
+		// Not moved: as it is now, under the lock, not as first read.
+		return tx.GetContext(ctx, &o, tx.Rebind(`SELECT * FROM orders WHERE order_id = ?`), orderID)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return o, events.Errorf(events.OrderNotFound, "order %q not found", orderID)
