@@ -352,12 +352,7 @@ func (h *handler) unconfirmed(work, stop context.Context, evs []events.Event, le
 			orders = append(orders, orderOf(e))
 		}
 	}
-	_, moved, err := recordEnded(work, stop, h.cfg.Logger, h.store, endedAs(orders, func(id string) string { return ended[id] }))
-	if moved > 0 {
-		h.cfg.Logger.Info("confirm: moved on orders the store held confirmed that Redis had refunded or expired since",
-			"orders", moved)
-	}
-	return err
+	return h.recordEnded(work, stop, endedAs(orders, func(id string) string { return ended[id] }))
 }
 
 // produce writes out, the results and dead letters of a batch, retrying while stop is not

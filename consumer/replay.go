@@ -442,7 +442,14 @@ func (h *handler) recordGivenBack(work, stop context.Context, evs []events.Event
 		h.cfg.Logger.Warn("read reservations; persisting without checking for orders Redis gave back", "orders", len(ids), "err", err)
 		return nil
 	}
-	stored, moved, err := recordEnded(work, stop, h.cfg.Logger, h.store, endedAs(orders, stateIn(held)))
+	return h.recordEnded(work, stop, endedAs(orders, stateIn(held)))
+}
+
+// recordEnded records orders of a batch as Redis ended them (store.RecordGivenBack) and, in a
+// replay, counts them; the consumer logs the orders it moved on, which only a store restored
+// from a backup holds.
+func (h *handler) recordEnded(work, stop context.Context, orders []store.Order) error {
+	stored, moved, err := recordEnded(work, stop, h.cfg.Logger, h.store, orders)
 	if h.replay != nil {
 		h.replay.GivenBack += int64(stored)
 		h.replay.CaughtUp += int64(moved)

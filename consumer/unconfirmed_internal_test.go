@@ -72,3 +72,17 @@ func TestUnconfirmedLogsOnlyTheUnexpected(t *testing.T) {
 		}
 	}
 }
+
+// TestUnconfirmedInAReplayCounts: in a replay, an order the confirm step moves on is counted
+// in the replay's CaughtUp, as the catch-up's and the batch's own moves are, not logged.
+func TestUnconfirmedInAReplayCounts(t *testing.T) {
+	var logs strings.Builder
+	h := &handler{cfg: Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, store: &refunds{}, replay: &ReplayStats{}}
+	evs := []events.Event{{OrderID: "c.refunded", CampaignID: "c", UserID: "ann", Quantity: 1}}
+	if err := h.unconfirmed(context.Background(), context.Background(), evs, map[string]string{"c.refunded": lua.StateRefunded}); err != nil {
+		t.Fatal(err)
+	}
+	if h.replay.CaughtUp != 1 || logs.Len() > 0 {
+		t.Errorf("CaughtUp %d, logged %q; want 1, nothing", h.replay.CaughtUp, logs.String())
+	}
+}
