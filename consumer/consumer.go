@@ -180,7 +180,7 @@ type handler struct {
 	// replay, set by Replay, counts the poison events and the store's refusals instead of
 	// dead-lettering them: the consumer did when it read them first, and the compensator
 	// resolved them (or the sweeper did, at the reservation's deadline). It also counts the
-	// orders recordGivenBack stores, and makes it wait for Redis.
+	// orders recordGivenBack stores and moves on, and makes it wait for Redis.
 	replay *ReplayStats
 }
 

@@ -67,7 +67,8 @@ type ReplayStats struct {
 	// (released, refunded, expired), which the replay stored failed, refunded or expired.
 	GivenBack int64
 	// CaughtUp counts the orders the store held confirmed or paid whose reservation Redis had
-	// refunded or expired, which the replay refunded or expired in the store (catchUp).
+	// refunded or expired, which the replay refunded or expired in the store: before it read
+	// the topic (catchUp), and in its batches (recordGivenBack, then the confirm step).
 	CaughtUp int64
 	// Paid counts the payments on the results topic that the store did not have, which the
 	// replay recorded (recordPaid).
@@ -127,7 +128,7 @@ func Replay(ctx context.Context, cfg Config, from From, st ReplayStore, r Confir
 	// its first. The payments, one store write each and few, are not paced.
 	stats.Events, err = requested.read(ctx, cfg, newPace(cfg), progress,
 		func() string {
-			return fmt.Sprintf(", %d given back in Redis, %d poison, %d refused by the store", stats.GivenBack, stats.Poison, stats.Refused)
+			return fmt.Sprintf(", %d given back in Redis, %d caught up, %d poison, %d refused by the store", stats.GivenBack, stats.CaughtUp, stats.Poison, stats.Refused)
 		},
 		func(batch []*kgo.Record) error { return h.handle(work, ctx, batch) })
 	if err != nil {
