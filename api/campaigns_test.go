@@ -338,3 +338,20 @@ func TestAddStockWhoseViewFailsSaysItWasMade(t *testing.T) {
 		t.Errorf("an add made whose view failed answered %d %s; want it to say the campaign was changed", rec.Code, strings.TrimSpace(body))
 	}
 }
+
+// TestEndedCampaignOnceLostByRedisSaysEnded: an api that once found a campaign missing from
+// Redis (it lost its data; the store had the campaign) answered "being restored" to its
+// purchases, and went on answering so after the campaign ended and its keys left Redis,
+// until the api restarted: buyers told to retry a sale that was over. It now asks the store,
+// through the campaign cache, each time, and says the campaign has ended.
+func TestEndedCampaignOnceLostByRedisSaysEnded(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "kr", "name": "Known", "stock": 5, "per_user_limit": 1}`)
+	h.mr.FlushAll()
+	h.fail(t, request("POST", "/v1/campaigns/kr/purchases", `{"quantity": 1}`, user("ann")...), http.StatusServiceUnavailable, events.Unavailable)
+	h.do(t, request("POST", "/v1/admin/campaigns/kr/close", "", h.bearer()...), http.StatusOK)
+	if _, err := h.redis.Drop(context.Background(), "kr"); err != nil {
+		t.Fatal(err)
+	}
+	h.fail(t, request("POST", "/v1/campaigns/kr/purchases", `{"quantity": 1}`, user("bob")...), http.StatusConflict, events.Ended)
+}

@@ -222,3 +222,50 @@ func TestPurchaseWithFakes(t *testing.T) {
 		}
 	})
 }
+
+// refundingStore holds one paid order and refunds it when asked.
+type refundingStore struct {
+	api.Store
+	refunded bool
+}
+
+func (s *refundingStore) Order(_ context.Context, id string) (store.Order, error) {
+	o := store.Order{OrderID: id, CampaignID: "fake", UserID: "ann", Quantity: 1, Status: events.Paid, PaymentID: "pay-1"}
+	if s.refunded {
+		o.Status = events.Refunded
+	}
+	return o, nil
+}
+
+func (s *refundingStore) RefundOrder(ctx context.Context, id string) (store.Order, error) {
+	s.refunded = true
+	return s.Order(ctx, id)
+}
+
+// downRedis does not answer.
+type downRedis struct{ api.Redis }
+
+func (downRedis) Confirm(context.Context, string) (lua.Outcome, error) {
+	return lua.Outcome{}, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+}
+
+// TestRefundStoredWhileRedisIsDownSaysSo: an operator refunds a paid order; the store records the
+// refund, then Redis does not answer the give-back. The answer is 503, and says the order is
+// refunded and what finishes it. Before, it said "the request changed nothing, try again", while
+// the store had refunded it, its unit off sold and off the buyer's count.
+func TestRefundStoredWhileRedisIsDownSaysSo(t *testing.T) {
+	const admin = "admin-token-0123456789abcdef0123456789"
+	st := &refundingStore{}
+	srv := api.New(api.Config{Topics: events.NewTopics("fake"), AdminToken: admin, ProduceTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)}, st, downRedis{}, &fakeProducer{})
+	defer srv.Close()
+	order := events.NewOrderID("fake")
+	req := httptest.NewRequest("POST", "/v1/admin/orders/"+order+"/compensate", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	body := rec.Body.String()
+	if !st.refunded || rec.Code != http.StatusServiceUnavailable || strings.Contains(body, "changed nothing") || !strings.Contains(body, "is refunded") {
+		t.Errorf("refunded in the store: %v; answered %d %s; want 503 saying the order is refunded", st.refunded, rec.Code, body)
+	}
+}

@@ -695,11 +695,9 @@ func (s *Server) failedBefore(ctx context.Context, ev events.Event) bool {
 // lost its data moments ago and the compensator is about to freeze and rebuild it: the buyer
 // should come back, not be told the sale does not exist.
 func (s *Server) notInRedis(ctx context.Context, campaign string, notFound error) error {
-	if _, ok := s.known.Load(campaign); ok {
-		return events.Errorf(events.Unavailable, "campaign %q is being restored; try again in a few seconds", campaign)
-	}
-	// Through the campaign cache: a crowd buying a campaign not created yet asks the store once
-	// a campaignTTL, not once a purchase.
+	// Through the campaign cache: a crowd buying a campaign being restored, or not created yet,
+	// asks the store once a campaignTTL, not once a purchase; and one that has ended since is
+	// told so.
 	sc, err := s.campaigns.get(ctx, campaign)
 	camp := sc.camp
 	switch events.ErrorCode(err) {
@@ -708,7 +706,6 @@ func (s *Server) notInRedis(ctx context.Context, campaign string, notFound error
 			// Over, and its keys have left Redis: the store keeps its history.
 			return events.Errorf(events.Ended, "campaign %q has ended", campaign)
 		}
-		s.known.Store(campaign, struct{}{})
 		return events.Errorf(events.Unavailable, "campaign %q is being restored; try again in a few seconds", campaign)
 	case events.CampaignNotFound:
 		return notFound
@@ -931,9 +928,11 @@ func (s *Server) pay(c echo.Context) error {
 	if err := decode(c, &req); err != nil {
 		return err
 	}
+	// No spaces: "p-1 " would be another payment than "p-1", though the same to anyone reading
+	// them (unicode.IsPrint lets the ASCII space through, and no other).
 	if n := utf8.RuneCountInString(req.PaymentID); n < 1 || n > 255 || !utf8.ValidString(req.PaymentID) ||
-		strings.ContainsFunc(req.PaymentID, func(r rune) bool { return !unicode.IsPrint(r) }) {
-		return events.Errorf(events.Invalid, "payment_id must be 1 to 255 printable characters")
+		strings.ContainsFunc(req.PaymentID, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) {
+		return events.Errorf(events.Invalid, "payment_id must be 1 to 255 printable characters, without spaces")
 	}
 	// It runs to its end whether or not the payment service waits, as compensate does: cut
 	// short after the store paid the order, OrderPaid would never be announced.

@@ -49,6 +49,10 @@ func TestPaymentContract(t *testing.T) {
 	h.fail(t, pay(pending, "", payer...), http.StatusBadRequest, events.Invalid)
 	h.fail(t, pay(pending, strings.Repeat("x", 256), payer...), http.StatusBadRequest, events.Invalid)
 	h.fail(t, pay(pending, `tab\there`, payer...), http.StatusBadRequest, events.Invalid)
+	// "p-1 " would be another payment than "p-1", though the same to anyone reading it.
+	for _, spaced := range []string{"p-1 ", " p-1", "p 1", " "} {
+		h.fail(t, pay(pending, spaced, payer...), http.StatusBadRequest, events.Invalid)
+	}
 	h.fail(t, pay("paywin.nosuchorder", "p-1", payer...), http.StatusNotFound, events.OrderNotFound)
 	h.fail(t, pay("not-an-order-id", "p-1", payer...), http.StatusNotFound, events.OrderNotFound)
 	// The payment token records payments and nothing else.

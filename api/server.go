@@ -236,7 +236,6 @@ type Server struct {
 	ipLimit   *limiter
 	soldOut   *soldOut
 	kafka     *breaker // fails purchases fast while Kafka is down
-	known     sync.Map // campaign ids the store knows: see notInRedis
 	campaigns *campaignCache
 	ready     readyCache
 	stopping  chan struct{} // closed when shutdown starts: event streams end

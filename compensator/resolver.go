@@ -240,6 +240,12 @@ func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, erro
 		return o, err
 	}
 	_, err = r.refundReservation(ctx, o, "operator")
+	if err != nil && o.Status == events.Refunded && events.ErrorCode(err) == events.Internal {
+		// A dependency's failure after the store's commit: the answer must not say that nothing
+		// changed, as the api says of a dependency's failure. Store.Refunding lists the order
+		// until its units are back and its refund announced.
+		err = events.Wrap(events.Unavailable, err, "order %s is refunded; its units go back on sale and its refund is announced once Redis and Kafka answer: the sweeper finishes it, or compensate it again", o.OrderID)
+	}
 	return o, err
 }
 

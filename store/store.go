@@ -746,7 +746,7 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 		case o.Status == events.Paid:
 			return events.Errorf(events.AlreadyPaid, "order %q is paid already, with another payment", orderID)
 		case o.Status == events.Expired, o.Status == events.Confirmed && o.PayByMs > 0:
-			return events.Errorf(events.PaymentWindowClosed, "order %q was not paid by %s; its units are back on sale", orderID,
+			return events.Errorf(events.PaymentWindowClosed, "order %q was not paid by %s; its units go back on sale", orderID,
 				time.UnixMilli(o.PayByMs).UTC().Format(time.RFC3339))
 		}
 		return events.Errorf(events.OrderNotPayable, "order %q is %s and cannot be paid", orderID, o.Status)
