@@ -350,7 +350,11 @@ func TestEndedCampaignOnceLostByRedisSaysEnded(t *testing.T) {
 	h.mr.FlushAll()
 	h.fail(t, request("POST", "/v1/campaigns/kr/purchases", `{"quantity": 1}`, user("ann")...), http.StatusServiceUnavailable, events.Unavailable)
 	h.do(t, request("POST", "/v1/admin/campaigns/kr/close", "", h.bearer()...), http.StatusOK)
-	if _, err := h.redis.Drop(context.Background(), "kr"); err != nil {
+	c, err := h.store.Campaign(context.Background(), "kr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.redis.Drop(context.Background(), "kr", c.Version); err != nil {
 		t.Fatal(err)
 	}
 	h.fail(t, request("POST", "/v1/campaigns/kr/purchases", `{"quantity": 1}`, user("bob")...), http.StatusConflict, events.Ended)

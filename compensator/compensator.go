@@ -92,7 +92,7 @@ type Campaigns interface {
 type Sweeper interface {
 	Expired(ctx context.Context, campaign string, limit int) ([]string, error)
 	Trim(ctx context.Context, campaign string, retention time.Duration, limit int) (int, error)
-	Drop(ctx context.Context, campaign string) (bool, error)
+	Drop(ctx context.Context, campaign string, version int64) (bool, error)
 	Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error)
 }
 
@@ -542,7 +542,9 @@ func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.
 		if v, ok := c.dropped.Load(camp.ID); ok && v.(int64) == camp.Version {
 			return true, nil
 		}
-		dropped, err := c.sweeper.Drop(ctx, camp.ID)
+		// At the version read at the sweep's start: an extend that reopened the sale since,
+		// and reached Redis, keeps its keys.
+		dropped, err := c.sweeper.Drop(ctx, camp.ID, camp.Version)
 		if dropped {
 			c.dropped.Store(camp.ID, camp.Version) // one script call per old campaign, not per sweep
 			c.cfg.Logger.Debug("ended campaign's keys left redis", "campaign", camp.ID)

@@ -109,9 +109,9 @@ func (s *countingSweeper) Trim(ctx context.Context, campaign string, retention t
 	return s.Sweeper.Trim(ctx, campaign, retention, limit)
 }
 
-func (s *countingSweeper) Drop(ctx context.Context, campaign string) (bool, error) {
+func (s *countingSweeper) Drop(ctx context.Context, campaign string, version int64) (bool, error) {
 	s.calls[campaign]++
-	return s.Sweeper.Drop(ctx, campaign)
+	return s.Sweeper.Drop(ctx, campaign, version)
 }
 
 func (s *countingSweeper) Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error) {

@@ -400,11 +400,12 @@ func (r *Redis) Trim(ctx context.Context, campaign string, retention time.Durati
 	return n, nil
 }
 
-// Drop deletes the keys of campaign, which has ended, unless a reservation is still pending;
-// it reports whether it deleted.
-func (r *Redis) Drop(ctx context.Context, campaign string) (bool, error) {
+// Drop deletes the keys of campaign, which has ended at version (the store's count of its
+// operators' changes), unless a reservation is still pending or Redis holds a newer version,
+// an operator's reopening of the sale; it reports whether it deleted.
+func (r *Redis) Drop(ctx context.Context, campaign string, version int64) (bool, error) {
 	k := KeysOf(campaign)
-	n, err := dropScript.Run(ctx, r.rdb, append([]string{k.Pending}, k.All()...)).Int()
+	n, err := dropScript.Run(ctx, r.rdb, append([]string{k.Pending, k.Meta}, k.All()...), version).Int()
 	if err != nil {
 		return false, fmt.Errorf("drop campaign %s: %w", campaign, err)
 	}

@@ -259,7 +259,7 @@ func runModel(t *testing.T, r *lua.Redis, rdb redis.UniversalClient, seed uint64
 				}
 			}
 		case op < 19: // drop, then load: a campaign dropped is gone until loaded again
-			ok, err := r.Drop(ctx, s.id)
+			ok, err := r.Drop(ctx, s.id, s.version)
 			want := len(s.pendingOrders()) == 0 // keys that are not there are deleted too
 			if err != nil || ok != want {
 				t.Fatalf("step %d: Drop = %v, %v; want %v (pending %v)", step, ok, err, want, s.pendingOrders())
