@@ -213,24 +213,29 @@ const bulkWorkers = 8
 // confirmed and paid orders (confirmed), as they are when it starts, each as Compensate would;
 // running it again changes nothing more. A reservation the consumer confirms meanwhile is left
 // confirmed (counted unchanged), unless confirmed orders are refunded too: those are read after
-// the pending ones are done. Refunding also finishes the refunds an interrupted run left half
-// done (stored, their units still held in Redis), counted refunded when this run gave their
-// units back.
+// the pending ones are done, and one found in both is counted once, by the refund. Refunding
+// also finishes the refunds an interrupted run left half done (stored, their units still held
+// in Redis). An order is counted released or refunded only when this run gave its units back,
+// so that two runs at once do not both count it.
 func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, confirmed bool, progress Progress) (Tally, error) {
 	var t Tally
 	var done atomic.Int64
-	run := func(n, total int, resolve func(ctx context.Context, i int) error) error {
+	tick := func(total int) {
+		if progress != nil {
+			progress(int(done.Add(1)), total)
+		}
+	}
+	// resolve reports false for an order it left to the refund pass, which counts it.
+	run := func(n, total int, resolve func(ctx context.Context, i int) (bool, error)) error {
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(bulkWorkers)
 		for i := range n {
 			g.Go(func() error {
-				if err := resolve(gctx, i); err != nil {
-					return err
+				resolved, err := resolve(gctx, i)
+				if err == nil && resolved {
+					tick(total)
 				}
-				if progress != nil {
-					progress(int(done.Add(1)), total)
-				}
-				return nil
+				return err
 			})
 		}
 		return g.Wait()
@@ -251,25 +256,32 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		}
 	}
 	total := len(held) + len(orders)
-	err = run(len(held), total, func(ctx context.Context, i int) error {
+	handedOn := make([]bool, len(held)) // each worker writes its own
+	err = run(len(held), total, func(ctx context.Context, i int) (bool, error) {
 		res, err := o.Redis.Reservation(ctx, held[i])
 		if errors.Is(err, lua.ErrNoReservation) {
 			atomic.AddInt64(&t.Unchanged, 1) // trimmed after its release: long final
-			return nil
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
-		ord, err := o.Fail(ctx, reservationEvent(res), events.ReasonOperator, "operator")
+		ord, released, err := o.fail(ctx, reservationEvent(res), events.ReasonOperator, "operator", store.Fence{})
 		if err != nil {
-			return err
+			return false, err
 		}
-		if ord.Status == events.Failed && res.State == lua.StatePending {
+		switch {
+		case ord.Status == events.Failed && released:
 			atomic.AddInt64(&t.Released, 1)
-		} else {
+		case confirmed && (ord.Status == events.Confirmed || ord.Status == events.Paid):
+			// Stored by the consumer before its confirm reached Redis: the refund pass reads
+			// it from the store, and counts it there.
+			handedOn[i] = true
+			return false, nil
+		default:
 			atomic.AddInt64(&t.Unchanged, 1)
 		}
-		return nil
+		return true, nil
 	})
 	if err != nil || !confirmed {
 		return t, err
@@ -280,9 +292,31 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		if orders, err = o.refundable(ctx, id); err != nil {
 			return t, err
 		}
-		total += len(orders)
+		// Those the pending pass handed on are in total already; one no longer listed (another
+		// run refunded it meanwhile, to the end) is done, changed by that run.
+		listed := make(map[string]bool, len(orders))
+		for _, ord := range orders {
+			listed[ord.OrderID] = true
+		}
+		handed := make(map[string]bool)
+		for i, id := range held {
+			if handedOn[i] {
+				handed[id] = true
+			}
+		}
+		for _, ord := range orders {
+			if !handed[ord.OrderID] {
+				total++
+			}
+		}
+		for id := range handed {
+			if !listed[id] {
+				atomic.AddInt64(&t.Unchanged, 1)
+				tick(total)
+			}
+		}
 	}
-	err = run(len(orders), total, func(ctx context.Context, i int) error {
+	err = run(len(orders), total, func(ctx context.Context, i int) (bool, error) {
 		var refunded bool
 		var err error
 		if ord := orders[i]; ord.Status == events.Refunded {
@@ -290,18 +324,17 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 			// store counts its units back, Redis holds them until this gives them back.
 			refunded, err = o.refundReservation(ctx, ord, "operator")
 		} else {
-			ord, err = o.Compensate(ctx, ord.OrderID)
-			refunded = ord.Status == events.Refunded
+			_, refunded, err = o.refundOnce(ctx, ord.OrderID)
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if refunded {
 			atomic.AddInt64(&t.Refunded, 1)
 		} else {
 			atomic.AddInt64(&t.Unchanged, 1)
 		}
-		return nil
+		return true, nil
 	})
 	return t, err
 }

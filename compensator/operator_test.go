@@ -118,6 +118,58 @@ func TestCancelCampaign(t *testing.T) {
 	}
 }
 
+// TestCancelCountsStoredPendingOnce: an order the consumer stored as confirmed before its
+// confirm reached Redis is in Redis's pending set and in the store's confirmed orders. The
+// pending pass hands it to the refund pass; it is one order, counted once, refunded.
+func TestCancelCountsStoredPendingOnce(t *testing.T) {
+	e := newEnv(t, 10, 10)
+	op := e.operator()
+	evs := e.reserve(t, 1, time.Hour)
+	if _, err := e.st.ConfirmOrders(e.ctx, evs); err != nil { // Redis's confirm has not run
+		t.Fatal(err)
+	}
+	var maxTotal, maxDone int
+	_, tally, err := op.Cancel(e.ctx, e.campaign, func(done, total int) {
+		maxTotal, maxDone = max(maxTotal, total), max(maxDone, done)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tally != (compensator.Tally{Refunded: 1}) || maxTotal != 1 || maxDone != 1 {
+		t.Errorf("cancel of 1 order: tally %+v, progress %d of %d; want {Refunded:1}, 1 of 1", tally, maxDone, maxTotal)
+	}
+	if states := e.check(t, evs); states[events.Refunded] != 1 {
+		t.Errorf("states %v, want the order refunded", states)
+	}
+}
+
+// TestConcurrentCancelsCountEachOrderOnce: two cancels at once each count what they changed,
+// so that between them every order is counted released or refunded once, not by both.
+func TestConcurrentCancelsCountEachOrderOnce(t *testing.T) {
+	e := newEnv(t, 500, 10)
+	op := e.operator()
+	evs := e.reserve(t, 120, time.Hour)
+	e.confirm(t, evs[:60])
+	var wg sync.WaitGroup
+	var tallies [2]compensator.Tally
+	for i := range tallies {
+		wg.Go(func() {
+			var err error
+			if _, tallies[i], err = op.Cancel(e.ctx, e.campaign, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	released, refunded := tallies[0].Released+tallies[1].Released, tallies[0].Refunded+tallies[1].Refunded
+	if released != 60 || refunded != 60 {
+		t.Errorf("two cancels: %+v and %+v; want 60 released and 60 refunded between them", tallies[0], tallies[1])
+	}
+	if states := e.check(t, evs); states[events.Failed] != 60 || states[events.Refunded] != 60 {
+		t.Errorf("states %v", states)
+	}
+}
+
 // TestBulkCompensateTwice releases the pending reservations, then refunds the confirmed
 // orders, then does both again: the second run finds nothing to do.
 func TestBulkCompensateTwice(t *testing.T) {

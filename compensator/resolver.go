@@ -68,39 +68,46 @@ func (r *Resolver) Fail(ctx context.Context, e events.Event, reason, source stri
 // FailFenced is Fail for the holder of a lease lock: the store refuses the write with
 // store.ErrStaleFence once a later holder has written.
 func (r *Resolver) FailFenced(ctx context.Context, e events.Event, reason, source string, f store.Fence) (store.Order, error) {
+	o, _, err := r.fail(ctx, e, reason, source, f)
+	return o, err
+}
+
+// fail is FailFenced that also reports whether this call gave the order's units back in Redis:
+// a bulk run counts an order it released only then, not one another run released first.
+func (r *Resolver) fail(ctx context.Context, e events.Event, reason, source string, f store.Fence) (store.Order, bool, error) {
 	o, err := r.Store.FailOrderFenced(ctx, e, reason, f)
 	if err != nil {
-		return o, err
+		return o, false, err
 	}
 	switch o.Status {
 	case events.Failed:
 		out, err := r.Redis.Release(ctx, o.OrderID)
 		if err != nil {
-			return o, err
+			return o, false, err
 		}
 		compensations.WithLabelValues(source, outcome(out, lua.StateReleased)).Inc()
 		// Sent again on a retry, so the results topic is at least once; readers key on order_id.
 		ev := e.New(events.OrderFailed, time.Now())
 		ev.Reason = o.Reason
-		return o, r.publish(ctx, ev)
+		return o, out.Changed, r.publish(ctx, ev)
 	case events.Confirmed, events.Paid:
 		// The consumer won; make sure the sweeper stops seeing the reservation as pending.
 		out, err := r.Redis.Confirm(ctx, o.OrderID)
 		compensations.WithLabelValues(source, outcome(out, lua.StateConfirmed)).Inc()
-		return o, err
+		return o, false, err
 	case events.Refunded:
 		// A refund that stopped between the store and Redis; finish it.
-		_, err := r.refundReservation(ctx, o, source)
-		return o, err
+		changed, err := r.refundReservation(ctx, o, source)
+		return o, changed, err
 	case events.Expired:
 		// An expiry that stopped between the store and Redis, or a reservation made again
 		// under the id of an order that expired long ago (its record trimmed after the
 		// retention, and the Idempotency-Key's record with it, so the key came back as new):
 		// either way its units go back, once.
-		_, err := r.giveBack(ctx, o, r.Redis.Expire, source, lua.StateExpired, events.OrderExpired)
-		return o, err
+		changed, err := r.giveBack(ctx, o, r.Redis.Expire, source, lua.StateExpired, events.OrderExpired)
+		return o, changed, err
 	}
-	return o, nil
+	return o, false, nil
 }
 
 // Compensate is the operator's command: it releases a reservation that will not become an order,
@@ -247,6 +254,19 @@ func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, erro
 		err = events.Wrap(events.Unavailable, err, "order %s is refunded; its units go back on sale and its refund is announced once Redis and Kafka answer: the sweeper finishes it, or compensate it again", o.OrderID)
 	}
 	return o, err
+}
+
+// refundOnce refunds a stored order as Compensate does, and reports whether this call gave its
+// units back in Redis: an order another run refunded meanwhile comes back refunded all the
+// same, and a bulk run must not count it too. An order that ended otherwise meanwhile (expired
+// unpaid) is left as it is.
+func (r *Resolver) refundOnce(ctx context.Context, orderID string) (store.Order, bool, error) {
+	o, err := r.Store.RefundOrder(ctx, orderID)
+	if err != nil || o.Status != events.Refunded {
+		return o, false, err
+	}
+	changed, err := r.refundReservation(ctx, o, "operator")
+	return o, changed, err
 }
 
 // refundReservation gives a refunded order's units back in Redis, once, announces it, and once
