@@ -111,17 +111,26 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 		camp, *tally, err = op.Cancel(ctx, *id, update)
 		stop()
 	}
+	return answerControl(ctx, stdout, *id, camp, tally, err, func(ctx context.Context, camp store.Campaign) (api.CampaignView, error) {
+		return api.LiveCampaign(ctx, d.store, d.redis, camp)
+	})
+}
+
+// answerControl prints what the control of campaign id did: the campaign it left (read back
+// through view), with the cancel's tally, or returns its error err.
+func answerControl(ctx context.Context, stdout io.Writer, id string, camp store.Campaign, tally *compensator.Tally, err error,
+	view func(context.Context, store.Campaign) (api.CampaignView, error)) error {
 	if err != nil {
 		return err
 	}
-	view, err := api.LiveCampaign(ctx, d.store, d.redis, camp)
+	v, err := view(ctx, camp)
 	if err != nil {
 		return err
 	}
 	if tally != nil {
-		return printJSON(stdout, api.CancelResult{Campaign: view, Tally: *tally})
+		return printJSON(stdout, api.CancelResult{Campaign: v, Tally: *tally})
 	}
-	return printJSON(stdout, view)
+	return printJSON(stdout, v)
 }
 
 // parseEndsAt reads an end given as an RFC 3339 time or as +DURATION from now.
