@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -117,15 +118,29 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // answerControl prints what the control of campaign id did: the campaign it left (read back
-// through view), with the cancel's tally, or returns its error err.
+// through view), with the cancel's tally, or returns its error err, worded as the admin
+// endpoints word it.
 func answerControl(ctx context.Context, stdout io.Writer, id string, camp store.Campaign, tally *compensator.Tally, err error,
 	view func(context.Context, store.Campaign) (api.CampaignView, error)) error {
 	if err != nil {
-		return err
+		if tally != nil && *tally != (compensator.Tally{}) {
+			// A cancel whose Redis step or a later order failed has given back what it counted:
+			// the operator sees it, with what is left to do in the error.
+			if perr := printJSON(stdout, *tally); perr != nil {
+				return errors.Join(err, perr)
+			}
+		}
+		return api.ControlFailed(id, err, "running this", "use --to TOTAL, which adds nothing when run again")
 	}
 	v, err := view(ctx, camp)
 	if err != nil {
-		return err
+		// This prints the causes too, unlike the api: not the read's own "try again", only
+		// what failed under it.
+		var e *events.Error
+		if errors.As(err, &e) && e.Cause != nil {
+			err = e.Cause
+		}
+		return api.ControlUnshown(id, err, "do not run this again; read it shortly (GET /v1/campaigns/"+id+")")
 	}
 	if tally != nil {
 		return printJSON(stdout, api.CancelResult{Campaign: v, Tally: *tally})

@@ -33,22 +33,35 @@ func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id
 	// Even a control that answers an error may have changed the campaign (stored, with its Redis
 	// step behind).
 	s.changed(id)
-	if events.ErrorCode(err) == events.Internal {
-		// Not the generic "changed nothing, try again": the store may have committed the change
-		// and lost its answer, and an add sent again adds again.
-		return events.Wrap(events.Unavailable, err, "campaign %q may have been changed: read it before sending this again "+
-			`(to put units on sale, send "stock", the total, which adds nothing when sent again)`, id)
-	}
 	if err != nil {
-		return err
+		return ControlFailed(id, err, "sending this", `send "stock", the total, which adds nothing when sent again`)
 	}
 	view, err := s.viewCampaign(ctx, camp)
 	if err != nil {
-		// The control is done: an answer of the read's own ("changed nothing, try again")
-		// would have an add sent again, which adds again.
-		return events.Wrap(events.Unavailable, err, "campaign %q was changed, but cannot be shown right now: GET it shortly", id)
+		return ControlUnshown(id, err, "GET it shortly")
 	}
 	return c.JSON(http.StatusOK, view)
+}
+
+// ControlFailed is the answer to a control of campaign id that failed with err, for the admin
+// endpoints and the seckill campaign command alike: again names what the operator would run
+// again, raise how to put units on sale so that running it again adds nothing.
+func ControlFailed(id string, err error, again, raise string) error {
+	if events.ErrorCode(err) == events.Internal {
+		// Not the generic "changed nothing, try again": the store may have committed the change
+		// and lost its answer, and an add sent again adds again.
+		return events.Wrap(events.Unavailable, err, "campaign %q may have been changed: read it before %s again "+
+			"(to put units on sale, %s)", id, again, raise)
+	}
+	return err
+}
+
+// ControlUnshown is the answer to a control of campaign id that is done, whose campaign could
+// not be read back (err); read says how to read it instead.
+func ControlUnshown(id string, err error, read string) error {
+	// The control is done: an answer of the read's own ("changed nothing, try again", or the
+	// sale's "being restored; try again") would have an add sent again, which adds again.
+	return events.Wrap(events.Unavailable, err, "campaign %q was changed, but cannot be shown right now: %s", id, read)
 }
 
 func (s *Server) closeCampaign(c echo.Context) error {

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/seckill/seckill/api"
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/store"
+)
+
+func viewOK(context.Context, store.Campaign) (api.CampaignView, error) {
+	return api.CampaignView{ID: "c"}, nil
+}
+
+// TestControlAnswerLostSaysUseTo: a store that fails as the commit's answer comes back may
+// have taken an add: run again as it was, it would add again, so the operator is told so and
+// how to put units on sale safely, as the api says it.
+func TestControlAnswerLostSaysUseTo(t *testing.T) {
+	lost := errors.New("read tcp 10.0.0.2:5432: connection reset by peer")
+	err := answerControl(context.Background(), new(bytes.Buffer), "c", store.Campaign{}, nil, lost, viewOK)
+	if events.ErrorCode(err) != events.Unavailable || !errors.Is(err, lost) ||
+		!strings.Contains(err.Error(), "may have been changed") || !strings.Contains(err.Error(), "--to") {
+		t.Errorf("add-stock whose answer the store lost: %v; want unavailable, may have been changed, use --to", err)
+	}
+}
+
+// TestControlDoneButUnshownSaysDone: a control done whose campaign cannot be read back (Redis
+// or the paid units unreadable) is not to be run again: an add run again adds again.
+func TestControlDoneButUnshownSaysDone(t *testing.T) {
+	restoring := events.Wrap(events.Unavailable, errors.New("LOADING"), "campaign \"c\" is being restored; try again in a few seconds")
+	err := answerControl(context.Background(), new(bytes.Buffer), "c", store.Campaign{ID: "c"}, nil, nil,
+		func(context.Context, store.Campaign) (api.CampaignView, error) { return api.CampaignView{}, restoring })
+	if err == nil || !strings.Contains(err.Error(), "was changed") || strings.Contains(err.Error(), "try again") {
+		t.Errorf("a control done, its campaign unreadable: %v; want it said changed, not try again", err)
+	}
+}
+
+// TestCancelBehindPrintsTally: a cancel whose Redis step failed has given its orders back all
+// the same; the operator is shown what it released and refunded along with the error.
+func TestCancelBehindPrintsTally(t *testing.T) {
+	behind := events.Errorf(events.Unavailable, "campaign \"c\" was changed in the store, and its sale follows within seconds: nothing needs running again")
+	var out bytes.Buffer
+	tally := &compensator.Tally{Released: 2, Refunded: 3}
+	err := answerControl(context.Background(), &out, "c", store.Campaign{ID: "c"}, tally, behind, viewOK)
+	if !errors.Is(err, behind) {
+		t.Errorf("cancel with its sale behind: %v, want its error", err)
+	}
+	if !strings.Contains(out.String(), `"released": 2`) || !strings.Contains(out.String(), `"refunded": 3`) {
+		t.Errorf("cancel with its sale behind printed %q; want its tally", out.String())
+	}
+}
