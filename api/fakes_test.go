@@ -269,3 +269,35 @@ func TestRefundStoredWhileRedisIsDownSaysSo(t *testing.T) {
 		t.Errorf("refunded in the store: %v; answered %d %s; want 503 saying the order is refunded", st.refunded, rec.Code, body)
 	}
 }
+
+// expiredMeanwhile holds one confirmed order, which the sweeper expires before the refund's
+// transaction: RefundOrder finds it expired and leaves it so.
+type expiredMeanwhile struct{ api.Store }
+
+func (expiredMeanwhile) Order(_ context.Context, id string) (store.Order, error) {
+	return store.Order{OrderID: id, CampaignID: "fake", UserID: "ann", Quantity: 1, Status: events.Confirmed}, nil
+}
+
+func (expiredMeanwhile) RefundOrder(_ context.Context, id string) (store.Order, error) {
+	return store.Order{OrderID: id, CampaignID: "fake", UserID: "ann", Quantity: 1, Status: events.Expired, Reason: events.ReasonUnpaid}, nil
+}
+
+// TestRefundOfAnOrderExpiredMeanwhile: an operator compensates a confirmed order that the
+// sweeper expires between the read and the refund. The answer is the expired order, and
+// nothing more is done: no refund is given back in Redis or announced for an order that was
+// not refunded. Before, the refund's Redis steps ran on the expired order (here Redis does not
+// answer, so the answer was a 503).
+func TestRefundOfAnOrderExpiredMeanwhile(t *testing.T) {
+	const admin = "admin-token-0123456789abcdef0123456789"
+	prod := &fakeProducer{}
+	srv := api.New(api.Config{Topics: events.NewTopics("fake"), AdminToken: admin, ProduceTimeout: time.Second,
+		Logger: slog.New(slog.DiscardHandler)}, expiredMeanwhile{}, downRedis{}, prod)
+	defer srv.Close()
+	req := httptest.NewRequest("POST", "/v1/admin/orders/"+events.NewOrderID("fake")+"/compensate", nil)
+	req.Header.Set("Authorization", "Bearer "+admin)
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"status":"expired"`) || len(prod.events(t, "fake.orders.results")) > 0 {
+		t.Errorf("answered %d %s, announced %d; want 200 with the order expired, nothing announced", rec.Code, rec.Body.String(), len(prod.events(t, "fake.orders.results")))
+	}
+}

@@ -241,25 +241,22 @@ func (r *Resolver) Expire(ctx context.Context, orderID string, now time.Time) (s
 	return o, nil
 }
 
+// refund is refundOnce for one order an operator compensates. A dependency's failure after
+// the store's commit is said so: the api's answer to a dependency's failure is that nothing
+// changed, and the order is refunded. Store.Refunding lists it until its units are back and
+// its refund announced. (A bulk run says this of all its orders: run it again.)
 func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, error) {
-	o, err := r.Store.RefundOrder(ctx, o.OrderID)
-	if err != nil {
-		return o, err
-	}
-	_, err = r.refundReservation(ctx, o, "operator")
-	if err != nil && o.Status == events.Refunded && events.ErrorCode(err) == events.Internal {
-		// A dependency's failure after the store's commit: the answer must not say that nothing
-		// changed, as the api says of a dependency's failure. Store.Refunding lists the order
-		// until its units are back and its refund announced.
+	o, _, err := r.refundOnce(ctx, o.OrderID)
+	if o.Status == events.Refunded && events.ErrorCode(err) == events.Internal {
 		err = events.Wrap(events.Unavailable, err, "order %s is refunded; its units go back on sale and its refund is announced once Redis and Kafka answer: the sweeper finishes it, or compensate it again", o.OrderID)
 	}
 	return o, err
 }
 
-// refundOnce refunds a stored order as Compensate does, and reports whether this call gave its
-// units back in Redis: an order another run refunded meanwhile comes back refunded all the
-// same, and a bulk run must not count it too. An order that ended otherwise meanwhile (expired
-// unpaid) is left as it is.
+// refundOnce refunds a stored order, and reports whether this call gave its units back in
+// Redis: an order another run refunded meanwhile comes back refunded all the same, and a bulk
+// run must not count it too. An order that ended otherwise meanwhile (expired unpaid by the
+// sweeper between the caller's read and this) is left as it is: no refund to announce.
 func (r *Resolver) refundOnce(ctx context.Context, orderID string) (store.Order, bool, error) {
 	o, err := r.Store.RefundOrder(ctx, orderID)
 	if err != nil || o.Status != events.Refunded {
