@@ -138,6 +138,20 @@ func Topics(tb testing.TB, brokers []string) events.Topics {
 	if err := events.CreateTopics(ctx, kadm.NewClient(cl), t, 3, replication); err != nil {
 		tb.Fatalf("create topics: %v", err)
 	}
+	// Gone with the test: a broker that keeps every test's topics holds thousands of
+	// partitions after a few runs, and pays for them in CPU in every later test and bench.
+	tb.Cleanup(func() {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if _, err := kadm.NewClient(cl).DeleteTopics(ctx, t.All()...); err != nil {
+			tb.Logf("delete the test's topics: %v", err)
+		}
+	})
 	return t
 }
 
