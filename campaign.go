@@ -23,7 +23,7 @@ An operator's controls of a live campaign, as the admin endpoints and the consol
 The store changes first; Redis follows at once (or within a sweep); each prints the campaign.
 
   close       end the sale now (purchases are refused as ended at every api)
-  extend      move the end: --ends-at 2026-12-01T20:00:00Z or --ends-at +30m
+  extend      move the end later: --ends-at 2026-12-01T20:00:00Z or --ends-at +30m
   add-stock   put more units on sale: --add N, or --to TOTAL (safe to run again)
   cancel      close for good, release every pending reservation, refund every confirmed
               and paid order (with progress); run again, it finishes what was left

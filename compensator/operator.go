@@ -72,8 +72,10 @@ func (o *Operator) Close(ctx context.Context, id string) (store.Campaign, error)
 	})
 }
 
-// Extend moves the campaign's end to ends, which must be in the future by the sale's clock
-// (Redis's, as Close); it may reopen a closed campaign, never a cancelled one.
+// Extend moves the campaign's end later, to ends, which must be in the future by the sale's
+// clock (Redis's, as Close); it may reopen a closed campaign, never a cancelled one. It never
+// shortens a sale: an operator who meant to lengthen it would have it end early, and Close
+// ends one now.
 func (o *Operator) Extend(ctx context.Context, id string, ends time.Time) (store.Campaign, error) {
 	now, err := o.saleNow(ctx, id)
 	if err != nil {
@@ -87,6 +89,11 @@ func (o *Operator) Extend(ctx context.Context, id string, ends time.Time) (store
 			return events.Errorf(events.Invalid, "ends_at must be after the campaign's start")
 		case ms == c.EndsAtMs:
 			return errUnchanged
+		case c.EndsAtMs == 0:
+			return events.Errorf(events.Invalid, "campaign %q has no end to move later; to end its sale now, close it", id)
+		case ms < c.EndsAtMs:
+			return events.Errorf(events.Invalid, "ends_at must be later than the campaign's end, %s; to end its sale now, close it",
+				time.UnixMilli(c.EndsAtMs).UTC().Format(time.RFC3339Nano))
 		default:
 			c.EndsAtMs = ms
 		}

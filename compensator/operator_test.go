@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -587,5 +588,40 @@ func TestExtendJudgedByRedisClock(t *testing.T) {
 	}
 	if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "buyer", 1, time.Minute); err != nil {
 		t.Errorf("the refused extension changed the sale: a purchase answered %v", err)
+	}
+}
+
+// TestExtendRefusesAnEarlierEnd: extend moves the end later, as its help says. An end earlier
+// than the sale's, or one given to a sale without an end, was taken, and shortened the sale
+// under an operator who meant to lengthen it; it is refused, and the sale is as it was.
+func TestExtendRefusesAnEarlierEnd(t *testing.T) {
+	e := newEnv(t, 10, 2)
+	op := e.operator()
+	endless, err := op.Campaigns.Campaign(e.ctx, e.campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.Extend(e.ctx, e.campaign, time.Now().Add(time.Hour)); events.ErrorCode(err) != events.Invalid {
+		t.Errorf("an end given to a sale without one: %v, want invalid", err)
+	}
+	if c, _ := op.Campaigns.Campaign(e.ctx, e.campaign); c != endless {
+		t.Errorf("the refused end changed the campaign: %+v, was %+v", c, endless)
+	}
+	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+		c.EndsAtMs = time.Now().Add(2 * time.Hour).UnixMilli()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ends, err := op.Extend(e.ctx, e.campaign, time.Now().Add(3*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := op.Extend(e.ctx, e.campaign, time.Now().Add(time.Hour))
+	if events.ErrorCode(err) != events.Invalid || !strings.Contains(events.ErrorMessage(err), "close") {
+		t.Errorf("an earlier end: %+v, %v; want invalid, saying to close instead", c, err)
+	}
+	if c, _ := op.Campaigns.Campaign(e.ctx, e.campaign); c != ends {
+		t.Errorf("the refused end changed the campaign: %+v, was %+v", c, ends)
 	}
 }
