@@ -91,6 +91,7 @@ func TestCampaignControlsContract(t *testing.T) {
 	wantField(t, h.do(t, request("GET", "/v1/admin/orders/"+again, "", admin...), http.StatusOK), "status", "failed")
 	wantTally(t, h.do(t, post("cancel", "", admin...), http.StatusOK), 0, 0, 0)
 	h.fail(t, post("stock", `{"add": 1}`, admin...), http.StatusConflict, events.CampaignCancelled)
+	h.fail(t, post("stock", `{"stock": 6}`, admin...), http.StatusConflict, events.CampaignCancelled) // its stock already
 	h.fail(t, post("extend", `{"ends_at": "`+ends+`"}`, admin...), http.StatusConflict, events.CampaignCancelled)
 	h.fail(t, request("POST", "/v1/campaigns/ctl/purchases", `{"quantity": 1}`, user("fay")...), http.StatusConflict, events.Ended)
 }

@@ -63,7 +63,7 @@ func (o *Operator) Close(ctx context.Context, id string) (store.Campaign, error)
 	}
 	return o.change(ctx, id, func(c *store.Campaign) error {
 		if c.Over(now) {
-			return errUnchanged
+			return errOver
 		}
 		// Before its start, the end is the start: an empty window, which Redis never opens and
 		// which Extend can widen again from the planned start.
@@ -139,7 +139,7 @@ func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (st
 	}
 	c, err := o.change(ctx, id, func(c *store.Campaign) error {
 		if c.CancelledAtMs > 0 {
-			return errUnchanged
+			return errOver
 		}
 		c.CancelledAtMs = now
 		if !c.Over(now) {
@@ -185,20 +185,26 @@ var errSaleBehind = errors.New("the sale in redis is behind the store")
 // errUnchanged tells change that a control has nothing to change.
 var errUnchanged = errors.New("unchanged")
 
+// errOver tells change that a control that ends the sale (close, cancel) has nothing to change:
+// the sale is over already, as a cancelled campaign's is, so a cancelled campaign takes it.
+var errOver = errors.New("over already")
+
 // change applies a control in the store, then in Redis. A cancelled campaign refuses every
-// control but a second cancel; Redis is brought along even when the store had the change
-// already, so that a retry finishes a control whose Redis step failed.
+// control but one that ends the sale, whether or not it would change anything: an extend to
+// its end, or a raise to its stock, answered success as if its sale could go on.
+// Redis is brought along even when the store had the change already, so that a retry finishes
+// a control whose Redis step failed.
 func (o *Operator) change(ctx context.Context, id string, fn func(*store.Campaign) error) (store.Campaign, error) {
 	var current store.Campaign
 	c, err := o.Campaigns.ChangeCampaign(ctx, id, func(c *store.Campaign) error {
 		current = *c
 		err := fn(c)
-		if current.CancelledAtMs > 0 && err != errUnchanged {
+		if current.CancelledAtMs > 0 && err != errOver {
 			return events.Errorf(events.CampaignCancelled, "campaign %q was cancelled; it cannot change", id)
 		}
 		return err
 	})
-	if errors.Is(err, errUnchanged) {
+	if errors.Is(err, errUnchanged) || errors.Is(err, errOver) {
 		c, err = current, nil
 	}
 	if err != nil {
