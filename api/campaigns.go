@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -128,7 +129,7 @@ func (s *Server) cancelCampaign(c echo.Context) error {
 		}
 		camp, tally, err := s.operator.Cancel(ctx, id, nil)
 		if err != nil {
-			return err
+			return cancelFailed(err, tally)
 		}
 		view, err := s.viewCampaign(ctx, camp)
 		if err != nil {
@@ -136,6 +137,23 @@ func (s *Server) cancelCampaign(c echo.Context) error {
 		}
 		return c.JSON(http.StatusOK, CancelResult{Campaign: view, Tally: tally})
 	})
+}
+
+// cancelFailed is the answer to a cancel that failed with err after resolving the orders t
+// counts (its Redis step failed, or a dependency part way): with the error's code, and what it
+// gave back, which the operator is not told again (a second cancel counts nothing it did), as
+// the seckill campaign command prints it.
+func cancelFailed(err error, t compensator.Tally) error {
+	if t == (compensator.Tally{}) {
+		return err
+	}
+	done := fmt.Sprintf("released %d, refunded %d, unchanged %d", t.Released, t.Refunded, t.Unchanged)
+	if events.ErrorCode(err) == events.Internal {
+		// bulk's answer, which replaces an internal error's message, with the tally.
+		return events.Wrap(events.Unavailable, err,
+			"a dependency failed part way; resolved so far: %s; run this again to finish it", done)
+	}
+	return events.Wrap(events.ErrorCode(err), err, "%s; its orders: %s", events.ErrorMessage(err), done)
 }
 
 type bulkCompensateRequest struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/api/apitest"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
@@ -359,4 +360,55 @@ func TestEndedCampaignOnceLostByRedisSaysEnded(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.fail(t, request("POST", "/v1/campaigns/kr/purchases", `{"quantity": 1}`, user("bob")...), http.StatusConflict, events.Ended)
+}
+
+// syncFails is Redis that takes no operator's change: a cancel's Redis step fails, and its
+// orders are given back all the same.
+type syncFails struct{ *lua.Redis }
+
+func (syncFails) Sync(context.Context, lua.Campaign) (lua.Synced, error) {
+	return 0, errors.New("i/o timeout")
+}
+
+// confirmedUnreadable is a store whose confirmed orders cannot be read: a cancel stops after
+// releasing the pending reservations.
+type confirmedUnreadable struct{ *store.Store }
+
+func (confirmedUnreadable) Confirmed(context.Context, string) ([]store.Order, error) {
+	return nil, errors.New("read tcp 10.0.0.2:5432: connection reset by peer")
+}
+
+// TestCancelThatFailsPartWaySaysWhatItGaveBack: a cancel whose Redis step failed, or which
+// stopped part way, has released and refunded orders already, and Cancel returns its tally with
+// the error. The answer was the error alone, so the operator never learned what the cancel gave
+// back (the command prints it). The answer keeps its code, and says the tally.
+func TestCancelThatFailsPartWaySaysWhatItGaveBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   func(*store.Store) api.Store
+		r    func(*lua.Redis) api.Redis
+		want []string
+	}{
+		{"its sale behind", func(s *store.Store) api.Store { return s }, func(r *lua.Redis) api.Redis { return syncFails{r} },
+			[]string{"nothing needs running again", "released 1, refunded 0, unchanged 0"}},
+		{"stopped part way", func(s *store.Store) api.Store { return confirmedUnreadable{s} }, func(r *lua.Redis) api.Redis { return r },
+			[]string{"released 1, refunded 0, unchanged 0", "run this again to finish it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.createCampaign(t, `{"id": "pw", "name": "Part way", "stock": 4, "per_user_limit": 2}`)
+			h.buy(t, "pw", "ann", 1)
+			srv := h.replica(t, tc.st(h.store), tc.r(h.redis), kafkatest.Client(t, h.brokers))
+			rec := apitest.Serve(t, h.spec, srv.Handler(), request("POST", "/v1/admin/campaigns/pw/cancel", "", h.bearer()...))
+			body := rec.Body.String()
+			if rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, `"code":"unavailable"`) {
+				t.Errorf("answered %d %s; want 503 unavailable", rec.Code, strings.TrimSpace(body))
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(body, want) {
+					t.Errorf("answered %s; want it to say %q", strings.TrimSpace(body), want)
+				}
+			}
+		})
+	}
 }
