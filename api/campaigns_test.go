@@ -173,6 +173,15 @@ func TestControlsBeforeTheStartSellNothing(t *testing.T) {
 			h.createCampaign(t, fmt.Sprintf(`{"id": "early", "name": "Stopped early", "stock": 5, "per_user_limit": 5, "starts_at": %q}`,
 				start.Format(time.RFC3339)))
 			h.do(t, request("POST", "/v1/admin/campaigns/early/"+control, "", h.bearer()...), http.StatusOK)
+			before, err := h.store.Campaign(context.Background(), "early")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Run again, the control changes nothing: not even the version the sweeper syncs by.
+			h.do(t, request("POST", "/v1/admin/campaigns/early/"+control, "", h.bearer()...), http.StatusOK)
+			if after, err := h.store.Campaign(context.Background(), "early"); err != nil || after != before {
+				t.Errorf("a second %s before the start left %+v, %v; want it unchanged from %+v", control, after, err, before)
+			}
 			h.fail(t, request("POST", "/v1/campaigns/early/purchases", `{"quantity": 1}`, user("ann")...), http.StatusConflict, events.Ended)
 			h.mr.SetTime(start) // Redis's clock at the first millisecond of the planned sale
 			h.fail(t, request("POST", "/v1/campaigns/early/purchases", `{"quantity": 1}`, user("bob")...), http.StatusConflict, events.Ended)
