@@ -626,7 +626,7 @@ func (s *Server) purchase(c echo.Context) error {
 		Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now.UTC(),
 		OrderID: orderID, CampaignID: campaign, UserID: buyer, Quantity: qty, Deadline: res.Deadline.UTC(),
 	}
-	if res.Again && s.failedBefore(ctx, ev) {
+	if res.Again && (s.failedBefore(ctx, ev) || s.overdue(ctx, ev)) {
 		return s.cancelled(c, idem, orderID)
 	}
 	failpoint.Inject(failpoint.APIBeforeProduce)
@@ -680,15 +680,38 @@ func (s *Server) failedBefore(ctx context.Context, ev events.Event) bool {
 	if err != nil || o.Status != events.Failed {
 		return false
 	}
+	s.cancel(ctx, ev, o.Reason)
+	return true
+}
+
+// overdue reports whether ev, a keyed retry that found its reservation still pending, came
+// with less than half a reservation's time left (ev.Deadline): its first attempt reserved and
+// stopped before its produce, long ago. Queued now, the order could reach the consumer after
+// the sweeper failed it at its deadline, and the 202, remembered for the key, would name an
+// order that is over. It is cancelled instead, as the sweeper would, and overdue reports true.
+// An order the store holds already (the first attempt's event reached the consumer) goes on,
+// as does one the store cannot say of.
+func (s *Server) overdue(ctx context.Context, ev events.Event) bool {
+	if time.Until(ev.Deadline) >= s.cfg.ReservationTTL/2 {
+		return false
+	}
+	return s.cancel(ctx, ev, events.ReasonExpired) == events.Failed
+}
+
+// cancel fails ev's order in the store, for reason, and releases its units, as the sweeper
+// would, and returns the order's status in the store then ("" when the store cannot say).
+func (s *Server) cancel(ctx context.Context, ev events.Event, reason string) events.Status {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
 	defer cancel()
-	if _, err := s.resolver.Fail(fctx, ev, o.Reason, "api"); err != nil {
+	o, err := s.resolver.Fail(fctx, ev, reason, "api")
+	switch {
+	case o.Status == events.Failed && err != nil:
 		s.cfg.Logger.Warn("order cancelled; its units come back at its deadline (the sweeper), as Redis did not take the release",
 			"order_id", ev.OrderID, "err", err)
-	} else {
+	case o.Status == events.Failed:
 		s.soldOut.clear(ev.CampaignID) // units are back on sale
 	}
-	return true
+	return o.Status
 }
 
 // notInRedis answers a purchase of a campaign Redis does not know. If the store knows it, Redis

@@ -224,3 +224,32 @@ func TestKeyedRetryAfterADeathBetweenFailAndRelease(t *testing.T) {
 		t.Errorf("remaining after the retry: %d, want 5 (the failed order's units given back)", got)
 	}
 }
+
+// TestKeyedRetryNearItsReservationsDeadline: the first purchase reserved and stopped before its
+// produce; the key's retry comes when the reservation's deadline has passed (or is close). It
+// found the reservation still pending, produced it with that deadline and answered 202, and the
+// sweeper, finding the order overdue and not stored, failed it before the consumer stored it:
+// a 202 remembered for good for an order that was over. The retry now cancels the order, as
+// the sweeper would, and says so; its units are back on sale.
+func TestKeyedRetryNearItsReservationsDeadline(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "pd", "name": "Past deadline", "stock": 5, "per_user_limit": 5}`)
+	ctx := context.Background()
+	id := api.KeyedOrderID(h.srv, "pd", "alice", "k-1")
+	if _, err := h.redis.Reserve(ctx, "pd", id, "alice", 2, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	again := h.serve(t, keyed("pd", "alice", "k-1", `{"quantity": 2}`))
+	if again.Code != http.StatusServiceUnavailable || !strings.Contains(again.Body.String(), "was cancelled") {
+		t.Errorf("the retry past its reservation's deadline answered %d %s; want it told cancelled",
+			again.Code, strings.TrimSpace(again.Body.String()))
+	}
+	if o, err := h.store.Order(ctx, id); err != nil || o.Status != events.Failed {
+		t.Errorf("order %s in the store: %+v, %v; want failed", id, o, err)
+	}
+	if got := h.remaining(t, "pd"); got != 5 {
+		t.Errorf("remaining after the retry: %d, want 5", got)
+	}
+}

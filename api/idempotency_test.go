@@ -97,10 +97,10 @@ func TestIdempotencyKey(t *testing.T) {
 	})
 
 	t.Run("a retry after a crash finishes the first reservation", func(t *testing.T) {
-		// The first request reserved, then its process died before producing: the lease runs
-		// out and the retry takes over, reserving nothing new.
+		// The first request reserved (for the api's two minutes), then its process died before
+		// producing: the lease runs out and the retry takes over, reserving nothing new.
 		id := api.BeginKey(t, h.srv, "ik", "dave", "k-crash", 2)
-		if _, err := h.redis.Reserve(context.Background(), "ik", id, "dave", 2, time.Minute); err != nil {
+		if _, err := h.redis.Reserve(context.Background(), "ik", id, "dave", 2, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		before := h.remaining(t, "ik")
