@@ -145,5 +145,7 @@ func (c *campaignCache) forget(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
-	c.m[id] = cachedCampaign{} // known, and due for a read
+	// Known, and due for a read: expired now, not at the zero time, which the sweep in keep
+	// would read as expired long ago and drop, back into the budget of unknown ids.
+	c.m[id] = cachedCampaign{until: time.Now()}
 }

@@ -226,11 +226,12 @@ func (f *soldOut) mark(campaign string, qty int, now time.Time, since uint64) {
 		return
 	}
 	m, ok := f.m[campaign]
-	if !ok || !now.Before(m.until) || qty < m.below {
-		m.below = qty
+	if ok && now.Before(m.until) && qty > m.below {
+		// Fewer than qty left says nothing of fewer than m.below: renewed by it, the mark
+		// would refuse those buyers past the ttl of the refusal that did.
+		return
 	}
-	m.until = now.Add(f.ttl)
-	f.m[campaign] = m
+	f.m[campaign] = soldOutMark{below: qty, until: now.Add(f.ttl)}
 }
 
 // clear forgets what is known of campaign, after this process gave units back.

@@ -117,3 +117,19 @@ func TestStreamCapBelowConnectionCap(t *testing.T) {
 		t.Errorf("a stream cap at the connection cap: %v, want it refused", err)
 	}
 }
+
+// TestSoldOutMarkOfALargerQuantity: Redis's refusal of 5 units says only that fewer than 5 are
+// left. Landing on a mark that refuses 1 unit, it renewed that mark's expiry, so buyers of one
+// unit were refused past SoldOutTTL after the last refusal that said none was left.
+func TestSoldOutMarkOfALargerQuantity(t *testing.T) {
+	f := newSoldOut(500 * time.Millisecond)
+	t0 := time.Now()
+	f.mark("c", 1, t0, f.since())
+	f.mark("c", 5, t0.Add(400*time.Millisecond), f.since())
+	if !f.refuses("c", 5, t0.Add(450*time.Millisecond)) {
+		t.Error("5 units not refused while the mark of 1 unit holds")
+	}
+	if f.refuses("c", 1, t0.Add(600*time.Millisecond)) {
+		t.Error("1 unit refused 600ms after the refusal of 1 unit, past SoldOutTTL (500ms)")
+	}
+}
