@@ -286,6 +286,9 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		switch {
 		case ord.Status == events.Failed && released:
 			atomic.AddInt64(&t.Released, 1)
+		case ord.Status == events.Refunded && released:
+			// A refund that stopped before Redis, finished here (Fail finishes it).
+			atomic.AddInt64(&t.Refunded, 1)
 		case confirmed && (ord.Status == events.Confirmed || ord.Status == events.Paid):
 			// Stored by the consumer before its confirm reached Redis: the refund pass reads
 			// it from the store, and counts it there.

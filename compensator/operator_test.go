@@ -625,3 +625,29 @@ func TestExtendRefusesAnEarlierEnd(t *testing.T) {
 		t.Errorf("the refused end changed the campaign: %+v, was %+v", c, ends)
 	}
 }
+
+// TestCancelCountsAHalfDoneRefundOfAPendingReservation: the store refunded an order whose
+// reservation Redis still held pending (the consumer stored it before its confirm reached Redis,
+// then a refund stopped before Redis). Cancel's pending pass finishes that refund, giving the
+// units back, and counted it unchanged: an order is counted by what this run did to it.
+func TestCancelCountsAHalfDoneRefundOfAPendingReservation(t *testing.T) {
+	e := newEnv(t, 10, 10)
+	op := e.operator()
+	evs := e.reserve(t, 1, time.Hour)
+	if _, err := e.st.ConfirmOrders(e.ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := e.st.RefundOrder(e.ctx, evs[0].OrderID); err != nil || o.Status != events.Refunded {
+		t.Fatalf("refund in the store: %+v, %v", o, err)
+	}
+	_, tally, err := op.Cancel(e.ctx, e.campaign, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tally != (compensator.Tally{Refunded: 1}) {
+		t.Errorf("cancel of 1 half-refunded order: tally %+v; want {Refunded:1}", tally)
+	}
+	if states := e.check(t, evs); states[events.Refunded] != 1 {
+		t.Errorf("states %v, want the order refunded", states)
+	}
+}
