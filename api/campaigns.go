@@ -133,7 +133,7 @@ func (s *Server) cancelCampaign(c echo.Context) error {
 		}
 		view, err := s.viewCampaign(ctx, camp)
 		if err != nil {
-			return err
+			return ControlUnshown(id, err, "its orders: "+tallyText(tally)+"; GET it shortly")
 		}
 		return c.JSON(http.StatusOK, CancelResult{Campaign: view, Tally: tally})
 	})
@@ -147,13 +147,18 @@ func cancelFailed(err error, t compensator.Tally) error {
 	if t == (compensator.Tally{}) {
 		return err
 	}
-	done := fmt.Sprintf("released %d, refunded %d, unchanged %d", t.Released, t.Refunded, t.Unchanged)
+	done := tallyText(t)
 	if events.ErrorCode(err) == events.Internal {
 		// bulk's answer, which replaces an internal error's message, with the tally.
 		return events.Wrap(events.Unavailable, err,
 			"a dependency failed part way; resolved so far: %s; run this again to finish it", done)
 	}
 	return events.Wrap(events.ErrorCode(err), err, "%s; its orders: %s", events.ErrorMessage(err), done)
+}
+
+// tallyText says what a bulk run did to its orders.
+func tallyText(t compensator.Tally) string {
+	return fmt.Sprintf("released %d, refunded %d, unchanged %d", t.Released, t.Refunded, t.Unchanged)
 }
 
 type bulkCompensateRequest struct {

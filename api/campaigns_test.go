@@ -421,3 +421,28 @@ func TestCancelThatFailsPartWaySaysWhatItGaveBack(t *testing.T) {
 		})
 	}
 }
+
+// paidUnreadable is the store with its paid units unreadable: a campaign with a payment window
+// cannot be shown.
+type paidUnreadable struct{ api.Store }
+
+func (paidUnreadable) PaidUnits(context.Context, string) (int64, error) {
+	return 0, errors.New("connection refused")
+}
+
+// TestCancelDoneButUnshownSaysWhatItGaveBack: a cancel that released and refunded its orders,
+// then could not read its campaign back, answered the read's own error ("changed nothing, try
+// again"), with no word of what it gave back, which a second cancel does not count again. It
+// says the campaign was changed, and what became of its orders.
+func TestCancelDoneButUnshownSaysWhatItGaveBack(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "cu", "name": "Unshown", "stock": 4, "per_user_limit": 2, "payment_window_seconds": 60}`)
+	h.buy(t, "cu", "ann", 1)
+	srv := h.replica(t, paidUnreadable{h.store}, h.redis, kafkatest.Client(t, h.brokers))
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, request("POST", "/v1/admin/campaigns/cu/cancel", "", h.bearer()...))
+	body := rec.Body.String()
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, "was changed") || !strings.Contains(body, "released 1") {
+		t.Errorf("cancel answered %d %s; want 503 saying the campaign was changed and that it released 1", rec.Code, body)
+	}
+}
