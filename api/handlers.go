@@ -637,22 +637,13 @@ func (s *Server) purchase(c echo.Context) error {
 		s.cfg.Logger.Warn("produce failed; cancelling the order", "order_id", orderID, "err", err)
 		// Whether or not the event reached Kafka, failing the order in the store first makes the
 		// outcome certain: a late event finds the order failed and changes nothing.
-		// Bounded: with Kafka down, publishing OrderFailed would wait for it forever.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
-		o, ferr := s.resolver.Fail(fctx, ev, events.ReasonProduce, "api")
-		cancel()
+		st, ferr := s.cancel(ctx, ev, events.ReasonProduce)
 		switch {
-		case o.Status == events.Failed:
+		case st == events.Failed:
 			// Failed for good in the store, whatever Redis did: the consumer never confirms a
 			// failed order, so a retry must hear "cancelled" too, not queue it again.
-			if ferr != nil {
-				s.cfg.Logger.Warn("order cancelled; its units come back at its deadline (the sweeper), as Redis did not take the release",
-					"order_id", orderID, "err", ferr)
-			} else {
-				s.soldOut.clear(campaign) // units are back on sale
-			}
 			return s.cancelled(c, idem, orderID)
-		case o.Status != "":
+		case st != "":
 			// The record reached Kafka after all, and the consumer stored the order first.
 			return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
 		}
@@ -695,12 +686,17 @@ func (s *Server) overdue(ctx context.Context, ev events.Event) bool {
 	if time.Until(ev.Deadline) >= s.cfg.ReservationTTL/2 {
 		return false
 	}
-	return s.cancel(ctx, ev, events.ReasonExpired) == events.Failed
+	// As a failed produce is: nobody can tell whether the first attempt's event reached Kafka,
+	// and the store, failing it first, makes the outcome certain.
+	st, _ := s.cancel(ctx, ev, events.ReasonProduce)
+	return st == events.Failed
 }
 
 // cancel fails ev's order in the store, for reason, and releases its units, as the sweeper
-// would, and returns the order's status in the store then ("" when the store cannot say).
-func (s *Server) cancel(ctx context.Context, ev events.Event, reason string) events.Status {
+// would, and returns the order's status in the store then ("" when the store cannot say, with
+// the store's error). Bounded: with Kafka down, publishing OrderFailed would wait for it
+// forever.
+func (s *Server) cancel(ctx context.Context, ev events.Event, reason string) (events.Status, error) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ProduceTimeout)
 	defer cancel()
 	o, err := s.resolver.Fail(fctx, ev, reason, "api")
@@ -711,7 +707,7 @@ func (s *Server) cancel(ctx context.Context, ev events.Event, reason string) eve
 	case o.Status == events.Failed:
 		s.soldOut.clear(ev.CampaignID) // units are back on sale
 	}
-	return o.Status
+	return o.Status, err
 }
 
 // notInRedis answers a purchase of a campaign Redis does not know. If the store knows it, Redis
