@@ -228,8 +228,10 @@ const bulkWorkers = 8
 // confirmed (counted unchanged), unless confirmed orders are refunded too: those are read after
 // the pending ones are done, and one found in both is counted once, by the refund. Refunding
 // also finishes the refunds an interrupted run left half done (stored, their units still held
-// in Redis). An order is counted released or refunded only when this run gave its units back,
-// so that two runs at once do not both count it.
+// in Redis). An order is counted released only when this run gave its units back, so that two
+// runs at once do not both count it; a confirmed order is counted refunded when the store holds
+// it refunded after this run's refund, which two runs at once may both count (the sweep may
+// finish the refund's Redis half before this run does, so Redis cannot say which run did it).
 func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, confirmed bool, progress Progress) (Tally, error) {
 	var t Tally
 	var done atomic.Int64
@@ -340,7 +342,12 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 			// store counts its units back, Redis holds them until this gives them back.
 			refunded, err = o.refundReservation(ctx, ord, "operator")
 		} else {
-			_, refunded, err = o.refundOnce(ctx, ord.OrderID)
+			// Counted by the store's row, not by Redis's change: the compensator's sweep finishes
+			// a stored refund whose Redis half is still to run (Store.UnfinishedRefunds), and may
+			// give its units back first.
+			var got store.Order
+			got, _, err = o.refundOnce(ctx, ord.OrderID)
+			refunded = got.Status == events.Refunded
 		}
 		if err != nil {
 			return false, err
