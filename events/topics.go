@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -84,6 +85,22 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, t Topics, partitions in
 	for _, r := range resp.Sorted() {
 		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
 			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return nil
+}
+
+// DeleteTopics deletes topics, each once: Kafka refuses a request that names a topic twice,
+// for that topic. A topic that is not there is no error; one Kafka did not delete is.
+func DeleteTopics(ctx context.Context, adm *kadm.Client, topics ...string) error {
+	slices.Sort(topics)
+	resp, err := adm.DeleteTopics(ctx, slices.Compact(topics)...)
+	if err != nil {
+		return fmt.Errorf("delete topics: %w", err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("delete topic %s: %w", r.Topic, r.Err)
 		}
 	}
 	return nil

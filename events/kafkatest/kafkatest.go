@@ -148,7 +148,7 @@ func Topics(tb testing.TB, brokers []string) events.Topics {
 		defer cl.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if _, err := kadm.NewClient(cl).DeleteTopics(ctx, t.All()...); err != nil {
+		if err := events.DeleteTopics(ctx, kadm.NewClient(cl), t.All()...); err != nil {
 			tb.Logf("delete the test's topics: %v", err)
 		}
 	})
