@@ -123,37 +123,20 @@ func (s *Server) cancelCampaign(c echo.Context) error {
 		return err
 	}
 	id := c.Param("id")
-	return s.bulk(c, func(ctx context.Context) error {
+	return s.bulk(c, func(ctx context.Context) (compensator.Tally, error) {
 		if !events.ValidCampaignID(id) {
-			return events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
+			return compensator.Tally{}, events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
 		}
 		camp, tally, err := s.operator.Cancel(ctx, id, nil)
 		if err != nil {
-			return cancelFailed(err, tally)
+			return tally, err
 		}
 		view, err := s.viewCampaign(ctx, camp)
 		if err != nil {
-			return ControlUnshown(id, err, "its orders: "+tallyText(tally)+"; GET it shortly")
+			return tally, ControlUnshown(id, err, "GET it shortly")
 		}
-		return c.JSON(http.StatusOK, CancelResult{Campaign: view, Tally: tally})
+		return tally, c.JSON(http.StatusOK, CancelResult{Campaign: view, Tally: tally})
 	})
-}
-
-// cancelFailed is the answer to a cancel that failed with err after resolving the orders t
-// counts (its Redis step failed, or a dependency part way): with the error's code, and what it
-// gave back, which the operator is not told again (a second cancel counts nothing it did), as
-// the seckill campaign command prints it.
-func cancelFailed(err error, t compensator.Tally) error {
-	if t == (compensator.Tally{}) {
-		return err
-	}
-	done := tallyText(t)
-	if events.ErrorCode(err) == events.Internal {
-		// bulk's answer, which replaces an internal error's message, with the tally.
-		return events.Wrap(events.Unavailable, err,
-			"a dependency failed part way; resolved so far: %s; run this again to finish it", done)
-	}
-	return events.Wrap(events.ErrorCode(err), err, "%s; its orders: %s", events.ErrorMessage(err), done)
 }
 
 // tallyText says what a bulk run did to its orders.
@@ -192,36 +175,46 @@ func (s *Server) compensateCampaign(c echo.Context) error {
 		}
 	}
 	id := c.Param("id")
-	return s.bulk(c, func(ctx context.Context) error {
+	return s.bulk(c, func(ctx context.Context) (compensator.Tally, error) {
 		if !events.ValidCampaignID(id) {
-			return events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
+			return compensator.Tally{}, events.Errorf(events.CampaignNotFound, "campaign %q not found", id)
 		}
 		if _, err := s.store.Campaign(ctx, id); err != nil {
-			return err
+			return compensator.Tally{}, err
 		}
 		t, err := s.operator.CompensateCampaign(ctx, id, pending, confirmed, nil)
 		if err != nil {
-			return err
+			return t, err
 		}
-		return c.JSON(http.StatusOK, t)
+		return t, c.JSON(http.StatusOK, t)
 	})
 }
 
 // bulk runs a control over many orders: past the server's write timeout, and to its end when
 // the admin stops waiting.
-func (s *Server) bulk(c echo.Context, run func(ctx context.Context) error) error {
+func (s *Server) bulk(c echo.Context, run func(ctx context.Context) (compensator.Tally, error)) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), bulkTimeout)
 	defer cancel()
 	// An error here means the connection cannot take a later deadline (a test's recorder).
 	_ = http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(bulkTimeout))
-	err := run(ctx)
+	t, err := run(ctx)
 	s.changed(c.Param("id"))
-	if events.ErrorCode(err) == events.Internal {
+	// A run that failed after resolving orders says what it did: the operator is not told it
+	// again (a second run counts nothing the first did), as the seckill campaign command
+	// prints it.
+	resolved := t != (compensator.Tally{})
+	switch {
+	case events.ErrorCode(err) == events.Internal && resolved:
+		return events.Wrap(events.Unavailable, err,
+			"a dependency failed part way; resolved so far: %s; run this again to finish it", tallyText(t))
+	case events.ErrorCode(err) == events.Internal:
 		// A dependency failed part way: the orders resolved before it stay resolved, and one
 		// may be half done (refunded in the store, its units still held in Redis). The generic
 		// answer's "changed nothing" would be false; running the control again finishes it.
 		return events.Wrap(events.Unavailable, err,
 			"a dependency failed part way; some orders may be resolved already: run this again to finish it")
+	case err != nil && resolved:
+		return events.Wrap(events.ErrorCode(err), err, "%s; its orders: %s", events.ErrorMessage(err), tallyText(t))
 	}
 	return err
 }
