@@ -312,26 +312,22 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		}
 		// Those the pending pass handed on are in total already; one no longer listed (another
 		// run refunded it meanwhile, to the end) is done, changed by that run.
-		listed := make(map[string]bool, len(orders))
-		for _, ord := range orders {
-			listed[ord.OrderID] = true
-		}
-		handed := make(map[string]bool)
+		handed := map[string]bool{}
 		for i, id := range held {
 			if handedOn[i] {
 				handed[id] = true
 			}
 		}
 		for _, ord := range orders {
-			if !handed[ord.OrderID] {
+			if handed[ord.OrderID] {
+				delete(handed, ord.OrderID)
+			} else {
 				total++
 			}
 		}
-		for id := range handed {
-			if !listed[id] {
-				atomic.AddInt64(&t.Unchanged, 1)
-				tick(total)
-			}
+		for range handed {
+			atomic.AddInt64(&t.Unchanged, 1)
+			tick(total)
 		}
 	}
 	err = run(len(orders), total, func(ctx context.Context, i int) (bool, error) {
