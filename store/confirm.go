@@ -151,16 +151,18 @@ func (s *Store) loadBatch(ctx context.Context, tx *sqlx.Tx, evs []events.Event, 
 	orderIDs := func() []string { return distinct(evs, func(e events.Event) string { return e.OrderID }) }
 	b := &batch{campaigns: map[string]*Campaign{}, existing: make(map[string]events.Status), held: make(map[[2]string]int64, len(evs))}
 
+	type knownOrder struct {
+		ID     string        `db:"order_id"`
+		Status events.Status `db:"status"`
+	}
+	type holding struct {
+		Campaign string `db:"campaign_id"`
+		User     string `db:"user_id"`
+		Bought   int64  `db:"bought"`
+	}
 	var (
-		known []struct {
-			ID     string        `db:"order_id"`
-			Status events.Status `db:"status"`
-		}
-		held []struct {
-			Campaign string `db:"campaign_id"`
-			User     string `db:"user_id"`
-			Bought   int64  `db:"bought"`
-		}
+		known []knownOrder
+		held  []holding
 	)
 	cs, err := s.lockCampaigns(ctx, tx, campaignIDs)
 	if err != nil {
@@ -168,10 +170,22 @@ func (s *Store) loadBatch(ctx context.Context, tx *sqlx.Tx, evs []events.Event, 
 	}
 	if !campaignsOnly {
 		users := distinct(evs, func(e events.Event) string { return e.UserID })
-		if err := s.selectIn(ctx, tx, &known, `SELECT order_id, status FROM orders WHERE order_id IN (?)`, orderIDs()); err != nil {
+		err := inChunks(orderIDs(), 0, func(ids []string) error {
+			var rows []knownOrder
+			err := s.selectIn(ctx, tx, &rows, `SELECT order_id, status FROM orders WHERE order_id IN (?)`, ids)
+			known = append(known, rows...)
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
-		if err := s.selectIn(ctx, tx, &held, `SELECT campaign_id, user_id, bought FROM purchases WHERE campaign_id IN (?) AND user_id IN (?)`, campaignIDs, users); err != nil {
+		err = inChunks(users, len(campaignIDs), func(users []string) error {
+			var rows []holding
+			err := s.selectIn(ctx, tx, &rows, `SELECT campaign_id, user_id, bought FROM purchases WHERE campaign_id IN (?) AND user_id IN (?)`, campaignIDs, users)
+			held = append(held, rows...)
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -418,6 +432,19 @@ func queryEach(ctx context.Context, tx *sqlx.Tx, each func(*sqlx.Rows) error, qu
 	}
 	defer rs.Close()
 	return each(rs)
+}
+
+// inChunks calls fn with ids a chunk at a time, each small enough for a statement of one
+// parameter per id and others more to stay within maxParams: a batch's reads name each of its
+// orders and buyers, and a batch larger than a statement takes (--batch-size 70000) failed on
+// every retry, stalling the consumer.
+func inChunks(ids []string, others int, fn func(chunk []string) error) error {
+	for chunk := range slices.Chunk(ids, max(1, maxParams-others)) {
+		if err := fn(chunk); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // selectIn runs a query whose (?) placeholders take slices.
