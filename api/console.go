@@ -63,7 +63,8 @@ type ConsoleSnapshot struct {
 	Campaigns []ConsoleCampaign `json:"campaigns"`
 	// Purchases are this api's purchases per second over the last second, by outcome.
 	Purchases map[string]float64 `json:"purchases"`
-	// P99Ms is this api's p99 purchase latency over the last second (0: no purchase).
+	// P99Ms is this api's p99 purchase latency over the last second (0: no purchase), at most
+	// the histogram's top bucket (about 1.9 s).
 	P99Ms float64 `json:"p99_ms"`
 	// ConsumerLag is how many OrderRequested events the consumers have not committed yet, and
 	// PersistedPerSec how many they committed per second (-1: Kafka did not answer).
@@ -380,24 +381,27 @@ func counterValue(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// latencyBuckets reads the purchase latency histogram's cumulative bucket counts.
+// latencyBuckets reads the purchase latency histogram's cumulative bucket counts and, last, the
+// count of all purchases: the +Inf bucket, which the histogram does not list. Without it the
+// purchases slower than the top bucket (every one, while Kafka hangs them for the produce
+// timeout) would not count at all.
 func latencyBuckets() []uint64 {
 	var m dto.Metric
 	if err := purchaseSeconds.Write(&m); err != nil {
 		return nil
 	}
 	bs := m.GetHistogram().GetBucket()
-	out := make([]uint64, len(bs))
+	out := make([]uint64, len(bs), len(bs)+1)
 	for i, b := range bs {
 		out[i] = b.GetCumulativeCount()
 	}
-	return out
+	return append(out, m.GetHistogram().GetSampleCount())
 }
 
 // p99Ms is the upper bound of the bucket that holds the 99th percentile of the purchases
-// between two readings of the histogram (0: none).
+// between two readings of latencyBuckets (0: none); the top bucket's when it is slower than that.
 func p99Ms(before, after []uint64) float64 {
-	if len(after) == 0 || len(before) != len(after) {
+	if len(after) != len(purchaseBuckets)+1 || len(before) != len(after) {
 		return 0
 	}
 	total := after[len(after)-1] - before[len(before)-1]
@@ -405,9 +409,9 @@ func p99Ms(before, after []uint64) float64 {
 		return 0
 	}
 	want := uint64(math.Ceil(0.99 * float64(total)))
-	for i := range after {
+	for i, le := range purchaseBuckets {
 		if after[i]-before[i] >= want {
-			return purchaseBuckets[i] * 1000
+			return le * 1000
 		}
 	}
 	return purchaseBuckets[len(purchaseBuckets)-1] * 1000
