@@ -231,34 +231,46 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 	snap.P99Ms = p99Ms(src.buckets, buckets)
 	src.buckets = buckets
 
-	qctx, cancel := context.WithTimeout(ctx, 900*time.Millisecond)
+	// The store and Redis, then Kafka, each within a time of its own: one that hangs must not
+	// spend the other's and have it named as failing too.
+	qctx, cancel := context.WithTimeout(ctx, sourceTimeout)
 	defer cancel()
 	if err := src.campaigns(qctx, &snap, now, fail); err != nil {
 		fail("campaigns", err)
 	}
 	if src.dlq != nil {
-		src.readDeadLetters(qctx)
-		for k, v := range src.dead {
-			snap.DeadLetters[k] = v
-		}
-		ends, err := events.EndOffsets(qctx, src.adm, src.s.cfg.Topics.Requested)
-		var lag int64
-		if err == nil {
-			lag, err = events.LagBehind(qctx, src.adm, ends, src.s.cfg.Topics.ConsumerGroup())
-		}
-		if err != nil {
-			fail("consumer lag", err)
-		} else {
-			var end int64
-			ends.Each(func(o kadm.ListedOffset) { end += o.Offset })
-			snap.ConsumerLag = lag
-			if src.commited >= 0 {
-				snap.PersistedPerSec = math.Max(0, float64(end-lag-src.commited)/dt)
-			}
-			src.commited = end - lag
-		}
+		kctx, cancel := context.WithTimeout(ctx, sourceTimeout)
+		defer cancel()
+		src.kafka(kctx, &snap, dt, fail)
 	}
 	return snap
+}
+
+// sourceTimeout bounds the reading of one source of a snapshot.
+const sourceTimeout = 900 * time.Millisecond
+
+// kafka fills in the dead letters and the consumers' lag.
+func (src *consoleSources) kafka(ctx context.Context, snap *ConsoleSnapshot, dt float64, fail func(string, error)) {
+	src.readDeadLetters(ctx)
+	for k, v := range src.dead {
+		snap.DeadLetters[k] = v
+	}
+	ends, err := events.EndOffsets(ctx, src.adm, src.s.cfg.Topics.Requested)
+	var lag int64
+	if err == nil {
+		lag, err = events.LagBehind(ctx, src.adm, ends, src.s.cfg.Topics.ConsumerGroup())
+	}
+	if err != nil {
+		fail("consumer lag", err)
+		return
+	}
+	var end int64
+	ends.Each(func(o kadm.ListedOffset) { end += o.Offset })
+	snap.ConsumerLag = lag
+	if src.commited >= 0 {
+		snap.PersistedPerSec = math.Max(0, float64(end-lag-src.commited)/dt)
+	}
+	src.commited = end - lag
 }
 
 // campaigns fills in the newest campaigns with their units by state and their last audit. A
@@ -292,8 +304,16 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 			snap.Compensations[source] += u.Orders
 		}
 	}
-	for _, c := range cs {
-		sale, err := src.s.redis.Sale(ctx, c.ID)
+	// Every sale is asked at once: a shard that does not answer costs its own campaigns, not
+	// the time of each one after them.
+	sales, errs := make([]lua.Sale, len(cs)), make([]error, len(cs))
+	var asked sync.WaitGroup
+	for i, c := range cs {
+		asked.Go(func() { sales[i], errs[i] = src.s.redis.Sale(ctx, c.ID) })
+	}
+	asked.Wait()
+	for i, c := range cs {
+		sale, err := sales[i], errs[i]
 		if err != nil {
 			src.s.cfg.Logger.Warn("console snapshot: a campaign's sale", "campaign", c.ID, "err", err)
 			fail("campaign "+c.ID, events.Wrap(events.Unavailable, err, "Redis cannot tell its sale right now; its row shows the store's figures"))

@@ -333,6 +333,39 @@ func TestConsoleShowsEveryCampaignWithAShardDown(t *testing.T) {
 	}
 }
 
+// shardHangs is a Redis whose shard holding one campaign takes every packet and answers none
+// (a partition, not a refusal): a call waits until its context ends.
+type shardHangs struct {
+	api.Redis
+	campaign string
+}
+
+func (r shardHangs) Sale(ctx context.Context, campaign string) (lua.Sale, error) {
+	if campaign == r.campaign {
+		<-ctx.Done()
+		return lua.Sale{}, ctx.Err()
+	}
+	return r.Redis.Sale(ctx, campaign)
+}
+
+// TestConsoleShowsEveryCampaignWithAShardHanging: a shard that does not answer at all must
+// cost the snapshot that shard's campaign, not the time of every campaign after it and of the
+// consumer lag, which Redis has nothing to do with.
+func TestConsoleShowsEveryCampaignWithAShardHanging(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "older", "name": "Older", "stock": 10, "per_user_limit": 3}`)
+	h.createCampaign(t, `{"id": "dark", "name": "On the dark shard", "stock": 10, "per_user_limit": 3}`)
+	snap := firstSnapshot(t, h, h.store, shardHangs{Redis: h.redis, campaign: "dark"})
+	for _, e := range snap.Errors {
+		if !strings.HasPrefix(e, "campaign dark: ") {
+			t.Errorf("the snapshot says %q: only the dark campaign cannot be read", e)
+		}
+	}
+	if snap.ConsumerLag < 0 {
+		t.Errorf("consumer lag %d: not read, with Kafka up", snap.ConsumerLag)
+	}
+}
+
 // campaignsDown is a store that cannot list campaigns.
 type campaignsDown struct{ api.Store }
 
