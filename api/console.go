@@ -61,7 +61,8 @@ func (s *Server) routeConsole(e *echo.Echo) {
 type ConsoleSnapshot struct {
 	At        time.Time         `json:"at"`
 	Campaigns []ConsoleCampaign `json:"campaigns"`
-	// Purchases are this api's purchases per second over the last second, by outcome.
+	// Purchases are this api's purchases per second over the last second, by outcome; none
+	// in the first snapshot after no console listened, which has no second before it.
 	Purchases map[string]float64 `json:"purchases"`
 	// P99Ms is this api's p99 purchase latency over the last second (0: no purchase), at most
 	// the histogram's top bucket (about 1.9 s).
@@ -176,8 +177,8 @@ type consoleSources struct {
 	dlq      *kgo.Client // the dead-letter topic from its start; nil without brokers
 	adm      *kadm.Client
 	dead     map[string]int64
-	last     time.Time
-	counts   map[string]float64 // purchase counters at the last snapshot
+	last     time.Time          // of the last snapshot
+	counts   map[string]float64 // purchase counters at the last snapshot; nil before the first
 	buckets  []uint64           // purchase latency buckets at the last snapshot
 	commited int64              // the consumers' committed offsets at the last snapshot (-1: unknown)
 }
@@ -193,8 +194,6 @@ func (s *Server) newConsoleSources() *consoleSources {
 			s.cfg.Logger.Warn("the console cannot read Kafka", "err", err)
 		}
 	}
-	src.counts, src.buckets = purchaseCounts(), latencyBuckets()
-	src.last = time.Now()
 	return src
 }
 
@@ -222,13 +221,17 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 	dt := now.Sub(src.last).Seconds()
 	src.last = now
 
+	// The first snapshot has no reading before it to count from (one taken as the sources
+	// start would be microseconds old, and one purchase in them a huge rate): no rates.
 	counts := purchaseCounts()
-	for k, v := range counts {
-		snap.Purchases[k] = (v - src.counts[k]) / dt
+	if src.counts != nil {
+		for k, v := range counts {
+			snap.Purchases[k] = (v - src.counts[k]) / dt
+		}
 	}
 	src.counts = counts
 	buckets := latencyBuckets()
-	snap.P99Ms = p99Ms(src.buckets, buckets)
+	snap.P99Ms = p99Ms(src.buckets, buckets) // 0 the first time, src.buckets being nil
 	src.buckets = buckets
 
 	// The store and Redis, then Kafka, each within a time of its own: one that hangs must not
