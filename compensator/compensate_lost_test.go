@@ -92,3 +92,20 @@ func TestCompensateRefusesARefundTheStoreLost(t *testing.T) {
 	}
 	e.wantRedis(t, ann, lua.StateRefunded, e.stock)
 }
+
+// TestCompensateAnswersTheRefundFinished: a refund that gave the units back answers the order
+// as the store then holds it, reason operator. It answered the row before MarkRefunded, reason
+// empty, which the README says means the units are not back yet: `seckill compensate` printed
+// that for a refund it had finished, and printed the reason only when run a second time.
+func TestCompensateAnswersTheRefundFinished(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	ann := e.reserve(t, 1, time.Hour)[0]
+	e.confirm(t, []events.Event{ann})
+	o, err := e.operator().Resolver.Compensate(e.ctx, ann.OrderID)
+	if err != nil || o.Status != events.Refunded || o.Reason != events.ReasonOperator {
+		t.Errorf("Compensate of a confirmed order: %q (%q) %v, want refunded (%q)", o.Status, o.Reason, err, events.ReasonOperator)
+	}
+	if stored, err := e.st.Order(e.ctx, ann.OrderID); err != nil || stored.Reason != o.Reason {
+		t.Errorf("the store holds reason %q %v, the answer said %q", stored.Reason, err, o.Reason)
+	}
+}

@@ -263,6 +263,11 @@ func (r *Resolver) refundOnce(ctx context.Context, orderID string) (store.Order,
 		return o, false, err
 	}
 	changed, err := r.refundReservation(ctx, o, "operator")
+	if err == nil {
+		// The order as the store now holds it: MarkRefunded gave it the reason that says its
+		// units are back, and an answer without it would say they are not.
+		o.Reason = events.ReasonOperator
+	}
 	return o, changed, err
 }
 
