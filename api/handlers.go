@@ -273,6 +273,9 @@ func (s *Server) createCampaign(c echo.Context) error {
 	}
 	if req.EndsAt != nil {
 		if camp.EndsAtMs = req.EndsAt.UnixMilli(); camp.EndsAtMs <= camp.StartsAtMs {
+			if req.StartsAt == nil { // the sale starts now: name no field the admin did not send
+				return events.Errorf(events.Invalid, "ends_at must be in the future")
+			}
 			return events.Errorf(events.Invalid, "ends_at must be at least a millisecond after starts_at")
 		}
 	}
