@@ -158,8 +158,24 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		letters = append(letters, l)
 	}
+	// The filters given, to name beside a count or a letter not found: a filtered count alone
+	// read as the topic's, and an empty one as an empty topic.
+	var filters []string
+	for _, fl := range []struct{ name, value string }{{"campaign", *campaign}, {"reason", *reason}, {"since", *since}} {
+		if fl.value != "" {
+			filters = append(filters, "--"+fl.name+" "+fl.value)
+		}
+	}
+	given := strings.Join(filters, " ")
+	count := fmt.Sprintf("%d dead letters in %s", len(letters), c.topics().DLQ)
 	if one != nil && len(letters) == 0 {
-		return fmt.Errorf("no dead letter at %s in %s (or not of the --campaign, --reason, --since given)", one, c.topics().DLQ)
+		if given != "" {
+			return fmt.Errorf("no dead letter at %s in %s matching %s", one, c.topics().DLQ, given)
+		}
+		return fmt.Errorf("no dead letter at %s in %s", one, c.topics().DLQ)
+	}
+	if given != "" {
+		count = fmt.Sprintf("%d of the %d dead letters in %s match %s", len(letters), len(recs), c.topics().DLQ, given)
 	}
 	switch verb {
 	case "redrive":
@@ -186,7 +202,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%d\n", r, byReason[r])
 		}
 		tw.Flush()
-		fmt.Fprintf(stdout, "%d dead letters in %s\n", len(letters), c.topics().DLQ)
+		fmt.Fprintln(stdout, count)
 	case "show":
 		state, _ := orderState(ctx, d.store, letters[0])
 		letters[0].print(stdout, state)
@@ -199,7 +215,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 				l.reason, l.source, orDash(l.orderID), state)
 		}
 		tw.Flush()
-		fmt.Fprintf(stdout, "%d dead letters in %s\n", len(letters), c.topics().DLQ)
+		fmt.Fprintln(stdout, count)
 	}
 	return nil
 }

@@ -160,3 +160,36 @@ func TestDLQListSaysWhatTheCompensatorLeftOut(t *testing.T) {
 		}
 	}
 }
+
+// TestDLQFilteredSaysOfHowMany: with a filter, dlq list and stats ended "0 dead letters in
+// seckill.orders.dlq" for a topic holding some, as if it were empty; and dlq show of a letter
+// that is not there blamed the --campaign, --reason and --since given when none was.
+func TestDLQFilteredSaysOfHowMany(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	src := &kgo.Record{Topic: topics.Requested, Key: []byte("camp/ann"), Value: []byte("{}")}
+	letter := events.DeadLetter(topics.DLQ, src, events.ReasonStoreSoldOut)
+	if err := kafkatest.Client(t, brokers).ProduceSync(context.Background(), letter).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	conn := []string{"--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"stats"}, "1 dead letters in " + topics.DLQ + "\n"},
+		{[]string{"stats", "--reason", "poison"}, "0 of the 1 dead letters in " + topics.DLQ + " match --reason poison\n"},
+	} {
+		var stdout, stderr strings.Builder
+		if code := run(context.Background(), append(append([]string{"dlq"}, tc.args...), conn...), &stdout, &stderr); code != 0 || !strings.HasSuffix(stdout.String(), tc.want) {
+			t.Errorf("dlq %v: exit %d, want 0 and output ending %q:\n%s%s", tc.args, code, tc.want, stdout.String(), stderr.String())
+		}
+	}
+	storeURL := storetest.SQLiteURL(t)
+	storetest.MustOpen(t, storeURL)
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), append([]string{"dlq", "show", "0/99", "--postgres-url", storeURL}, conn...), &stdout, &stderr)
+	if code != 1 || strings.Contains(stderr.String(), "--campaign") {
+		t.Errorf("dlq show of no letter, no filter given: exit %d, want 1 and no filter named:\n%s", code, stderr.String())
+	}
+}
