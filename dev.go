@@ -142,12 +142,18 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return cons.Run(gctx) })
+	// The consumer and the compensator stop after the api, once the consumer has stored what the
+	// api queued until its last answer: miniredis ends with this process, and an order left in
+	// Kafka would stay unconfirmed until the next start, whose store then lacks it.
+	work, stopWork := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopWork()
+	g.Go(func() error { return cons.Run(work) })
 	// miniredis starts empty: the start-up rebuild (which waits for the consumer) puts the
 	// store's campaigns back on sale before the api answers, so ready means ready.
 	if err := comp.CheckRedis(gctx); err != nil {
 		ln.Close()
 		stop()
+		stopWork()
 		return errors.Join(fmt.Errorf("start-up rebuild: %w", err), g.Wait())
 	}
 	dbPath, err := filepath.Abs(filepath.Join(*dataDir, "seckill.db"))
@@ -161,8 +167,19 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer os.Remove(devAddrsFile(*dataDir))
 	printQuickStart(stdout, "http://"+ln.Addr().String(), *adminToken, *dataDir, addrs)
-	g.Go(func() error { return srv.Serve(gctx, ln) })
-	g.Go(func() error { return comp.Run(gctx) })
+	g.Go(func() error {
+		defer stopWork()
+		if err := srv.Serve(gctx, ln); err != nil || ctx.Err() == nil { // a role failed: no wait
+			return err
+		}
+		wctx, cancel := context.WithTimeout(context.Background(), devDrainWait)
+		defer cancel()
+		if err := comp.WaitConsumed(wctx); err != nil {
+			log.Warn("stopping before the consumer stored every order the api queued; the next start stores them", "err", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return comp.Run(work) })
 	err = g.Wait()
 	if err != nil && ctx.Err() == nil { // stopped by itself: something failed
 		log.Error("seckill dev stopped", "err", err)
@@ -171,6 +188,10 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	return err
 }
+
+// devDrainWait bounds how long a stopping dev waits for its consumer to store what the api
+// queued: a Ctrl-C must stay prompt, and Kafka keeps the rest for the next start.
+const devDrainWait = 5 * time.Second
 
 // devLockFile is the file whose lock a running seckill dev holds in its data directory.
 func devLockFile(dataDir string) string { return filepath.Join(dataDir, "dev.lock") }

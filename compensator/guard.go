@@ -270,8 +270,8 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 		return ctx.Err()
 	case <-time.After(c.cfg.RebuildGrace):
 	}
-	if err := c.waitConsumed(ctx); err != nil {
-		return err
+	if err := c.WaitConsumed(ctx); err != nil {
+		return fmt.Errorf("rebuild: %w", err)
 	}
 	// Each campaign is read now (sold moved while the consumer caught up) and restored while the
 	// store holds its lock: an expiry, a refund or a cancel of it that commits meanwhile lands
@@ -319,10 +319,10 @@ func records(h store.Held) []lua.Reservation {
 	return out
 }
 
-// waitConsumed waits until the consumer group has committed every OrderRequested event produced
+// WaitConsumed waits until the consumer group has committed every OrderRequested event produced
 // before it was called. Not a lag of zero: with the other campaigns selling, the topic is never
 // still, and the rebuild of one shard's campaigns waited 20 s for a moment without a purchase.
-func (c *Compensator) waitConsumed(ctx context.Context) error {
+func (c *Compensator) WaitConsumed(ctx context.Context) error {
 	adm := kadm.NewClient(c.cl)
 	last := time.Now()
 	var ends kadm.ListedOffsets
@@ -340,11 +340,11 @@ func (c *Compensator) waitConsumed(ctx context.Context) error {
 		}
 		if time.Since(last) > 5*time.Second {
 			last = time.Now()
-			c.cfg.Logger.Info("rebuild waits for the consumer to catch up", "lag", lag, "err", err)
+			c.cfg.Logger.Info("waiting for the consumer to catch up", "lag", lag, "err", err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("rebuild: waiting for the consumer: %w", ctx.Err())
+			return fmt.Errorf("waiting for the consumer: %w", ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
