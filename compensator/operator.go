@@ -121,7 +121,9 @@ func (o *Operator) RaiseStock(ctx context.Context, id string, total int64) (stor
 		switch {
 		case total == c.Stock:
 			return errUnchanged
-		case total < c.Stock || total > events.MaxUnits:
+		case total < c.Stock: // said so: the operator may not know another raise went past
+			return events.Errorf(events.Invalid, "a total of %d cannot go below its stock now, %d: stock is only ever raised", total, c.Stock)
+		case total > events.MaxUnits:
 			return events.Errorf(events.Invalid, "stock must be a whole number from %d to %d", c.Stock, events.MaxUnits)
 		}
 		c.Stock = total

@@ -501,8 +501,10 @@ func TestRaiseStockRetried(t *testing.T) {
 	if remaining, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || remaining != 15 {
 		t.Errorf("remaining %d, %v after the retry; want 15", remaining, err)
 	}
-	if _, err := op.RaiseStock(e.ctx, e.campaign, 12); events.ErrorCode(err) != events.Invalid {
-		t.Errorf("raise below the stock: %v, want invalid", err)
+	// `seckill campaign add-stock --to 12` was told "stock must be a whole number from 15 to
+	// 1099511627776": a field --to does not name, and no word of why 12 is wrong.
+	if _, err := op.RaiseStock(e.ctx, e.campaign, 12); events.ErrorCode(err) != events.Invalid || !strings.Contains(err.Error(), "cannot go below its stock now, 15") {
+		t.Errorf("raise below the stock: %v, want invalid, saying the stock cannot go below 15", err)
 	}
 }
 
