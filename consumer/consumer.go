@@ -226,7 +226,11 @@ func (h *handler) persist(work, stop context.Context, recs []*kgo.Record) (finis
 			err = fmt.Errorf("event %s: type %s does not belong on %s", e.EventID, e.Type, r.Topic)
 		}
 		if err != nil {
-			h.cfg.Logger.Warn("poison event", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			level := slog.LevelWarn
+			if h.replay != nil { // the consumer warned of it when it dead-lettered it
+				level = slog.LevelInfo
+			}
+			h.cfg.Logger.Log(work, level, "poison event", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 			out = h.deadLetter(out, r, events.ReasonPoison, events.ReasonPoison+": "+err.Error())
 			continue
 		}
