@@ -144,7 +144,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	g, gctx := errgroup.WithContext(ctx)
 	// The consumer and the compensator stop after the api, once the consumer has stored what the
 	// api queued until its last answer: miniredis ends with this process, and an order left in
-	// Kafka would stay unconfirmed until the next start, whose store then lacks it.
+	// Kafka would stay unconfirmed until the next start, which confirms it where Redis lacks it.
 	work, stopWork := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopWork()
 	g.Go(func() error { return cons.Run(work) })
