@@ -96,7 +96,7 @@ func (f *flags) parse(args []string) error {
 	f.VisitAll(func(fl *flag.Flag) {
 		if v, ok := os.LookupEnv(envName(fl.Name)); ok && !given[fl.Name] && err == nil {
 			if e := fl.Value.Set(v); e != nil {
-				err = usagef("%s=%q: %v", envName(fl.Name), v, e)
+				err = usagef("%s=%q: %s, as --%s", envName(fl.Name), v, wanted(fl, e), fl.Name)
 			}
 		}
 	})
@@ -109,6 +109,23 @@ func (f *flags) parse(args []string) error {
 		}
 	}
 	return nil
+}
+
+// wanted says what value fl takes, for a variable that did not parse: the flag package's own
+// error for a number or a duration is only "parse error".
+func wanted(fl *flag.Flag, err error) string {
+	kind, _ := flag.UnquoteUsage(fl)
+	switch kind {
+	case "int", "uint":
+		return "want a whole number"
+	case "float":
+		return "want a number"
+	case "duration":
+		return "want a duration such as 5s or 2m"
+	case "": // a bool flag
+		return "want true or false"
+	}
+	return err.Error()
 }
 
 // check adds a test of the flags' values to parse: ok reports whether they are sane, and want
