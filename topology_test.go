@@ -440,6 +440,18 @@ func TestTopologySentinel(t *testing.T) {
 // campaign sold again, and the settled campaigns' lines.
 func (s *sale) killRedisMidSale(t *testing.T, addr, service string, l *ledger, stop func(), wg *sync.WaitGroup) (killed, back time.Time, lines []string) {
 	t.Helper()
+	// A campaign that does not sell again is either Redis that did not fail over (elections
+	// denied or expired, a node whose cluster state went to fail: CLUSTERDOWN) or seckill that
+	// did not follow it. The roles' logs are shown on failure; Redis's own tell the first.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(servicesDir(t), service, "*", "*.log"))
+		for _, path := range logs {
+			t.Logf("%s ends:\n%s", path, tail(path, 30))
+		}
+	})
 	time.Sleep(2 * time.Second)
 	killed = time.Now()
 	killRedis(t, addr)
