@@ -324,8 +324,11 @@ func TestTopologyCluster(t *testing.T) {
 		lines := s.settle(t, 60*time.Second)
 		worst := c.slowestConfirmation(t, campaign, s.ledgers[campaign], killed)
 		t.Logf("consumer-2 killed -9, restarted 3 s later:\n%s\nslowest confirmation of a 202 after the kill: %v", strings.Join(lines, "\n"), worst.Round(time.Millisecond))
-		if worst > 3*time.Second {
-			t.Errorf("an order answered 202 after the kill was confirmed %v later: more than 3 s", worst.Round(time.Millisecond))
+		// The 2 s session hands the dead consumer's partitions on in about 3 s; Kafka's default
+		// 45 s would hold them, and the rebalance its restart starts, for most of a minute. The
+		// bound tells the two apart with room for a loaded machine (3.19 s was seen).
+		if worst > 10*time.Second {
+			t.Errorf("an order answered 202 after the kill was confirmed %v later: more than 10 s, as if the dead consumer kept its partitions until a 45 s session timed out", worst.Round(time.Millisecond))
 		}
 	})
 
