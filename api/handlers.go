@@ -585,7 +585,7 @@ func (s *Server) purchase(c echo.Context) error {
 		orderID = events.NewOrderID(campaign)
 	}
 
-	if !s.kafka.allow(time.Now()) {
+	if !s.kafka.allow(time.Now()) && !s.reservedBefore(ctx, idem) {
 		s.forget(ctx, idem)
 		reservations.WithLabelValues(string(events.Unavailable)).Inc()
 		return events.Errorf(events.Unavailable, "orders cannot be queued right now; nothing was reserved, try again shortly")
@@ -661,6 +661,19 @@ func (s *Server) purchase(c echo.Context) error {
 	failpoint.Inject(failpoint.APIAfterProduce)
 	reservedCount.Inc()
 	return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
+}
+
+// reservedBefore reports whether the order of a keyed purchase holds a reservation from an
+// earlier attempt. Such a purchase takes no units (the reserve script answers for that order),
+// so the Kafka breaker, which spares buyers a reservation bound to be cancelled, must not stop
+// it: its buyer is owed what became of the order (confirmed, cancelled, or queued again), not
+// "nothing was reserved". A Redis that cannot say leaves the breaker to refuse, as before.
+func (s *Server) reservedBefore(ctx context.Context, idem *idemRecord) bool {
+	if idem == nil {
+		return false
+	}
+	_, err := s.redis.Reservation(ctx, idem.orderID)
+	return err == nil
 }
 
 // failedBefore reports whether the store holds failed the order of ev, a keyed retry that found

@@ -254,3 +254,41 @@ func TestKeyedRetryNearItsReservationsDeadline(t *testing.T) {
 		t.Errorf("remaining after the retry: %d, want 5", got)
 	}
 }
+
+// TestKeyedRetryWhileTheBreakerIsOpen: the first purchase's event reached Kafka but its
+// acknowledgement was lost and the store could not fail it, so the api answered 503 "not known
+// yet" and forgot the key; the consumer then confirmed the order. Kafka kept failing for other
+// buyers and the api's breaker opened. The key's retry was refused before the reserve script
+// could answer for its order: 503 "nothing was reserved", to a buyer whose order is confirmed.
+func TestKeyedRetryWhileTheBreakerIsOpen(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "bo", "name": "Breaker open", "stock": 10, "per_user_limit": 5}`)
+	p := &flakyProducer{Producer: kafkatest.Client(t, h.brokers)}
+	p.fail.Store(true)
+	p.deliver.Store(true)
+	srv := h.replica(t, downStore{h.store}, h.redis, p).Handler()
+	first := apitest.Serve(t, h.spec, srv, keyed("bo", "alice", "k-1", `{"quantity": 1}`))
+	if first.Code != http.StatusServiceUnavailable || !strings.Contains(first.Body.String(), "not known yet") {
+		t.Fatalf("first: %d %s", first.Code, first.Body)
+	}
+	id := api.KeyedOrderID(h.srv, "bo", "alice", "k-1")
+	h.confirm(t, id) // the event reached Kafka after all
+
+	// Kafka goes on failing: three bursts of failed produces open this api's breaker.
+	p.deliver.Store(false)
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		apitest.Serve(t, h.spec, srv, request("POST", "/v1/campaigns/bo/purchases", `{"quantity": 1}`, user("bob")...))
+	}
+	refused := apitest.Serve(t, h.spec, srv, request("POST", "/v1/campaigns/bo/purchases", `{"quantity": 1}`, user("carol")...))
+	if refused.Code != http.StatusServiceUnavailable || !strings.Contains(refused.Body.String(), "nothing was reserved") {
+		t.Fatalf("the breaker is not open: %d %s", refused.Code, refused.Body)
+	}
+
+	again := apitest.Serve(t, h.spec, srv, keyed("bo", "alice", "k-1", `{"quantity": 1}`))
+	if again.Code != http.StatusAccepted || !strings.Contains(again.Body.String(), id) {
+		t.Errorf("the retry answered %d %s for order %s, which is confirmed", again.Code, strings.TrimSpace(again.Body.String()), id)
+	}
+}
