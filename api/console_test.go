@@ -296,17 +296,24 @@ func goroutines(fn string) int {
 	return strings.Count(string(buf), fn)
 }
 
-// shardDown is a Redis whose shard holding one campaign does not answer.
-type shardDown struct {
+// darkShard is a Redis whose shard holding one campaign is out of reach: it refuses the
+// connection, or with hang, takes every packet and answers none (a partition), so that a call
+// waits until its context ends.
+type darkShard struct {
 	api.Redis
 	campaign string
+	hang     bool
 }
 
-func (r shardDown) Sale(ctx context.Context, campaign string) (lua.Sale, error) {
-	if campaign == r.campaign {
-		return lua.Sale{}, errors.New("dial tcp 10.0.0.7:6379: connection refused")
+func (r darkShard) Sale(ctx context.Context, campaign string) (lua.Sale, error) {
+	switch {
+	case campaign != r.campaign:
+		return r.Redis.Sale(ctx, campaign)
+	case r.hang:
+		<-ctx.Done()
+		return lua.Sale{}, ctx.Err()
 	}
-	return r.Redis.Sale(ctx, campaign)
+	return lua.Sale{}, errors.New("dial tcp 10.0.0.7:6379: connection refused")
 }
 
 // TestConsoleShowsEveryCampaignWithAShardDown: on a Cluster with one shard down, the console's
@@ -317,7 +324,7 @@ func TestConsoleShowsEveryCampaignWithAShardDown(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "older", "name": "Older", "stock": 10, "per_user_limit": 3}`)
 	h.createCampaign(t, `{"id": "dark", "name": "On the dark shard", "stock": 10, "per_user_limit": 3}`)
-	snap := firstSnapshot(t, h, h.store, shardDown{Redis: h.redis, campaign: "dark"})
+	snap := firstSnapshot(t, h, h.store, darkShard{Redis: h.redis, campaign: "dark"})
 	shown := map[string]int64{}
 	for _, c := range snap.Campaigns {
 		shown[c.ID] = c.Remaining
@@ -333,21 +340,6 @@ func TestConsoleShowsEveryCampaignWithAShardDown(t *testing.T) {
 	}
 }
 
-// shardHangs is a Redis whose shard holding one campaign takes every packet and answers none
-// (a partition, not a refusal): a call waits until its context ends.
-type shardHangs struct {
-	api.Redis
-	campaign string
-}
-
-func (r shardHangs) Sale(ctx context.Context, campaign string) (lua.Sale, error) {
-	if campaign == r.campaign {
-		<-ctx.Done()
-		return lua.Sale{}, ctx.Err()
-	}
-	return r.Redis.Sale(ctx, campaign)
-}
-
 // TestConsoleShowsEveryCampaignWithAShardHanging: a shard that does not answer at all must
 // cost the snapshot that shard's campaign, not the time of every campaign after it and of the
 // consumer lag, which Redis has nothing to do with.
@@ -355,7 +347,7 @@ func TestConsoleShowsEveryCampaignWithAShardHanging(t *testing.T) {
 	h := newHarness(t)
 	h.createCampaign(t, `{"id": "older", "name": "Older", "stock": 10, "per_user_limit": 3}`)
 	h.createCampaign(t, `{"id": "dark", "name": "On the dark shard", "stock": 10, "per_user_limit": 3}`)
-	snap := firstSnapshot(t, h, h.store, shardHangs{Redis: h.redis, campaign: "dark"})
+	snap := firstSnapshot(t, h, h.store, darkShard{Redis: h.redis, campaign: "dark", hang: true})
 	for _, e := range snap.Errors {
 		if !strings.HasPrefix(e, "campaign dark: ") {
 			t.Errorf("the snapshot says %q: only the dark campaign cannot be read", e)
