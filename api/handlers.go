@@ -572,24 +572,25 @@ func (s *Server) purchase(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
+	// While Kafka fails, the breaker refuses purchases before they reserve. A keyed one is
+	// refused as a sold-out one is, only if its key names nothing (startKeyed): its buyer may be
+	// owed an earlier answer, or what became of an order that holds a reservation already.
+	blocked := !s.kafka.allow(time.Now())
 	var orderID string
 	var idem *idemRecord
 	switch {
 	case key != "":
 		idem = s.idemRecord(campaign, buyer, key, purchaseFingerprint(campaign, qty))
 		orderID = idem.orderID
-		if goOn, err := s.startKeyed(c, idem, soldOut, qty); !goOn {
+		if goOn, err := s.startKeyed(c, idem, soldOut, blocked, qty); !goOn {
 			return err
 		}
+	case blocked:
+		return breakerRefusal()
 	default:
 		orderID = events.NewOrderID(campaign)
 	}
 
-	if !s.kafka.allow(time.Now()) && !s.reservedBefore(ctx, idem) {
-		s.forget(ctx, idem)
-		reservations.WithLabelValues(string(events.Unavailable)).Inc()
-		return events.Errorf(events.Unavailable, "orders cannot be queued right now; nothing was reserved, try again shortly")
-	}
 	since := s.soldOut.since()
 	res, err := s.redis.Reserve(ctx, campaign, orderID, buyer, qty, s.cfg.ReservationTTL)
 	if err != nil {
@@ -663,17 +664,10 @@ func (s *Server) purchase(c echo.Context) error {
 	return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
 }
 
-// reservedBefore reports whether the order of a keyed purchase holds a reservation from an
-// earlier attempt. Such a purchase takes no units (the reserve script answers for that order),
-// so the Kafka breaker, which spares buyers a reservation bound to be cancelled, must not stop
-// it: its buyer is owed what became of the order (confirmed, cancelled, or queued again), not
-// "nothing was reserved". A Redis that cannot say leaves the breaker to refuse, as before.
-func (s *Server) reservedBefore(ctx context.Context, idem *idemRecord) bool {
-	if idem == nil {
-		return false
-	}
-	_, err := s.redis.Reservation(ctx, idem.orderID)
-	return err == nil
+// breakerRefusal answers a purchase the Kafka breaker refuses before it reserves.
+func breakerRefusal() error {
+	reservations.WithLabelValues(string(events.Unavailable)).Inc()
+	return events.Errorf(events.Unavailable, "orders cannot be queued right now; nothing was reserved, try again shortly")
 }
 
 // failedBefore reports whether the store holds failed the order of ev, a keyed retry that found
@@ -784,11 +778,13 @@ func soldOutError(campaign string, qty int) error {
 
 // startKeyed consults the record of a purchase's Idempotency-Key. It answers a replay, a
 // conflict or a refusal itself, and reports whether the purchase goes on. When the campaign is
-// known to be sold out it only reads the record, so that a retry of a successful purchase is
-// still replayed.
-func (s *Server) startKeyed(c echo.Context, idem *idemRecord, soldOut bool, qty int) (bool, error) {
+// known to be sold out, or the Kafka breaker is refusing (blocked), it only reads the record,
+// so that a retry of a successful purchase is still replayed, and one whose order holds a
+// reservation goes on (it takes no units; the reserve script answers for that order); a key
+// that names nothing is refused.
+func (s *Server) startKeyed(c echo.Context, idem *idemRecord, soldOut, blocked bool, qty int) (bool, error) {
 	ctx := c.Request().Context()
-	st, err := idem.begin(ctx, soldOut)
+	st, err := idem.begin(ctx, soldOut || blocked)
 	if err == nil && st.outcome == "stale" { // the first request stopped half way: finish its work
 		st, err = idem.begin(ctx, false)
 	}
@@ -806,7 +802,10 @@ func (s *Server) startKeyed(c echo.Context, idem *idemRecord, soldOut bool, qty 
 		retryAfter(c, st.wait)
 		return false, events.Errorf(events.IdempotencyInProgress, "the first request with this Idempotency-Key is still running; retry shortly")
 	}
-	// absent: nothing to replay, and the campaign is sold out.
+	// absent: nothing to replay, and the campaign is sold out or Kafka is failing.
+	if !soldOut {
+		return false, breakerRefusal()
+	}
 	soldOutRefusals.Inc()
 	return false, soldOutError(c.Param("id"), qty)
 }
