@@ -93,8 +93,7 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, t Topics, partitions in
 // DeleteTopics deletes topics, each once: Kafka refuses a request that names a topic twice,
 // for that topic. A topic that is not there is no error; one Kafka did not delete is.
 func DeleteTopics(ctx context.Context, adm *kadm.Client, topics ...string) error {
-	slices.Sort(topics)
-	resp, err := adm.DeleteTopics(ctx, slices.Compact(topics)...)
+	resp, err := adm.DeleteTopics(ctx, slices.Compact(slices.Sorted(slices.Values(topics)))...)
 	if err != nil {
 		return fmt.Errorf("delete topics: %w", err)
 	}
