@@ -142,15 +142,22 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	row := `document.querySelector('tr[data-campaign="browser"]')`
 	waitFor("the campaign appears", row+` !== null`)
-	// Another tab has no token (sessionStorage is the tab's): it shows the sign-in box, no sale.
+	// Another tab has no token (sessionStorage is the tab's), only a link cut short in the
+	// middle of an escape: it shows the sign-in box, no sale, and signs in from the box.
 	tab, closeTab := chromedp.NewContext(bctx)
-	if err := chromedp.Do(tab, chromedp.Navigate(base+"/console"), chromedp.WaitVisible(chromedp.CSS("#signin"))); err != nil {
+	if err := chromedp.Do(tab, chromedp.Navigate(base+"/console#token=%E0%A4%A"), chromedp.WaitVisible(chromedp.CSS("#signin"))); err != nil {
 		t.Fatalf("open the console in another tab: %v", err)
 	}
 	time.Sleep(1500 * time.Millisecond) // a snapshot would have come by now
 	if bare, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.querySelector("#app").classList.contains("hidden") && `+
-		`document.querySelector("#campaigns tbody").childElementCount === 0`)); err != nil || !bare {
-		t.Errorf("without the token the page shows more than its sign-in box (%v)", err)
+		`document.querySelector("#campaigns tbody").childElementCount === 0 && document.querySelector("#conn").textContent.includes("not a token")`)); err != nil || !bare {
+		t.Errorf("without the token the page shows more than its sign-in box, or does not say the link's token is none (%v)", err)
+	}
+	if err := chromedp.Do(tab, chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS(`#signin-form button[type="submit"]`))); err != nil {
+		t.Fatalf("sign in from the box: %v", err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Poll[bool](row+` !== null`, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Errorf("the sale after signing in from the box, the link cut short before: %v", err)
 	}
 	closeTab()
 	browse("remember its close button", chromedp.Evaluate[chromedp.Void](`window.closeButton = `+row+`.querySelector('button[data-action="close"]')`))

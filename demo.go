@@ -70,7 +70,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	if code != http.StatusCreated {
 		return fmt.Errorf("create the campaign: %d %s", code, answer)
 	}
-	fmt.Fprintf(stdout, "demo: campaign %s, %d units, %d buyers, %s; watch it at %s/console#token=%s\n", campaign, *stock, *buyers, *duration, base, *adminToken)
+	fmt.Fprintf(stdout, "demo: campaign %s, %d units, %d buyers, %s; watch it at %s\n", campaign, *stock, *buyers, *duration, consoleLink(base, *adminToken))
 
 	var (
 		mu      sync.Mutex

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -293,7 +294,7 @@ func printQuickStart(w io.Writer, base, token, dataDir string, a devAddrs) {
 		dev += " --data-dir " + dataDir
 	}
 	fmt.Fprintf(w, `seckill dev: api at %[1]s, state in %[3]s (Ctrl-C stops and drains)
-console: %[1]s/console#token=%[2]s
+console: %[8]s
 admin token: %[2]s
 embedded servers: redis %[4]s, kafka %[5]s, store %[6]s
 operator commands reach them with %[7]s:
@@ -310,5 +311,12 @@ a sale for the console to show: make demo (go run . demo %[7]s) in another termi
   curl -sN %[1]s/v1/orders/<order_id>/events -H 'X-User-ID: alice'
   curl -s %[1]s/v1/campaigns/demo
 
-`, base, token, dataDir, a.RedisURL, a.KafkaBrokers, a.StoreURL, dev)
+`, base, token, dataDir, a.RedisURL, a.KafkaBrokers, a.StoreURL, dev, consoleLink(base, token))
+}
+
+// consoleLink is the address of the console at base that signs the page in with token. The
+// token rides in the fragment, which no request carries, escaped so that any token (one given
+// with --admin-token may hold '&', '%' or '#') reaches the page as it is.
+func consoleLink(base, token string) string {
+	return base + "/console#" + url.Values{"token": {token}}.Encode()
 }

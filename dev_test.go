@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,22 @@ import (
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
 )
+
+// TestConsoleLink: the printed console link gives the page the admin token as it is, whatever
+// it holds; the page reads the fragment as a query (URLSearchParams).
+func TestConsoleLink(t *testing.T) {
+	for _, token := range []string{"0123abcdef", "a&token=b", "100%", "x#y", "p+q r"} {
+		link := consoleLink("http://127.0.0.1:8080", token)
+		u, err := url.Parse(link)
+		if err != nil {
+			t.Fatalf("%q: %v", link, err)
+		}
+		q, err := url.ParseQuery(u.EscapedFragment())
+		if err != nil || q.Get("token") != token || u.Path != "/console" {
+			t.Errorf("token %q: link %s gives the page %q at %s (%v)", token, link, q.Get("token"), u.Path, err)
+		}
+	}
+}
 
 // TestDevRestart runs seckill dev twice on one data directory, as `make run` would: the second
 // start finds an empty miniredis, freezes the campaign, rebuilds it from SQLite, and sells again

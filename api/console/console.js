@@ -16,6 +16,14 @@ const colors = { accepted: "#1e8e3e", sold_out: "#6b7385", limit: "#e67e22", rat
   p99: "#2457d6", lag: "#c0392b", persisted: "#1e8e3e" };
 
 function signIn(t) {
+  // A token fetch cannot send (a link cut short in an escape gives U+FFFD) would have connect
+  // retry it forever behind an empty page: it is refused here, as the api would.
+  try {
+    new Headers({ Authorization: "Bearer " + t });
+  } catch {
+    signOut("that is not a token: sign in with the admin token");
+    return;
+  }
   token = t;
   sessionStorage.setItem(KEY, t);
   $("#signin").classList.add("hidden");
@@ -320,9 +328,11 @@ async function cancel(id) {
 }
 
 function init() {
-  const m = location.hash.match(/token=([^&]+)/);
-  if (m) {
-    sessionStorage.setItem(KEY, decodeURIComponent(m[1]));
+  // URLSearchParams, not decodeURIComponent: a link cut short in the middle of an escape
+  // ("%E0%A4%A") must not throw here, before the sign-in form has its handler.
+  const linked = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (linked !== null) {
+    sessionStorage.setItem(KEY, linked);
     window.history.replaceState(null, "", location.pathname); // the token leaves the address bar
   }
   $("#signin-form").addEventListener("submit", (e) => { e.preventDefault(); signIn($("#token").value.trim()); });
