@@ -675,9 +675,13 @@ func breakerRefusal() error {
 // then stopped (or Redis refused it) before the release and the key's answer. The consumer never
 // confirms a failed order, so queueing it again would answer 202 for an order that is over; the
 // release is finished here instead, as that attempt would have. A store that cannot say leaves
-// the purchase to go on, as it did before this check.
+// the purchase to go on, as it did before this check. The read is bounded as cancel's steps
+// are: a store that stopped answering would hold the purchase as long as its buyer waits, past
+// the key's lease, after which a retry takes the key over while this one goes on.
 func (s *Server) failedBefore(ctx context.Context, ev events.Event) bool {
-	o, err := s.store.Order(ctx, ev.OrderID)
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ProduceTimeout)
+	defer cancel()
+	o, err := s.store.Order(rctx, ev.OrderID)
 	if err != nil || o.Status != events.Failed {
 		return false
 	}

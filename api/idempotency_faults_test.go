@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -222,6 +223,42 @@ func TestKeyedRetryAfterADeathBetweenFailAndRelease(t *testing.T) {
 	}
 	if got := h.remaining(t, "fr"); got != 5 {
 		t.Errorf("remaining after the retry: %d, want 5 (the failed order's units given back)", got)
+	}
+}
+
+// hungStore's Order reads wait until their context ends, as on a database that stopped
+// answering mid-query (a full disk, a lock held for good, a network cut without a reset).
+type hungStore struct{ *store.Store }
+
+func (hungStore) Order(ctx context.Context, _ string) (store.Order, error) {
+	<-ctx.Done()
+	return store.Order{}, ctx.Err()
+}
+
+// TestKeyedRetryWhileTheStoreHangs: a keyed retry that finds its reservation still pending asks
+// the store whether an earlier attempt failed the order. That read had no bound of its own: on
+// a store that stopped answering, the purchase waited as long as its buyer did, past the key's
+// lease (a retry then takes the key over while this one goes on), holding a connection. It is
+// bounded as cancel's steps are (ProduceTimeout), and a store that cannot say lets the purchase
+// go on, as before the check.
+func TestKeyedRetryWhileTheStoreHangs(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.ProduceTimeout = time.Second })
+	h.createCampaign(t, `{"id": "sh", "name": "Store hangs", "stock": 5, "per_user_limit": 5}`)
+	id := api.KeyedOrderID(h.srv, "sh", "alice", "k-1")
+	// Reserved a moment ago by a first attempt that stopped before its produce (not overdue).
+	if _, err := h.redis.Reserve(context.Background(), "sh", id, "alice", 2, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	srv := h.replica(t, hungStore{h.store}, h.redis, kafkatest.Client(t, h.brokers))
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answered <- apitest.Serve(t, h.spec, srv.Handler(), keyed("sh", "alice", "k-1", `{"quantity": 2}`)) }()
+	select {
+	case again := <-answered:
+		if again.Code != http.StatusAccepted {
+			t.Errorf("the retry answered %d %s; want 202, the store not saying the order failed", again.Code, strings.TrimSpace(again.Body.String()))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the keyed retry still waits on the hung store after 20 s (its lease is 30 s)")
 	}
 }
 
