@@ -109,3 +109,26 @@ func TestCompensateAnswersTheRefundFinished(t *testing.T) {
 		t.Errorf("the store holds reason %q %v, the answer said %q", stored.Reason, err, o.Reason)
 	}
 }
+
+// TestCompensateAnswersAHalfDoneRefundFinished: compensating again a refund that stopped
+// between the store and Redis finishes it, and answers the order as the store then holds it,
+// reason operator, as the first compensation's answer does. It answered the row read before
+// MarkRefunded, reason empty: the units not back yet, when this call had just given them back.
+func TestCompensateAnswersAHalfDoneRefundFinished(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	ann := e.reserve(t, 1, time.Hour)[0]
+	e.confirm(t, []events.Event{ann})
+	if _, err := e.st.RefundOrder(e.ctx, ann.OrderID); err != nil { // Redis's half never ran
+		t.Fatal(err)
+	}
+	o, err := e.operator().Resolver.Compensate(e.ctx, ann.OrderID)
+	if err != nil || o.Status != events.Refunded || o.Reason != events.ReasonOperator {
+		t.Errorf("Compensate of a half-done refund: %q (%q) %v, want refunded (%q)", o.Status, o.Reason, err, events.ReasonOperator)
+	}
+	if stored, err := e.st.Order(e.ctx, ann.OrderID); err != nil || stored.Reason != o.Reason {
+		t.Errorf("the store holds reason %q %v, the answer said %q", stored.Reason, err, o.Reason)
+	}
+	if res, err := e.r.Reservation(e.ctx, ann.OrderID); err != nil || res.State != lua.StateRefunded {
+		t.Errorf("reservation %+v %v, want refunded", res, err)
+	}
+}

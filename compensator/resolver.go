@@ -98,6 +98,11 @@ func (r *Resolver) fail(ctx context.Context, e events.Event, reason, source stri
 	case events.Refunded:
 		// A refund that stopped between the store and Redis; finish it.
 		changed, err := r.refundReservation(ctx, o, source)
+		if err == nil {
+			// As refundOnce: the row was read before MarkRefunded, and its empty reason
+			// would tell the caller (Compensate's answer) the units are not back yet.
+			o.Reason = events.ReasonOperator
+		}
 		return o, changed, err
 	case events.Expired:
 		// An expiry that stopped between the store and Redis, or a reservation made again
