@@ -251,7 +251,9 @@ func TestKeyedRetryWhileTheStoreHangs(t *testing.T) {
 	}
 	srv := h.replica(t, hungStore{h.store}, h.redis, kafkatest.Client(t, h.brokers))
 	answered := make(chan *httptest.ResponseRecorder, 1)
-	go func() { answered <- apitest.Serve(t, h.spec, srv.Handler(), keyed("sh", "alice", "k-1", `{"quantity": 2}`)) }()
+	go func() {
+		answered <- apitest.Serve(t, h.spec, srv.Handler(), keyed("sh", "alice", "k-1", `{"quantity": 2}`))
+	}()
 	select {
 	case again := <-answered:
 		if again.Code != http.StatusAccepted {
