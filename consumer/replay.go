@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events"
@@ -267,7 +268,9 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 		}
 		if time.Since(last) >= time.Second {
 			last = time.Now()
-			tr.dropDeleted(ctx, adm, cfg.Logger)
+			if err := tr.dropDeleted(ctx, adm, cfg.Logger); err != nil {
+				return read, fmt.Errorf("replay of %s stopped after %d of %d events: %w", tr.topic, read, tr.total, err)
+			}
 			fmt.Fprintf(progress, "replay: %d/%d events of %s (%d%%)%s\n", read, tr.total, tr.topic, percent(read, tr.total), status())
 		}
 	}
@@ -280,13 +283,21 @@ func (tr *topicRange) read(ctx context.Context, cfg Config, pace *pace, progress
 
 // dropDeleted ends the partitions whose log start has reached their end offset: Kafka deleted
 // the rest of their range (events.Ends.DropDeleted). A failed listing is tried again the next
-// second: bounded, as the progress line waits for it.
-func (tr *topicRange) dropDeleted(ctx context.Context, adm *kadm.Client, log *slog.Logger) {
+// second: bounded, as the progress line waits for it. A topic Kafka no longer has is an error:
+// openRange found it, so it was deleted since, and no record of the range will ever come (the
+// replay printed its progress every second until ^C). A topic of that name created again is
+// another topic, whose offsets are not the range's.
+func (tr *topicRange) dropDeleted(ctx context.Context, adm *kadm.Client, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, metadataTimeout)
 	defer cancel()
-	if err := tr.remaining.DropDeleted(ctx, adm, tr.topic); err != nil {
+	err := tr.remaining.DropDeleted(ctx, adm, tr.topic)
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("the topic was deleted while the replay read it (%d partitions of the range unread): %w", len(tr.remaining), err)
+	}
+	if err != nil {
 		log.Warn("replay: list start offsets", "topic", tr.topic, "err", err)
 	}
+	return nil
 }
 
 // givenBackAs maps the states of a reservation whose units Redis gave back to the final row the
