@@ -182,12 +182,30 @@ type handler struct {
 	// resolved them (or the sweeper did, at the reservation's deadline). It also counts the
 	// orders recordGivenBack stores and moves on, and makes it wait for Redis.
 	replay *ReplayStats
+	// counted holds, in a replay, the places in the log of the poison events and refusals
+	// counted: a data loss's rewind reads some of the range again (topicRange.read), and each is
+	// counted once, as the events read are.
+	counted map[logPlace]bool
+}
+
+// logPlace is a record's partition and offset in the requested topic.
+type logPlace struct {
+	partition int32
+	offset    int64
 }
 
 // deadLetter adds rec's dead letter to out, counted by kind (events.ReasonPoison, or the store's
 // reason) and explained by reason, or, in a replay, counts it there.
 func (h *handler) deadLetter(out []*kgo.Record, rec *kgo.Record, kind, reason string) []*kgo.Record {
 	if h.replay != nil {
+		at := logPlace{rec.Partition, rec.Offset}
+		if h.counted[at] {
+			return out
+		}
+		if h.counted == nil {
+			h.counted = map[logPlace]bool{}
+		}
+		h.counted[at] = true
 		if kind == events.ReasonPoison {
 			h.replay.Poison++
 		} else {

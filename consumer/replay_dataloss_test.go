@@ -57,3 +57,51 @@ func TestReplayGoesOnAfterDataLoss(t *testing.T) {
 		t.Errorf("the store holds %d orders (%v), want the %d replayed", len(orders), err, n)
 	}
 }
+
+// TestReplayCountsEachPoisonAndRefusalOnceAfterDataLoss: the data loss rewinds the partition
+// to the replay's start, so its first event is read twice. It was counted twice, as poison or
+// as refused: the summary said 2 poison events of a range of 4 that held one. The events read
+// are counted once per place in the log; the poison and the refusals must be too.
+func TestReplayCountsEachPoisonAndRefusalOnceAfterDataLoss(t *testing.T) {
+	for _, first := range []string{"poison", "refused"} {
+		t.Run(first, func(t *testing.T) {
+			kafka := kafkatest.FakeCluster(t)
+			s := newReplaySaleOn(t, storetest.MustOpen(t, storetest.SQLiteURL(t)), 1000, kafka.ListenAddrs())
+			pad := kgo.RecordHeader{Key: "pad", Value: make([]byte, 600<<10)} // one event a fetch
+			const n = 4
+			for i := range n {
+				rec, err := events.Record(s.topics.Requested, orderEvent(s.campaign, fmt.Sprint("u", i), 1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 && first == "poison" {
+					rec.Value = []byte("{not an event")
+				}
+				if i == 0 && first == "refused" { // its campaign is not in the store
+					if rec, err = events.Record(s.topics.Requested, orderEvent("missing", "u0", 1)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rec.Partition, rec.Headers = 0, append(rec.Headers, pad)
+				if err := s.cl.ProduceSync(s.ctx, rec).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lost := kafkatest.LoseRecordsOnce(kafka)
+			ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+			defer cancel()
+			var progress strings.Builder
+			stats, err := consumer.Replay(ctx, consumer.Config{Brokers: s.brokers, Topics: s.topics, Logger: slog.New(slog.DiscardHandler)},
+				consumer.From{}, s.st, s.r, &progress)
+			if err != nil {
+				t.Fatalf("replay: %+v, %v\n%s", stats, err, progress.String())
+			}
+			if !lost() {
+				t.Fatal("no fetch in the middle of the range: the test did not lose data")
+			}
+			if stats.Events != n || stats.Poison+stats.Refused != 1 {
+				t.Errorf("replay: %+v, want the %d events read once, and the one %s counted once", stats, n, first)
+			}
+		})
+	}
+}
