@@ -369,8 +369,18 @@ func (c conn) logStart(log *slog.Logger, role string, extra ...any) {
 	log.Info("starting", append(args, extra...)...)
 }
 
+// openStore opens the store of a command that reads and writes orders: one whose schema lacks
+// a migration of this build is an error that says to run seckill migrate.
 func (c conn) openStore(ctx context.Context) (*store.Store, error) {
-	return store.Open(ctx, *c.postgresURL)
+	st, err := store.Open(ctx, *c.postgresURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.CheckSchema(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return st, nil
 }
 
 // openRedis connects to Redis and preloads the scripts.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
@@ -18,6 +20,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/lib/pq"
 
+	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/lua/luatest"
 	"github.com/seckill/seckill/store/storetest"
 )
 
@@ -69,7 +73,7 @@ func TestRoleWaitsOutAnUnreachableRedis(t *testing.T) {
 			defer time.AfterFunc(2*time.Second, cancel).Stop() // a few retries in
 			var out bytes.Buffer
 			args := []string{"compensator", "--redis-url", url, "--metrics-addr", "127.0.0.1:0",
-				"--postgres-url", "sqlite:" + filepath.Join(t.TempDir(), "db")}
+				"--postgres-url", migratedSQLite(t)}
 			if code := run(ctx, args, &out, &out); code != 0 {
 				t.Fatalf("exit %d, want 0 (stopped while waiting for redis):\n%s", code, out.String())
 			}
@@ -189,7 +193,7 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 func TestUnreachableSaysWhatToDo(t *testing.T) {
 	for _, args := range [][]string{
 		{"audit", "--postgres-url", "postgres://u:p@127.0.0.1:1/db"},
-		{"campaign", "close", "--id", "x", "--postgres-url", "sqlite:" + filepath.Join(t.TempDir(), "s.db"), "--redis-url", "redis://127.0.0.1:1/0"},
+		{"campaign", "close", "--id", "x", "--postgres-url", migratedSQLite(t), "--redis-url", "redis://127.0.0.1:1/0"},
 		{"dlq", "stats", "--kafka-brokers", "127.0.0.1:1"},
 		{"migrate", "--postgres-url", "postgres://u:p@127.0.0.1:1/db"},
 	} {
@@ -367,5 +371,54 @@ func TestInterruptedOperationFails(t *testing.T) {
 		if code := run(ctx, append([]string{"compensator", "--metrics-addr", "127.0.0.1:0"}, conn...), &out, &out); code != 0 {
 			t.Fatalf("exit %d, want 0 (a role stopped while it waits for a server stops cleanly):\n%s", code, out.String())
 		}
+	})
+}
+
+// migratedSQLite is the URL of a new SQLite store that seckill migrate has run on: for a test of
+// what a command does when another of its servers is not there.
+func migratedSQLite(t *testing.T) string {
+	url := storetest.SQLiteURL(t)
+	storetest.MustOpen(t, url)
+	return url
+}
+
+// TestUnmigratedStore: on a store seckill migrate has not run on, an operator command stops at
+// once saying to run it, and a role waits for it (a deployment's migrate job runs beside the
+// roles), saying so in its log, and is ready once it ran. Both used to go on: a command or a
+// role failed each write with "no such table" (a role for as long as it ran).
+func TestUnmigratedStore(t *testing.T) {
+	luatest.MustRedis(t)
+	brokers := kafkatest.Real(t)
+	topics := kafkatest.Topics(t, brokers)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "s.db")
+	conn := []string{"--postgres-url", db, "--redis-url", os.Getenv(luatest.RedisEnv),
+		"--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix}
+	const want = "run seckill migrate"
+	for _, args := range [][]string{{"audit"}, {"replay", "--from", "start"}, {"campaign", "close", "--id", "x"}, {"dlq", "list"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), append(args, connFor(args, conn)...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("seckill %s on an unmigrated store: exit %d, stderr %q; want exit 1 saying %q", strings.Join(args, " "), code, stderr.String(), want)
+		}
+	}
+
+	ops := freeAddr(t)
+	var log syncBuffer // roles log to their process's stderr
+	consumer := exec.Command(seckillBinary(t, false), append([]string{"consumer", "--metrics-addr", ops}, conn...)...)
+	consumer.Stdout, consumer.Stderr = io.Discard, &log
+	if err := consumer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { consumer.Process.Kill(); consumer.Wait() }()
+	eventually(t, 30*time.Second, "the consumer says to run seckill migrate", func() bool { return strings.Contains(log.String(), want) })
+	if code := run(context.Background(), append([]string{"migrate"}, connFor([]string{"migrate"}, conn)...), io.Discard, io.Discard); code != 0 {
+		t.Fatalf("seckill migrate: exit %d", code)
+	}
+	eventually(t, 60*time.Second, "the consumer is ready once migrate ran", func() bool {
+		resp, err := http.Get("http://" + ops + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
 	})
 }

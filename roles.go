@@ -317,7 +317,7 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	st, err := c.openStore(ctx)
+	st, err := store.Open(ctx, *c.postgresURL)
 	if err != nil {
 		return err
 	}

@@ -160,6 +160,36 @@ func (s *Store) Close() error { return s.db.Close() }
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
+// ErrSchemaBehind is a database that lacks migrations this build needs: seckill migrate (or a
+// deployment's migrate job) applies them.
+var ErrSchemaBehind = errors.New("the order database's schema is behind this seckill")
+
+// CheckSchema reports, as an error wrapping ErrSchemaBehind, a database that lacks migrations
+// of this build. Without the check a role started before seckill migrate (or on the wrong
+// database) ran, and failed every write with "relation does not exist" for as long as it ran.
+// A schema ahead of this build (a rollback after a newer release's migrate) is not refused:
+// the check is for the missing step.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	exists := `SELECT to_regclass('schema_migrations') IS NOT NULL`
+	if s.sqlite {
+		exists = `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations')`
+	}
+	var found bool
+	if err := s.db.GetContext(ctx, &found, exists); err != nil {
+		return fmt.Errorf("read the schema's version: %w", err)
+	}
+	var have int
+	if found {
+		if err := s.db.GetContext(ctx, &have, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`); err != nil {
+			return fmt.Errorf("read the schema's version: %w", err)
+		}
+	}
+	if have < len(migrations) {
+		return fmt.Errorf("%w: it is at version %d, this seckill needs %d; run seckill migrate with the same --postgres-url", ErrSchemaBehind, have, len(migrations))
+	}
+	return nil
+}
+
 // Migrate applies the migrations the database lacks. Concurrent callers on PostgreSQL wait for
 // each other on an advisory lock.
 func (s *Store) Migrate(ctx context.Context) error { return s.migrateTo(ctx, len(migrations)) }
