@@ -79,6 +79,15 @@ const maxTokenLen = 4096
 // §3.11: a token of another kind signed with the same key must not pass as a buyer's).
 var errTokenType = errors.New(`typ is not "JWT"`)
 
+// isJWTType reports whether a header's typ names the JWT media type. typ is a media type,
+// whose name has no case, and one without a "/" has "application/" before it (RFC 7515
+// §4.1.9): "jwt" and "application/jwt" are what "JWT" is, and a login service's library may
+// write either; another type ("at+jwt", RFC 8725 §3.11) is still refused.
+func isJWTType(typ any) bool {
+	s, ok := typ.(string)
+	return ok && (strings.EqualFold(s, "JWT") || strings.EqualFold(s, "application/JWT"))
+}
+
 // errCritical refuses a header that names extensions the verifier must understand.
 var errCritical = errors.New("crit names extensions this verifier does not know")
 
@@ -93,7 +102,7 @@ func (v *verifier) user(raw string) (string, time.Time, error) {
 	}
 	claims := jwt.MapClaims{}
 	_, err := v.parser.ParseWithClaims(raw, claims, func(t *jwt.Token) (any, error) {
-		if typ, ok := t.Header["typ"]; ok && typ != "JWT" {
+		if typ, ok := t.Header["typ"]; ok && !isJWTType(typ) {
 			return nil, errTokenType
 		}
 		if _, ok := t.Header["crit"]; ok { // extensions we do not understand: RFC 7515 §4.1.11

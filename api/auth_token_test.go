@@ -112,7 +112,14 @@ func TestVerifierRules(t *testing.T) {
 		{"typ JWT", tokIssuer, signJSON(`{"alg":"HS256","typ":"JWT"}`, claimsWith("")), ok},
 		{"no typ", tokIssuer, signJSON(`{"alg":"HS256"}`, claimsWith("")), ok},
 		{"typ at+jwt (RFC 8725 §3.11)", tokIssuer, signJSON(`{"alg":"HS256","typ":"at+jwt"}`, claimsWith("")), invalid},
-		{"typ jwt", tokIssuer, signJSON(`{"alg":"HS256","typ":"jwt"}`, claimsWith("")), invalid},
+		// typ is a media type, compared without case, "application/" implied (RFC 7515 §4.1.9;
+		// RFC 7519 §5.1 recommends "JWT" only for legacy readers).
+		{"typ jwt", tokIssuer, signJSON(`{"alg":"HS256","typ":"jwt"}`, claimsWith("")), ok},
+		{"typ application/jwt", tokIssuer, signJSON(`{"alg":"HS256","typ":"application/jwt"}`, claimsWith("")), ok},
+		{"typ Application/JWT", tokIssuer, signJSON(`{"alg":"HS256","typ":"Application/JWT"}`, claimsWith("")), ok},
+		{"typ application/at+jwt", tokIssuer, signJSON(`{"alg":"HS256","typ":"application/at+jwt"}`, claimsWith("")), invalid},
+		{"typ text/jwt", tokIssuer, signJSON(`{"alg":"HS256","typ":"text/jwt"}`, claimsWith("")), invalid},
+		{"typ JWT with a space", tokIssuer, signJSON(`{"alg":"HS256","typ":"JWT "}`, claimsWith("")), invalid},
 		{"header an array", tokIssuer, signJSON(`["alg","HS256"]`, claimsWith("")), invalid},
 		{"header null", tokIssuer, signJSON(`null`, claimsWith("")), invalid},
 		{"header with trailing data", tokIssuer, signJSON(stdHeader+"{}", claimsWith("")), invalid},
