@@ -456,7 +456,7 @@ func (s *Server) consoleEvents(c echo.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.stopping:
+		case <-s.stopping.Done():
 			return nil
 		case b := <-snaps:
 			if send("event: snapshot\ndata: "+string(b)+"\n\n") != nil {

@@ -238,14 +238,14 @@ type Server struct {
 	kafka     *breaker // fails purchases fast while Kafka is down
 	campaigns *campaignCache
 	ready     readyCache
-	stopping  chan struct{} // closed when shutdown starts: event streams end
-	draining  atomic.Bool   // told to stop: /readyz says so, answers close their connections
+	stopping  context.Context // done when shutdown starts: event streams end, reads of theirs too
+	stopAll   context.CancelFunc
+	draining  atomic.Bool // told to stop: /readyz says so, answers close their connections
 	// orderIDSecret keys derived order ids (keyedOrderID).
 	orderIDSecret []byte
 	hub           *hub // nil without Brokers
 	console       *console
 	streams       *streamCaps
-	stopOnce      sync.Once
 	closeOnce     sync.Once
 }
 
@@ -270,10 +270,10 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 		ipLimit:   newLimiter(cfg.IPLimit, "address"),
 		soldOut:   newSoldOut(cfg.SoldOutTTL),
 		kafka:     newBreaker(),
-		stopping:  make(chan struct{}),
 		streams: &streamCaps{perBuyer: cfg.MaxStreamsPerBuyer, perAddr: cfg.MaxStreamsPerAddr, total: cfg.MaxStreams,
 			open: map[string]int{}, byAddr: map[string]int{}},
 	}
+	s.stopping, s.stopAll = context.WithCancel(context.Background())
 	s.operator = &compensator.Operator{Resolver: s.resolver, Campaigns: st, Sales: r}
 	s.campaigns = newCampaignCache(func(ctx context.Context, id string) (storedCampaign, error) {
 		camp, err := st.Campaign(ctx, id)
@@ -411,7 +411,7 @@ func (s *Server) closeWhileDraining(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // stop ends the event streams, which would otherwise hold the drain up.
-func (s *Server) stop() { s.stopOnce.Do(func() { close(s.stopping) }) }
+func (s *Server) stop() { s.stopAll() }
 
 func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,14 +104,20 @@ func (s *Server) orderEvents(c echo.Context) error {
 	}
 	end := time.NewTimer(life)
 	defer end.Stop()
+	// The reads of the order a wake-up starts end when the server stops, as the stream does:
+	// a store that stopped answering would hold the stream in its read, deaf to the shutdown,
+	// and the drain would wait for it until its timeout.
+	readCtx, endReads := context.WithCancel(ctx)
+	defer endReads()
+	defer context.AfterFunc(s.stopping, endReads)()
 	// reread fires when a read after a wake-up failed: the event that woke the stream may be
 	// the order's last, so the stream reads again rather than waiting for another. nil: none.
 	var reread <-chan time.Time
 	// refresh reads the order and sends it if it changed; it reports whether the stream ends.
 	refresh := func() bool {
-		now, err := s.order(ctx, id)
+		now, err := s.order(readCtx, id)
 		if err != nil {
-			if ctx.Err() != nil {
+			if readCtx.Err() != nil { // the client left, or the server stops
 				return true
 			}
 			s.cfg.Logger.Warn("order stream: read the order; reading again in a second", "order_id", id, "err", err)
@@ -128,7 +135,7 @@ func (s *Server) orderEvents(c echo.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.stopping:
+		case <-s.stopping.Done():
 			return nil
 		case <-end.C:
 			return nil

@@ -1,0 +1,84 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
+)
+
+// hangsAfterFirstRead is a store that reads an order of alice's, pending, once, and then stops
+// answering: each later read waits until its context ends, as on a database that stopped
+// answering mid-query (a network cut without a reset, a lock held for good).
+type hangsAfterFirstRead struct {
+	Store
+	reads atomic.Int32
+}
+
+func (st *hangsAfterFirstRead) Order(ctx context.Context, id string) (store.Order, error) {
+	if st.reads.Add(1) > 1 {
+		<-ctx.Done()
+		return store.Order{}, ctx.Err()
+	}
+	return store.Order{OrderID: id, CampaignID: "hang", UserID: "alice", Quantity: 1, Status: events.Pending}, nil
+}
+
+// noReservations is a Redis that holds no reservation; the store's answer is what counts.
+type noReservations struct{ Redis }
+
+func (noReservations) Reservation(context.Context, string) (lua.Reservation, error) {
+	return lua.Reservation{}, errors.New("not asked for")
+}
+
+// TestOrderStreamEndsAtShutdownWhileTheStoreHangs: a stream woken by an event of its order
+// reads the order; a store that stopped answering held it in that read, deaf to the shutdown,
+// so the server's drain waited for it until its timeout and then failed (and a client that
+// stays would be held as long as the store hangs). The stream ends when the server stops, in
+// a read or not. Fake time: nothing here waits on a clock.
+func TestOrderStreamEndsAtShutdownWhileTheStoreHangs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := New(Config{InsecureUserHeader: true, Logger: slog.New(slog.DiscardHandler)}, &hangsAfterFirstRead{}, noReservations{}, nil)
+		srv.hub = &hub{subs: map[string]map[chan struct{}]struct{}{}} // woken by the test, not by Kafka
+		defer func() { srv.hub = nil; srv.Close() }()
+		id := events.NewOrderID("hang")
+		req := httptest.NewRequest(http.MethodGet, "/v1/orders/"+id+"/events", nil)
+		req.Header.Set("X-User-ID", "alice")
+		ctx, hangUp := context.WithCancel(req.Context())
+		rec := httptest.NewRecorder()
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			srv.Handler().ServeHTTP(rec, req.WithContext(ctx))
+		}()
+		defer func() { hangUp(); <-ended }() // the client leaves: nothing stays in the bubble
+		isOver := func() bool {
+			synctest.Wait()
+			select {
+			case <-ended:
+				return true
+			default:
+				return false
+			}
+		}
+		if isOver() {
+			t.Fatalf("the stream ended at once: %d %q", rec.Code, rec.Body)
+		}
+		srv.hub.wake(id) // an event names the order: the stream reads it, and the store hangs
+		synctest.Wait()
+		if n := srv.store.(*hangsAfterFirstRead).reads.Load(); n != 2 {
+			t.Fatalf("%d reads of the order, want 2", n)
+		}
+		srv.stop() // what Serve's shutdown does first
+		if !isOver() {
+			t.Fatal("the stream still waits on the hung store after the server stopped")
+		}
+	})
+}
