@@ -104,10 +104,11 @@ func (s *Server) orderEvents(c echo.Context) error {
 	}
 	end := time.NewTimer(life)
 	defer end.Stop()
-	// The reads of the order a wake-up starts end when the server stops, as the stream does:
-	// a store that stopped answering would hold the stream in its read, deaf to the shutdown,
-	// and the drain would wait for it until its timeout.
-	readCtx, endReads := context.WithCancel(ctx)
+	// The reads of the order a wake-up starts end when the server stops, and when the stream's
+	// life does, as the stream does: a store that stopped answering would hold the stream in its
+	// read, deaf to the shutdown (the drain would wait for it until its timeout) and past its
+	// token (holding its caps' places, and sending the order once the store answered).
+	readCtx, endReads := context.WithTimeout(ctx, life)
 	defer endReads()
 	defer context.AfterFunc(s.stopping, endReads)()
 	// reread fires when a read after a wake-up failed: the event that woke the stream may be
@@ -117,7 +118,7 @@ func (s *Server) orderEvents(c echo.Context) error {
 	refresh := func() bool {
 		now, err := s.order(readCtx, id)
 		if err != nil {
-			if readCtx.Err() != nil { // the client left, or the server stops
+			if readCtx.Err() != nil { // the client left, the server stops, or the stream's life ended
 				return true
 			}
 			s.cfg.Logger.Warn("order stream: read the order; reading again in a second", "order_id", id, "err", err)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua"
@@ -79,6 +80,58 @@ func TestOrderStreamEndsAtShutdownWhileTheStoreHangs(t *testing.T) {
 		srv.stop() // what Serve's shutdown does first
 		if !isOver() {
 			t.Fatal("the stream still waits on the hung store after the server stopped")
+		}
+	})
+}
+
+// TestOrderStreamInAHungReadEndsWithItsToken: a stream lives no longer than the bearer token
+// that opened it, in a read of the order or not. Held in a read of a store that stopped
+// answering, it outlived the token for as long as the store hung, holding its buyer's and its
+// address's places, and would have sent the order once the store answered to a client whose
+// token the api no longer accepts. Fake time: the test waits out the token to the nanosecond.
+func TestOrderStreamInAHungReadEndsWithItsToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		secret := []byte("test-secret-of-at-least-32-bytes!")
+		srv := New(Config{JWTSecret: secret, Logger: slog.New(slog.DiscardHandler)}, &hangsAfterFirstRead{}, noReservations{}, nil)
+		srv.hub = &hub{subs: map[string]map[chan struct{}]struct{}{}} // woken by the test, not by Kafka
+		defer func() { srv.hub = nil; srv.Close() }()
+		tok, err := MintToken(secret, "", "", "alice", time.Minute, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := events.NewOrderID("hang")
+		req := httptest.NewRequest(http.MethodGet, "/v1/orders/"+id+"/events", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		ctx, hangUp := context.WithCancel(req.Context())
+		rec := httptest.NewRecorder()
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			srv.Handler().ServeHTTP(rec, req.WithContext(ctx))
+		}()
+		defer func() { hangUp(); <-ended }() // the client leaves: nothing stays in the bubble
+		isOver := func() bool {
+			synctest.Wait()
+			select {
+			case <-ended:
+				return true
+			default:
+				return false
+			}
+		}
+		synctest.Wait()
+		srv.hub.wake(id) // an event names the order: the stream reads it, and the store hangs
+		synctest.Wait()
+		if n := srv.store.(*hangsAfterFirstRead).reads.Load(); n != 2 {
+			t.Fatalf("%d reads of the order, want 2", n)
+		}
+		time.Sleep(time.Minute + tokenLeeway - time.Nanosecond)
+		if isOver() {
+			t.Fatal("the stream ended before its token")
+		}
+		time.Sleep(time.Nanosecond)
+		if !isOver() {
+			t.Fatal("the stream still waits on the hung store after its token expired")
 		}
 	})
 }
