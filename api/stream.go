@@ -74,6 +74,7 @@ func (s *Server) orderEvents(c echo.Context) error {
 	}
 	defer release()
 	send := startEvents(c)
+	defer send("") // moves the write deadline for the stream's end: see startEvents
 	sendOrder := func(o OrderView) error {
 		data, err := json.Marshal(o)
 		if err != nil {
@@ -231,7 +232,10 @@ func (s *Server) reconnectLater(c echo.Context, err error) error {
 const reconnectWait = 5 * time.Second
 
 // startEvents answers 200 with an event stream and returns the function that sends a chunk of
-// it at once, each within writeWait.
+// it at once, each within writeWait. net/http writes the stream's end (its last chunk) after
+// the handler returns, under the deadline of the last write: a handler whose stream may have
+// been idle longer than writeWait sends "" as it returns, which moves the deadline and writes
+// nothing, or its client would read an error instead of the end, and the connection be lost.
 func startEvents(c echo.Context) func(chunk string) error {
 	w := c.Response()
 	h := w.Header()

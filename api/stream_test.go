@@ -620,3 +620,82 @@ func TestOrderStreamComesBackAfterAnOutage(t *testing.T) {
 		t.Errorf("a plain client while the store is down: %d %s; want 503 with Retry-After", rec.Code, rec.Body)
 	}
 }
+
+// idleConns is a listener whose connections can be made to look idle for longer than a
+// stream's write deadline without the wait: idle expires the write deadline set last, as
+// writeWait without a write would.
+type idleConns struct {
+	net.Listener
+	accepted chan *idleConn
+}
+
+func (l idleConns) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	ic := &idleConn{Conn: c}
+	l.accepted <- ic
+	return ic, nil
+}
+
+type idleConn struct {
+	net.Conn
+	mu       sync.Mutex
+	deadline time.Time // the write deadline set last
+}
+
+func (c *idleConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = t
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *idleConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deadline = t
+	return c.Conn.SetDeadline(t)
+}
+
+// idle makes the write deadline set last pass; a deadline set after it is as set.
+func (c *idleConn) idle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.deadline.IsZero() {
+		c.Conn.SetWriteDeadline(time.Now().Add(-time.Second))
+	}
+}
+
+// TestIdleOrderStreamEndsCleanly: net/http writes the end of a stream (the last chunk) after
+// the handler returns, under the write deadline of the stream's last write. A stream idle for
+// longer than that (heartbeats come every 15 s, a write's deadline is 10 s) that ended, at
+// shutdown, with its token or after maxStream, was cut short: its client read an error, not
+// the end, and the connection was lost. Made idle without the wait (idleConns).
+func TestIdleOrderStreamEndsCleanly(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.StreamHeartbeat = time.Hour })
+	h.createCampaign(t, `{"id": "idle-end", "name": "Idle end", "stock": 1, "per_user_limit": 1}`)
+	id := h.buy(t, "idle-end", "alice", 1)
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := idleConns{Listener: inner, accepted: make(chan *idleConn, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- h.srv.Serve(ctx, ln) }()
+	s := openStream(t, context.Background(), "http://"+inner.Addr().String(), id, "alice")
+	if o, err := s.nextStatus(t); err != nil || o.Status != events.Pending {
+		t.Fatalf("first event: %+v %v", o, err)
+	}
+	(<-ln.accepted).idle()
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("serve: %v", err)
+	}
+	if rest, err := io.ReadAll(s.r); err != nil {
+		t.Errorf("the idle stream did not end cleanly at shutdown: %q, %v", rest, err)
+	}
+}
