@@ -28,9 +28,8 @@ import (
 // order, and by RefundOrder, ExpireOrder, FailOrderFenced and RecordGivenBack), so the decisions
 // cannot race; the conditional update stays as the second line of defence.
 //
-// On PostgreSQL a batch first goes the optimistic way (confirmOptimistic), which skips the two
-// reads, and only a batch that finds it was wrong is done again as above; the batches after it
-// go straight to the reads until one would have fitted the optimistic way.
+// On PostgreSQL every batch first goes the optimistic way (confirmOptimistic), which skips the
+// two reads, and only a batch that finds it was wrong is done again as above.
 func (s *Store) ConfirmOrders(ctx context.Context, evs []events.Event) ([]Result, error) {
 	results := make([]Result, len(evs))
 	if len(evs) == 0 {
