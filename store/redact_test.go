@@ -21,6 +21,9 @@ func TestRedactURL(t *testing.T) {
 		// A key=value DSN, which lib/pq takes and CheckURL refuses: its usage error prints it.
 		"host=db user=app password=pw sslmode=disable": "host=db user=app password=xxxxx sslmode=disable",
 		"host=db password='p w' user=app":              "host=db password=xxxxx user=app",
+
+		// A Sentinel URL carries the sentinels' own password in its query (lua/redisurl).
+		"redis+sentinel://s1/m?sentinel_password=pw&sentinel_username=su": "redis+sentinel://s1/m?sentinel_password=xxxxx&sentinel_username=su",
 	} {
 		if got := store.RedactURL(in); got != want || strings.Contains(got, "pw") {
 			t.Errorf("store.RedactURL(%q) = %q, want %q", in, got, want)

@@ -141,8 +141,14 @@ func RedactURL(s string) string {
 	switch {
 	case err != nil: // what it holds cannot be told apart
 		return s + "?xxxxx"
-	case q.Has("password"):
-		q.Set("password", "xxxxx")
+	case q.Has("password") || q.Has("sentinel_password"):
+		// lib/pq and go-redis read a password from the query, and a Sentinel URL carries the
+		// sentinels' own there (lua/redisurl).
+		for _, k := range []string{"password", "sentinel_password"} {
+			if q.Has(k) {
+				q.Set(k, "xxxxx")
+			}
+		}
 		query = q.Encode()
 	}
 	return s + "?" + query
