@@ -101,6 +101,15 @@ func TestParseRefuses(t *testing.T) {
 		"redis+sentinel://s1:x/m",
 		"redis+sentinel://s1/m?bogus=1",
 		"redis+sentinel://s1/m?%zz",
+		// A password that holds '/', '?' or '#' unencoded ends the host early: what follows
+		// it is read as the host, port or database, which the errors must not quote.
+		"redis://u:hunter2/x@127.0.0.1:6379/0",
+		"redis://u:1234/hunter2@127.0.0.1:6379/0",
+		"redis://u:hunter2#x@127.0.0.1:6379/0",
+		"redis+sentinel://u:hunter2/x@s1/m",
+		"redis+cluster://u:hunter2?x@n1:7000",
+		"redis+cluster://u:1234/hunter2@n1:7000",
+		"redis+cluster://u:1234?hunter2@n1:7000",
 	} {
 		t.Run(url, func(t *testing.T) {
 			_, err := redisurl.Parse(url)
