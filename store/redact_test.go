@@ -24,6 +24,9 @@ func TestRedactURL(t *testing.T) {
 
 		// A Sentinel URL carries the sentinels' own password in its query (lua/redisurl).
 		"redis+sentinel://s1/m?sentinel_password=pw&sentinel_username=su": "redis+sentinel://s1/m?sentinel_password=xxxxx&sentinel_username=su",
+		// A password that holds an unencoded '?' (a URL lua/redisurl refuses, and its usage
+		// error prints): what follows the '?' is no query.
+		"redis+cluster://u:pw?x@n1:7000": "redis+cluster://xxxxx@n1:7000",
 	} {
 		if got := store.RedactURL(in); got != want || strings.Contains(got, "pw") {
 			t.Errorf("store.RedactURL(%q) = %q, want %q", in, got, want)

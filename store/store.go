@@ -132,6 +132,10 @@ func RedactURL(s string) string {
 			if colon := strings.Index(s[i+3:at], ":"); colon >= 0 {
 				s = s[:i+3+colon+1] + "xxxxx" + s[at:]
 			}
+		} else if at := strings.LastIndex(query, "@"); at >= 0 {
+			// A password that holds an unencoded '?' cut the URL inside it: the '@' that ends
+			// it is in what looks like the query. Nothing before that '@' can be told safe.
+			return s[:i+3] + "xxxxx" + query[at:]
 		}
 	}
 	if !hasQuery {
