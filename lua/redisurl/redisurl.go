@@ -106,6 +106,11 @@ func parse(s string) (Options, error) {
 		if err != nil {
 			return Options{}, err
 		}
+		// go-redis takes "n1:7000,n2:7001" for one host named "n1:7000,n2" that no dial finds:
+		// the role would wait out a Redis that is down instead of exiting on a wrong URL.
+		if strings.Contains(opt.Addr, ",") {
+			return Options{}, fmt.Errorf("one server, not %q: name several as redis+cluster:// or redis+sentinel://", opt.Addr)
+		}
 		return Options{Topology: Single, Single: opt}, nil
 	case "sentinel", "cluster":
 	default:
