@@ -111,6 +111,11 @@ func parse(s string) (Options, error) {
 		if strings.Contains(opt.Addr, ",") {
 			return Options{}, fmt.Errorf("one server, not %q: name several as redis+cluster:// or redis+sentinel://", opt.Addr)
 		}
+		// go-redis takes a negative database too, and then selects none: the URL's /-1 would
+		// quietly share database 0 with whatever else lives there.
+		if opt.DB < 0 {
+			return Options{}, fmt.Errorf("database %d is negative", opt.DB)
+		}
 		return Options{Topology: Single, Single: opt}, nil
 	case "sentinel", "cluster":
 	default:
@@ -157,8 +162,8 @@ func parse(s string) (Options, error) {
 		return Options{}, errors.New("want the primary's name after the sentinels: redis+sentinel://s1:26379,s2:26379/<master>/<db>")
 	}
 	if db != "" {
-		if _, err := strconv.Atoi(db); err != nil {
-			return Options{}, fmt.Errorf("database %q is not a number", db)
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return Options{}, fmt.Errorf("database %q is not a number from 0", db)
 		}
 		query.Set("db", db)
 	}

@@ -92,6 +92,8 @@ func TestParseRefuses(t *testing.T) {
 		"redis://127.0.0.1:6379/0?bogus=1",
 		"redis://n1:7000,n2:7001/0",
 		"redis://n1,n2/0",
+		"redis://127.0.0.1:6379/-1",
+		"redis+sentinel://s1:26379/m/-1",
 		"redis+cluster://",
 		"redis+cluster://u:hunter2@n1:7000,,n2:7001",
 		"redis+cluster://n1:7000,n2:99999",
