@@ -33,6 +33,10 @@ func TestRolesRefuseABadRedisURL(t *testing.T) {
 	for _, url := range []string{
 		"redis+foo://127.0.0.1:7000",
 		"redis+cluster://u:hunter2@127.0.0.1:7000,,127.0.0.1:7001",
+		// Passwords that hold an unencoded '?' or '/', and the sentinels' own password.
+		"redis+cluster://u:hunter2?x@127.0.0.1:7000",
+		"redis+sentinel://u:hunter2/x@127.0.0.1:26379/m",
+		"redis+sentinel://127.0.0.1:26379/m/zero?sentinel_password=hunter2",
 		"redis+sentinel://127.0.0.1:26379",
 		"127.0.0.1:6379",
 	} {
