@@ -23,15 +23,53 @@ import (
 // not replayed. It must go on: the events read again are persisted again, which changes
 // nothing, the persister being idempotent.
 func TestReplayGoesOnAfterDataLoss(t *testing.T) {
+	s, stats := replayWithDataLoss(t, "")
+	if stats.Total != dataLossRange || stats.Events != dataLossRange || stats.Deleted != 0 {
+		t.Errorf("replay: %+v, want the %d events of the range read, each counted once, none deleted", stats, dataLossRange)
+	}
+	if orders, err := s.st.Orders(s.ctx, s.campaign); err != nil || len(orders) != dataLossRange {
+		t.Errorf("the store holds %d orders (%v), want the %d replayed", len(orders), err, dataLossRange)
+	}
+}
+
+// TestReplayCountsEachPoisonAndRefusalOnceAfterDataLoss: the data loss rewinds the partition
+// to the replay's start, so its first event is read twice. It was counted twice, as poison or
+// as refused: the summary said 2 poison events of a range of 4 that held one. The events read
+// are counted once per place in the log; the poison and the refusals must be too.
+func TestReplayCountsEachPoisonAndRefusalOnceAfterDataLoss(t *testing.T) {
+	for _, first := range []string{"poison", "refused"} {
+		t.Run(first, func(t *testing.T) {
+			_, stats := replayWithDataLoss(t, first)
+			if stats.Events != dataLossRange || stats.Poison+stats.Refused != 1 {
+				t.Errorf("replay: %+v, want the %d events read once, and the one %s counted once", stats, dataLossRange, first)
+			}
+		})
+	}
+}
+
+// dataLossRange is how many events replayWithDataLoss's range holds.
+const dataLossRange = 4
+
+// replayWithDataLoss replays a range of dataLossRange events, each its own fetch, in which the
+// broker loses data once, mid-range; first makes the range's first event "poison" or one the
+// store "refused" (its campaign is not there), or, "", an order like the others.
+func replayWithDataLoss(t *testing.T, first string) (*replaySale, consumer.ReplayStats) {
+	t.Helper()
 	kafka := kafkatest.FakeCluster(t)
 	s := newReplaySaleOn(t, storetest.MustOpen(t, storetest.SQLiteURL(t)), 1000, kafka.ListenAddrs())
 	// Each its own batch, too big for two in a fetch, so that the range takes several fetches.
 	pad := kgo.RecordHeader{Key: "pad", Value: make([]byte, 600<<10)}
-	const n = 4
-	for i := range n {
-		rec, err := events.Record(s.topics.Requested, orderEvent(s.campaign, fmt.Sprint("u", i), 1))
+	for i := range dataLossRange {
+		campaign := s.campaign
+		if i == 0 && first == "refused" {
+			campaign = "missing"
+		}
+		rec, err := events.Record(s.topics.Requested, orderEvent(campaign, fmt.Sprint("u", i), 1))
 		if err != nil {
 			t.Fatal(err)
+		}
+		if i == 0 && first == "poison" {
+			rec.Value = []byte("{not an event")
 		}
 		rec.Partition, rec.Headers = 0, append(rec.Headers, pad)
 		if err := s.cl.ProduceSync(s.ctx, rec).FirstErr(); err != nil {
@@ -47,61 +85,8 @@ func TestReplayGoesOnAfterDataLoss(t *testing.T) {
 	if err != nil {
 		t.Fatalf("replay: %+v, %v\n%s", stats, err, progress.String())
 	}
-	if stats.Total != n || stats.Events != n || stats.Deleted != 0 {
-		t.Errorf("replay: %+v, want the %d events of the range read, each counted once, none deleted", stats, n)
-	}
 	if !lost() {
-		t.Error("no fetch in the middle of the range: the test did not lose data")
+		t.Fatal("no fetch in the middle of the range: the test did not lose data")
 	}
-	if orders, err := s.st.Orders(s.ctx, s.campaign); err != nil || len(orders) != n {
-		t.Errorf("the store holds %d orders (%v), want the %d replayed", len(orders), err, n)
-	}
-}
-
-// TestReplayCountsEachPoisonAndRefusalOnceAfterDataLoss: the data loss rewinds the partition
-// to the replay's start, so its first event is read twice. It was counted twice, as poison or
-// as refused: the summary said 2 poison events of a range of 4 that held one. The events read
-// are counted once per place in the log; the poison and the refusals must be too.
-func TestReplayCountsEachPoisonAndRefusalOnceAfterDataLoss(t *testing.T) {
-	for _, first := range []string{"poison", "refused"} {
-		t.Run(first, func(t *testing.T) {
-			kafka := kafkatest.FakeCluster(t)
-			s := newReplaySaleOn(t, storetest.MustOpen(t, storetest.SQLiteURL(t)), 1000, kafka.ListenAddrs())
-			pad := kgo.RecordHeader{Key: "pad", Value: make([]byte, 600<<10)} // one event a fetch
-			const n = 4
-			for i := range n {
-				rec, err := events.Record(s.topics.Requested, orderEvent(s.campaign, fmt.Sprint("u", i), 1))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if i == 0 && first == "poison" {
-					rec.Value = []byte("{not an event")
-				}
-				if i == 0 && first == "refused" { // its campaign is not in the store
-					if rec, err = events.Record(s.topics.Requested, orderEvent("missing", "u0", 1)); err != nil {
-						t.Fatal(err)
-					}
-				}
-				rec.Partition, rec.Headers = 0, append(rec.Headers, pad)
-				if err := s.cl.ProduceSync(s.ctx, rec).FirstErr(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			lost := kafkatest.LoseRecordsOnce(kafka)
-			ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-			defer cancel()
-			var progress strings.Builder
-			stats, err := consumer.Replay(ctx, consumer.Config{Brokers: s.brokers, Topics: s.topics, Logger: slog.New(slog.DiscardHandler)},
-				consumer.From{}, s.st, s.r, &progress)
-			if err != nil {
-				t.Fatalf("replay: %+v, %v\n%s", stats, err, progress.String())
-			}
-			if !lost() {
-				t.Fatal("no fetch in the middle of the range: the test did not lose data")
-			}
-			if stats.Events != n || stats.Poison+stats.Refused != 1 {
-				t.Errorf("replay: %+v, want the %d events read once, and the one %s counted once", stats, n, first)
-			}
-		})
-	}
+	return s, stats
 }
