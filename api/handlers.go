@@ -896,10 +896,17 @@ func ViewOrder(o store.Order) OrderView {
 	return v
 }
 
+// orderReadTimeout bounds order's two reads: a store or a Redis that stopped answering would
+// hold a GET, or an event stream's first read, as long as its client waits, and a stopping
+// api's drain behind them until its timeout.
+const orderReadTimeout = 5 * time.Second
+
 // order finds an order: in the store once it is final, else as a reservation in Redis. It asks
 // both whatever the first says, so an order that exists and one that does not take the same
 // work, and a buyer cannot time another's orders into existence.
 func (s *Server) order(ctx context.Context, id string) (OrderView, error) {
+	ctx, cancel := context.WithTimeout(ctx, orderReadTimeout)
+	defer cancel()
 	o, err := s.store.Order(ctx, id)
 	res, rerr := s.redis.Reservation(ctx, id)
 	if err == nil {

@@ -264,6 +264,28 @@ func TestKeyedRetryWhileTheStoreHangs(t *testing.T) {
 	}
 }
 
+// TestOrderReadWhileTheStoreHangs: GET /v1/orders/{id} read the store with the request's
+// context alone: on a store that stopped answering it waited as long as its client did (and a
+// stopping api's drain with it). It answers 503 once orderReadTimeout has passed.
+func TestOrderReadWhileTheStoreHangs(t *testing.T) {
+	h := newHarness(t)
+	srv := h.replica(t, hungStore{h.store}, h.redis, kafkatest.Client(t, h.brokers))
+	req := httptest.NewRequest(http.MethodGet, "/v1/orders/"+events.NewOrderID("sh"), nil)
+	req.Header.Set("X-User-ID", "alice")
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		answered <- apitest.Serve(t, h.spec, srv.Handler(), req)
+	}()
+	select {
+	case got := <-answered:
+		if got.Code != http.StatusServiceUnavailable {
+			t.Errorf("GET of an order on a hung store answered %d %s; want 503", got.Code, strings.TrimSpace(got.Body.String()))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("GET of an order still waits on the hung store after 20 s")
+	}
+}
+
 // TestKeyedRetryNearItsReservationsDeadline: the first purchase reserved and stopped before its
 // produce; the key's retry comes when the reservation's deadline has passed (or is close). It
 // found the reservation still pending, produced it with that deadline and answered 202, and the
