@@ -124,6 +124,7 @@ type Compensator struct {
 	snapshots Snapshotter
 	verdicts  Verdicts
 	dropped   sync.Map // id → version of ended campaigns whose keys this process dropped
+	page      int      // how many orders a sweep takes of each of the store's lists (sweepPage)
 
 	mastersMu sync.Mutex
 	masters   map[string]bool // run ids of the primaries at the guard's last round (resharded)
@@ -151,6 +152,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 		rebuilder: r,
 		snapshots: st,
 		verdicts:  st,
+		page:      sweepPage,
 	}, nil
 }
 
@@ -417,7 +419,7 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 	if r.over(true) {
 		return r.result()
 	}
-	refunds, err := c.campaigns.UnfinishedRefunds(work, 1000)
+	refunds, err := c.campaigns.UnfinishedRefunds(work, c.page)
 	if err != nil && r.halt(err) {
 		return r.result()
 	}
@@ -431,7 +433,7 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 	if r.over(true) {
 		return r.result()
 	}
-	unpaid, err := c.campaigns.ExpiringOrders(work, now, 1000)
+	unpaid, err := c.campaigns.ExpiringOrders(work, now, c.page)
 	if err != nil && r.halt(err) {
 		return r.result()
 	}
@@ -441,6 +443,10 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 	})
 	return r.result()
 }
+
+// sweepPage is how many unfinished refunds, and how many orders to expire, a sweep takes from
+// the store.
+const sweepPage = 1000
 
 // sweepParallel is how many orders of a page the sweeper resolves at once. Each is a few round
 // trips in turn, to the store, Redis and Kafka (whose announcements of expiries and refunds it

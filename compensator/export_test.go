@@ -19,3 +19,7 @@ var Resharded = resharded
 
 // SweepParallel is sweepParallel, for the tests.
 const SweepParallel = sweepParallel
+
+// SetSweepPage sets how many orders a sweep takes of each of the store's lists, for a test to
+// fill a page with a few.
+func SetSweepPage(c *Compensator, n int) { c.page = n }
