@@ -115,7 +115,7 @@ func TestPaymentWindowSale(t *testing.T) {
 	}
 	c.settle(t, campaign, 30*time.Second)
 	eventually(t, 30*time.Second, "every expired order's units are back", func() bool {
-		todo, err := c.store.ExpiringOrders(context.Background(), time.Now(), 10)
+		todo, err := c.store.ExpiringOrders(context.Background(), time.Now(), store.ExpiryKey{}, 10)
 		return err == nil && len(todo) == 0
 	})
 	f := c.checkFinal(t, campaign)

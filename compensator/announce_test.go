@@ -25,7 +25,7 @@ func (e *env) toAnnounce(t *testing.T) map[string]bool {
 	t.Helper()
 	// ExpiringOrders at a time with every pay_by of the tests far ahead lists only the
 	// expired orders left to finish.
-	expiring, err := e.st.ExpiringOrders(e.ctx, time.Now(), 1000)
+	expiring, err := e.st.ExpiringOrders(e.ctx, time.Now(), store.ExpiryKey{}, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

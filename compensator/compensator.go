@@ -84,8 +84,8 @@ func (c Config) Validate() error {
 // Campaigns lists the campaigns the sweeper visits, and the orders it finishes.
 type Campaigns interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
-	ExpiringOrders(ctx context.Context, now time.Time, limit int) ([]store.Order, error)
-	UnfinishedRefunds(ctx context.Context, limit int) ([]store.Order, error)
+	ExpiringOrders(ctx context.Context, now time.Time, after store.ExpiryKey, limit int) ([]store.Order, error)
+	UnfinishedRefunds(ctx context.Context, after string, limit int) ([]store.Order, error)
 }
 
 // Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
@@ -125,6 +125,13 @@ type Compensator struct {
 	verdicts  Verdicts
 	dropped   sync.Map // id → version of ended campaigns whose keys this process dropped
 	page      int      // how many orders a sweep takes of each of the store's lists (sweepPage)
+
+	// The sweeper's place in the store's lists: where its next page of each starts (see
+	// nextPage). Kept by this process only: a new lease holder starts at the top, which costs
+	// it at most one pass over the lists.
+	pagesMu       sync.Mutex
+	refundsAfter  string
+	expiringAfter store.ExpiryKey
 
 	mastersMu sync.Mutex
 	masters   map[string]bool // run ids of the primaries at the guard's last round (resharded)
@@ -419,7 +426,10 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 	if r.over(true) {
 		return r.result()
 	}
-	refunds, err := c.campaigns.UnfinishedRefunds(work, c.page)
+	c.pagesMu.Lock()
+	refundsAfter, expiringAfter := c.refundsAfter, c.expiringAfter
+	c.pagesMu.Unlock()
+	refunds, err := c.campaigns.UnfinishedRefunds(work, refundsAfter, c.page)
 	if err != nil && r.halt(err) {
 		return r.result()
 	}
@@ -427,21 +437,49 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 		_, err := c.refundReservation(work, o, "sweeper")
 		return err
 	}) {
-		return r.result()
+		return r.result() // at the same place: see nextPage
+	}
+	if err == nil { // a failed read keeps the place
+		c.pagesMu.Lock()
+		c.refundsAfter = nextPage(refunds, c.page, func(o store.Order) string { return o.OrderID })
+		c.pagesMu.Unlock()
 	}
 	// A page per sweep, as above.
 	if r.over(true) {
 		return r.result()
 	}
-	unpaid, err := c.campaigns.ExpiringOrders(work, now, c.page)
+	unpaid, err := c.campaigns.ExpiringOrders(work, now, expiringAfter, c.page)
 	if err != nil && r.halt(err) {
 		return r.result()
 	}
-	resolveEach(r, unpaid, true, func(o store.Order) error {
+	if resolveEach(r, unpaid, true, func(o store.Order) error {
 		_, err := c.Expire(work, o.OrderID, now)
 		return err
-	})
+	}) && err == nil {
+		c.pagesMu.Lock()
+		c.expiringAfter = nextPage(unpaid, c.page, store.Order.ExpiryKey)
+		c.pagesMu.Unlock()
+	}
 	return r.result()
+}
+
+// nextPage returns the key after which the next sweep's page of a store list starts, once
+// this sweep went through page (of at most limit orders, in key order), and key gives an
+// order's key. A page is read from where the last one ended, not from the top: the orders
+// that keep failing (a Redis shard down under a large campaign) stay listed, and a page of
+// them read again every sweep kept every order behind them, on healthy shards, waiting for
+// good. A short page is the end of the list, and the next sweep starts at the top again: what
+// failed is retried once per pass, and an order is reached within a pass: the list's length
+// over the page size, plus one, in sweeps. A keyset cursor, not an offset: orders leave the lists as they
+// are finished, and an offset would skip those that moved up. A sweep cut short (told to stop,
+// a stale fence, Kafka not taking its announcements) keeps its place instead: it skipped
+// orders of the page, which the unannounced skip promises to the next sweep.
+func nextPage[K any](page []store.Order, limit int, key func(store.Order) K) K {
+	if len(page) < limit {
+		var top K
+		return top
+	}
+	return key(page[len(page)-1])
 }
 
 // sweepPage is how many unfinished refunds, and how many orders to expire, a sweep takes from

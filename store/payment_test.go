@@ -86,7 +86,7 @@ func TestPaymentRacesExpiry(t *testing.T) {
 		}
 		t.Logf("%d orders raced: %d paid, %d expired", n, nPaid, int64(n)-nPaid)
 		// What the sweeper lists: the expired ones until their units are marked back, then none.
-		todo, err := s.ExpiringOrders(ctx, payBy.Add(time.Second), 1000)
+		todo, err := s.ExpiringOrders(ctx, payBy.Add(time.Second), store.ExpiryKey{}, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestPaymentRacesExpiry(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if todo, err := s.ExpiringOrders(ctx, payBy.Add(time.Second), 1000); err != nil || len(todo) != 0 {
+		if todo, err := s.ExpiringOrders(ctx, payBy.Add(time.Second), store.ExpiryKey{}, 1000); err != nil || len(todo) != 0 {
 			t.Errorf("after MarkUnpaid, ExpiringOrders lists %d, %v", len(todo), err)
 		}
 	})

@@ -116,4 +116,15 @@ var migrations = []migration{
 		);
 		INSERT INTO payments (payment_id, order_id)
 			SELECT payment_id, MIN(order_id) FROM orders WHERE payment_id <> '' GROUP BY payment_id;`},
+	// The sweeper pages through its lists of orders to finish in key order, each page from
+	// where the last one ended (Store.ExpiringOrders, Store.UnfinishedRefunds): a page of
+	// orders that keep failing must not hide the rest. These indexes hold each list in its key
+	// order, so a page is a short read of an index rather than a sort of the whole list, which
+	// an outage can make large. orders_due and orders_expiring_due lead with the columns of
+	// orders_to_expire and hold the rows of orders_expiring, which they replace.
+	{sql: `CREATE INDEX orders_due ON orders (pay_by_ms, order_id) WHERE status = 'confirmed' AND pay_by_ms > 0;
+		DROP INDEX orders_to_expire;
+		CREATE INDEX orders_expiring_due ON orders (pay_by_ms, order_id) WHERE status = 'expired' AND reason = '';
+		DROP INDEX orders_expiring;
+		CREATE INDEX orders_refunding_by_id ON orders (order_id) WHERE status = 'refunded' AND reason = '';`},
 }

@@ -633,10 +633,14 @@ func (s *Store) Refunding(ctx context.Context, campaign string) ([]Order, error)
 }
 
 // UnfinishedRefunds returns up to limit refunded orders of any campaign whose units are not
-// back in Redis yet (their reason is still ""), from the orders_refunding index.
-func (s *Store) UnfinishedRefunds(ctx context.Context, limit int) ([]Order, error) {
+// back in Redis yet (their reason is still ""), in order id order from the first after after
+// ("": from the first), read from the orders_refunding_by_id index. The order is what lets
+// the sweeper page through the list: with none, every call returned the same rows, and a page
+// of orders that kept failing (their Redis shard down) hid the orders behind it for good.
+func (s *Store) UnfinishedRefunds(ctx context.Context, after string, limit int) ([]Order, error) {
 	var os []Order
-	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE status = 'refunded' AND reason = '' LIMIT ?`), limit)
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE status = 'refunded' AND reason = '' AND order_id > ?
+		ORDER BY order_id LIMIT ?`), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("unfinished refunds: %w", err)
 	}
@@ -812,15 +816,35 @@ func claimPayment(ctx context.Context, tx *sqlx.Tx, paymentID, orderID string) (
 	return owner, err
 }
 
+// ExpiryKey is where an order stands in ExpiringOrders' list: by pay_by, then by order id (a
+// batch of orders confirmed together shares its pay_by). The zero ExpiryKey is before every
+// order.
+type ExpiryKey struct {
+	PayByMs int64
+	OrderID string
+}
+
+// ExpiryKey returns where o stands in ExpiringOrders' list.
+func (o Order) ExpiryKey() ExpiryKey { return ExpiryKey{o.PayByMs, o.OrderID} }
+
 // ExpiringOrders returns up to limit orders to expire at now: confirmed, unpaid and past their
 // pay_by, or expired already with their units not yet back in Redis (their reason is still "":
-// an expiry that stopped between the store and Redis).
-func (s *Store) ExpiringOrders(ctx context.Context, now time.Time, limit int) ([]Order, error) {
+// an expiry that stopped between the store and Redis); in ExpiryKey order, from the first
+// after after. The order is what lets the sweeper page through the list (see
+// UnfinishedRefunds). By pay_by, not by order id alone: the orders_due index then reads the
+// orders past their pay_by only, not every unpaid order of a sale still in its window. Each
+// half of the list reads its own index (orders_due, orders_expiring_due) in that order, and
+// the two pages merge.
+func (s *Store) ExpiringOrders(ctx context.Context, now time.Time, after ExpiryKey, limit int) ([]Order, error) {
 	var os []Order
-	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders
-		WHERE status = 'confirmed' AND pay_by_ms > 0 AND pay_by_ms <= ?
-		UNION ALL SELECT * FROM orders WHERE status = 'expired' AND reason = ''
-		LIMIT ?`), now.UnixMilli(), limit)
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM (SELECT * FROM orders
+			WHERE status = 'confirmed' AND pay_by_ms > 0 AND pay_by_ms <= ? AND (pay_by_ms, order_id) > (?, ?)
+			ORDER BY pay_by_ms, order_id LIMIT ?) AS due
+		UNION ALL SELECT * FROM (SELECT * FROM orders
+			WHERE status = 'expired' AND reason = '' AND (pay_by_ms, order_id) > (?, ?)
+			ORDER BY pay_by_ms, order_id LIMIT ?) AS unfinished
+		ORDER BY pay_by_ms, order_id LIMIT ?`),
+		now.UnixMilli(), after.PayByMs, after.OrderID, limit, after.PayByMs, after.OrderID, limit, limit)
 	if err != nil {
 		return nil, fmt.Errorf("orders to expire: %w", err)
 	}

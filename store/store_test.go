@@ -558,7 +558,7 @@ func TestStore(t *testing.T) {
 			}
 			wantRefunding(b.OrderID)
 			// The sweeper's page, of every campaign (other stories' refunds may be in it too).
-			all, err := s.UnfinishedRefunds(ctx, 1000)
+			all, err := s.UnfinishedRefunds(ctx, "", 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
