@@ -508,7 +508,10 @@ type outage struct {
 
 func startOutage(t *testing.T, w where) *outage {
 	t.Helper()
-	c := newCluster(t, w, clusterOptions{})
+	// A reservation outlives any outage, so that a 202 acknowledged before it ends confirmed,
+	// not expired by the sweeper while the consumer cannot read: CI's loaded machine once took
+	// 49 s to start Kafka again, and with the default of 1 m 32 such orders expired.
+	c := newCluster(t, w, clusterOptions{reservationTTL: 5 * time.Minute})
 	o := &outage{c: c, campaign: c.createCampaign(t, 1_000_000, 1_000_000), l: newLedger()}
 	anything := func(answer) bool { return true } // judged by their times
 	ctx, stop := context.WithCancel(context.Background())

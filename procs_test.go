@@ -467,7 +467,7 @@ func (c *cluster) roles() []*role { return slices.Concat(c.apis, c.consumers, c.
 
 // clusterOptions are the roles' settings that differ between tests.
 type clusterOptions struct {
-	reservationTTL time.Duration // default 1m: longer than any outage, so a 202 ends confirmed
+	reservationTTL time.Duration // default 1m
 	sweepInterval  time.Duration // default 200ms
 	rebuildGrace   time.Duration // default 2s
 	batchSize      int           // default 100
