@@ -199,8 +199,9 @@ func unknownScheme(scheme string) error {
 }
 
 // split cuts what follows "scheme://" into the authority, the path (without its slashes at
-// either end) and the query.
+// either end) and the query. A fragment names nothing, as in the redis:// that go-redis reads.
 func split(rest string) (authority, path string, query url.Values, err error) {
+	rest, _, _ = strings.Cut(rest, "#")
 	rest, rawQuery, _ := strings.Cut(rest, "?")
 	if query, err = url.ParseQuery(rawQuery); err != nil {
 		return "", "", nil, fmt.Errorf("malformed query: %w", err)
