@@ -249,6 +249,15 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 		// campaign's row): it is left out of the store, for a replay to store it as Redis
 		// ended it once the operator has put that back.
 		res, err := c.Redis.Reservation(work, e.OrderID)
+		if errors.Is(err, lua.ErrMalformed) {
+			// No retry mends it, and retrying would hold every dead letter behind it on its
+			// partition. Its order stays pending; the sweeper names it each sweep once its
+			// deadline has passed, until a person mends the record and compensates it.
+			where.Error("dead letter of an order whose reservation record Redis cannot parse: left pending; "+
+				"mend the record, then run `seckill compensate --order`", "order_id", e.OrderID, "campaign", e.CampaignID, "reason", reason, "err", err)
+			compensations.WithLabelValues("dlq", "malformed").Inc()
+			return nil
+		}
 		if err != nil && !errors.Is(err, lua.ErrNoReservation) {
 			return err
 		}

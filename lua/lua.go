@@ -357,6 +357,10 @@ type Outcome struct {
 // ErrNoReservation is returned by Reservation when Redis holds no record of the order.
 var ErrNoReservation = errors.New("no reservation")
 
+// ErrMalformed is wrapped by the error of a reservation record Redis holds but that cannot be
+// parsed: only a person who mends the record in Redis can resolve its order.
+var ErrMalformed = errors.New("malformed record")
+
 // Release moves a pending reservation to released and gives its units back.
 func (r *Redis) Release(ctx context.Context, orderID string) (Outcome, error) {
 	return r.release(ctx, orderID, StatePending, StateReleased)
@@ -549,12 +553,12 @@ func parseRecords(out map[string]Reservation, campaign string, ids []string, val
 func parseReservation(campaign, orderID, rec string) (Reservation, error) {
 	parts := strings.SplitN(rec, "|", 4)
 	if len(parts) != 4 {
-		return Reservation{}, fmt.Errorf("reservation %s: malformed record %q", orderID, rec)
+		return Reservation{}, fmt.Errorf("reservation %s: %w %q", orderID, ErrMalformed, rec)
 	}
 	qty, err1 := strconv.Atoi(parts[1])
 	deadline, err2 := strconv.ParseInt(parts[2], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return Reservation{}, fmt.Errorf("reservation %s: malformed record %q: %w", orderID, rec, err)
+		return Reservation{}, fmt.Errorf("reservation %s: %w %q: %w", orderID, ErrMalformed, rec, err)
 	}
 	return Reservation{OrderID: orderID, Campaign: campaign, User: parts[3], Quantity: qty, State: parts[0], Deadline: time.UnixMilli(deadline)}, nil
 }

@@ -1,0 +1,85 @@
+package compensator_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/seckill/seckill/compensator"
+	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
+)
+
+// TestDeadLetterOfAMalformedRecord: Redis holds Ann's reservation record in a form no code of
+// seckill writes (a hand edit, a bug of another version), and her order and then Bob's are
+// dead-lettered on one partition. The compensator retried Ann's for ever, and Bob's letter,
+// behind it, was never resolved: his units stayed held. Now Ann's is left as it is, with an
+// error naming her order, and Bob's is released.
+func TestDeadLetterOfAMalformedRecord(t *testing.T) {
+	e := newEnv(t, 10, 5)
+	evs := e.reserve(t, 2, time.Hour)
+	ann, bob := evs[0], evs[1]
+	const garbage = "not a record"
+	e.redis(t, "HSET", lua.KeysOf(e.campaign).Res, ann.OrderID, garbage)
+	cl, err := events.NewClient(e.brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var key []byte
+	for _, ev := range []events.Event{ann, bob} {
+		src, err := events.Record(e.topics.Requested, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key == nil {
+			key = src.Key
+		}
+		src.Key = key // one key, one partition: Bob's letter is behind Ann's
+		if err := cl.ProduceSync(e.ctx, events.DeadLetter(e.topics.DLQ, src, string(events.CampaignNotFound))).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var logs bytes.Buffer // read once Run has returned
+	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, SweepInterval: time.Hour,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(e.ctx)
+	go func() { done <- c.Run(ctx) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		lag, err := events.Lag(e.ctx, kadm.NewClient(cl), e.topics.DLQ, e.topics.CompensatorGroup())
+		if err == nil && lag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("the dead letters are not resolved after 30 s: lag %d, %v; logged:\n%s", lag, err, logs.String())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+
+	e.wantRedis(t, bob, lua.StateReleased, e.stock-int64(ann.Quantity))
+	if o, err := e.st.Order(e.ctx, bob.OrderID); err != nil || o.Status != events.Failed {
+		t.Errorf("Bob's order is %q %v in the store, want failed", o.Status, err)
+	}
+	if rec, err := e.r.Client().HGet(e.ctx, lua.KeysOf(e.campaign).Res, ann.OrderID).Result(); err != nil || rec != garbage {
+		t.Errorf("Ann's record is %q %v, want it left as it was", rec, err)
+	}
+	var named bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		named = named || strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, ann.OrderID) && strings.Contains(line, "seckill compensate")
+	}
+	if !named {
+		t.Errorf("no error naming Ann's order %s and what to run:\n%s", ann.OrderID, logs.String())
+	}
+}
