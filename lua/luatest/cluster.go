@@ -32,7 +32,9 @@ func MustCluster(tb testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(o.Cluster)
 	tb.Cleanup(func() { cc.Close() })
 	if err := cc.Ping(context.Background()).Err(); err != nil {
-		tb.Fatalf("redis cluster at %s=%s is unreachable: %v", ClusterEnv, u, err)
+		// `services.sh up` starts the single servers only; the root package's topology tests
+		// start the cluster when `make test` runs them first.
+		tb.Fatalf("redis cluster at %s=%s is unreachable (start it with `deploy/local/services.sh start redis-cluster`): %v", ClusterEnv, u, err)
 	}
 	return cc
 }
