@@ -171,9 +171,10 @@ func (s *Server) identify(c echo.Context) (string, time.Time, error) {
 }
 
 // cutBearer returns the token of an Authorization header of the Bearer scheme, whose name is
-// case-insensitive (RFC 9110 §11.1).
+// case-insensitive (RFC 9110 §11.1) and ends with one space or more (§11.4).
 func cutBearer(auth string) (string, bool) {
 	scheme, token, ok := strings.Cut(auth, " ")
+	token = strings.TrimLeft(token, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return "", false
 	}
