@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,15 +77,35 @@ const (
 )
 
 // CreateTopics creates the topics with explicit partitions and replication. Topics that exist
-// already are left as they are.
+// already are left as they are, also where Kafka may not let this client create topics.
 func CreateTopics(ctx context.Context, adm *kadm.Client, t Topics, partitions int32, replication int16) error {
 	resp, err := adm.CreateTopics(ctx, partitions, replication, TopicConfigs(replication), t.All()...)
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
 	}
+	refused := map[string]error{}
 	for _, r := range resp.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+		switch {
+		case r.Err == nil, errors.Is(r.Err, kerr.TopicAlreadyExists):
+		// A managed Kafka's ACLs or policy answer so even for a topic that exists, which its
+		// operator created as the README says: only a missing one is an error then.
+		case errors.Is(r.Err, kerr.TopicAuthorizationFailed), errors.Is(r.Err, kerr.ClusterAuthorizationFailed),
+			errors.Is(r.Err, kerr.PolicyViolation):
+			refused[r.Topic] = r.Err
+		default:
 			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	details, err := adm.ListTopics(ctx, slices.Sorted(maps.Keys(refused))...)
+	if err != nil {
+		return fmt.Errorf("describe topics: %w", err)
+	}
+	for _, topic := range slices.Sorted(maps.Keys(refused)) {
+		if td, ok := details[topic]; !ok || td.Err != nil {
+			return fmt.Errorf("topic %s is missing and Kafka refused to create it (%w): create it with the settings of the README's Kafka section", topic, refused[topic])
 		}
 	}
 	return nil
