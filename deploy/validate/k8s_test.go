@@ -50,6 +50,16 @@ var minReplicas = map[string]int32{"api": 3, "consumer": 2, "compensator": 2}
 // waits out one that is down rather than exiting.
 const startupBudget = 300 // seconds
 
+// probeEnv names the variable that sets the address a role's Kubernetes probes reach: the
+// ops port (--metrics-addr) of every role. Not the api's public port: its listener closes a
+// connection past SECKILL_MAX_CONNS as it is accepted, the kubelet's too, so under a flood
+// of connections every api would fail its probes at once (api/conns.go, api/server.go Serve).
+var probeEnv = map[string]string{
+	"api":         "SECKILL_METRICS_ADDR",
+	"consumer":    "SECKILL_METRICS_ADDR",
+	"compensator": "SECKILL_METRICS_ADDR",
+}
+
 // readyzSeconds is how long a role's /readyz may take: it gives its dependencies 2 seconds
 // (api/server.go readyTimeout, roles.go runWithOps), so one that hangs rather than refuses
 // holds the answer that long.
@@ -379,7 +389,7 @@ func checkGoverningService(m manifest, sts *appsv1.StatefulSet, b *bundle) probl
 }
 
 // checkRoles checks the seckill processes: one image, the role as argument, the
-// common configuration, probes on the port the process listens on, the drain
+// common configuration, probes on the ops port the process listens on, the drain
 // time, and the api's replicas, Service and PodDisruptionBudget.
 func checkRoles(b *bundle) problems {
 	var probs problems
@@ -453,19 +463,30 @@ func checkRoles(b *bundle) problems {
 		if d.Spec.Replicas == nil || *d.Spec.Replicas > 1 {
 			probs = append(probs, checkReplicated(m, d, b)...)
 		}
-		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == listenEnv[role] })
-		if i < 0 {
-			probs.addf("%s: lacks env %s, the address its probes reach", m, listenEnv[role])
-			continue
+		ports := map[string]int{}
+		for _, env := range []string{listenEnv[role], probeEnv[role]} {
+			if _, done := ports[env]; done {
+				continue
+			}
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == env })
+			if i < 0 {
+				probs.addf("%s: lacks env %s, an address it listens on", m, env)
+				continue
+			}
+			port, ok := listenPort(c.Env[i].Value)
+			n, err := strconv.Atoi(port)
+			if !ok || err != nil {
+				probs.addf("%s: %s=%q has no numeric port", m, env, c.Env[i].Value)
+				continue
+			}
+			ports[env] = n
+			if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return int(p.ContainerPort) == n }) {
+				probs.addf("%s: listens on %d (%s) but declares no such container port", m, n, env)
+			}
 		}
-		port, ok := listenPort(c.Env[i].Value)
-		n, err := strconv.Atoi(port)
-		if !ok || err != nil {
-			probs.addf("%s: %s=%q has no numeric port", m, listenEnv[role], c.Env[i].Value)
+		n, ok := ports[probeEnv[role]]
+		if !ok {
 			continue
-		}
-		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return int(p.ContainerPort) == n }) {
-			probs.addf("%s: listens on %d (%s) but declares no such container port", m, n, listenEnv[role])
 		}
 		for _, want := range []struct {
 			name  string
