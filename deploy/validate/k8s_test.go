@@ -46,8 +46,9 @@ const apiStopSeconds = 5 + 15 + 10
 var minReplicas = map[string]int32{"api": 3, "consumer": 2, "compensator": 2}
 
 // startupBudget is the least time a role's startup probe allows before the liveness
-// probe takes over: a role opens its ports only once its dependencies answer, and
-// waits out one that is down rather than exiting.
+// probe takes over. A role binds its ports at start and its ops port answers /healthz
+// while it waits out a dependency that is down (roles.go startOps), so this bounds only
+// a process that answers nothing: slow to start, not waiting.
 const startupBudget = 300 // seconds
 
 // probeEnv names the variable that sets the address a role's Kubernetes probes reach: the
@@ -511,10 +512,10 @@ func checkRoles(b *bundle) problems {
 				m, max(p.TimeoutSeconds, 1), readyzSeconds)
 		}
 
-		// A pod that starts while a dependency is down opens no port until it answers: the
-		// startup probe holds the liveness probe off meanwhile, or it would be killed in a loop.
+		// The startup probe holds the liveness probe off while a process starts; it must not
+		// be so short that a slow start is killed in a loop.
 		if p := c.StartupProbe; p != nil && p.PeriodSeconds*p.FailureThreshold < startupBudget {
-			probs.addf("%s: startup probe allows %d s x %d, want at least %d s to wait out a dependency that is down",
+			probs.addf("%s: startup probe allows %d s x %d, want at least %d s for a slow start",
 				m, p.PeriodSeconds, p.FailureThreshold, startupBudget)
 		}
 
