@@ -75,6 +75,10 @@ const readyzSeconds = 2
 // nothing else: without it that service would have to be given the admin token.
 var apiSecrets = []string{"SECKILL_ADMIN_TOKEN", "SECKILL_PAYMENT_TOKEN", "SECKILL_JWT_SECRET", "SECKILL_ORDER_ID_SECRET"}
 
+// migrateEnv is what `seckill migrate` reads (roles.go runMigrate: f.conn(usesStore)): the
+// order database and nothing else.
+var migrateEnv = []string{"SECKILL_POSTGRES_URL"}
+
 // roleKinds is the workload kind of each seckill process in deploy/k8s.
 var roleKinds = map[string]string{
 	"api":         "apps/v1/Deployment",
@@ -436,7 +440,11 @@ func checkRoles(b *bundle) problems {
 		if len(c.Command) != 0 || !slices.Equal(c.Args, []string{role}) {
 			probs.addf("%s: command %q args %q, want the image's entrypoint with args [%s]", m, c.Command, c.Args, role)
 		}
-		for _, key := range commonEnv {
+		wantEnv := commonEnv
+		if role == "migrate" {
+			wantEnv = migrateEnv
+		}
+		for _, key := range wantEnv {
 			if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == key }) {
 				probs.addf("%s: lacks env %s", m, key)
 			}
