@@ -6,7 +6,7 @@ SERVICES := deploy/local/services.sh
 # The tests read the addresses of the test services from these variables.
 TEST_ENV = eval "$$($(SERVICES) env)"
 
-.PHONY: run demo test test-fast build vet services-up services-down schemathesis
+.PHONY: run demo test build vet services-up services-down schemathesis
 
 # Built, then run: go run exits 1 when interrupted, so make would end a clean Ctrl-C with an error.
 run: build ## start api + consumer + compensator on embedded Kafka, Redis and SQLite
