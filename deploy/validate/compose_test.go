@@ -21,8 +21,7 @@ var roles = []string{"api", "consumer", "compensator"}
 // commonEnv is what every seckill process needs, whatever its role.
 var commonEnv = []string{"SECKILL_REDIS_URL", "SECKILL_POSTGRES_URL", "SECKILL_KAFKA_BROKERS"}
 
-// listenEnv names the variable that sets the HTTP address a role serves its
-// probes on.
+// listenEnv names the variable that sets the HTTP address a role serves on.
 var listenEnv = map[string]string{
 	"api":         "SECKILL_ADDR",
 	"consumer":    "SECKILL_METRICS_ADDR",
@@ -152,14 +151,21 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 		if want := time.Duration(terminationGrace[name]) * time.Second; s.StopGracePeriod == nil || time.Duration(*s.StopGracePeriod) != want {
 			probs.addf("compose: %s stop_grace_period is not %s", name, want)
 		}
-		addr := s.Environment[listenEnv[name]]
-		if addr == nil {
+		public := ""
+		if a := s.Environment[listenEnv[name]]; a == nil {
 			probs.addf("compose: %s lacks %s", name, listenEnv[name])
+		} else {
+			public, _ = listenPort(*a)
+		}
+		// The healthcheck reaches the ops port, as the k8s probes do (probeEnv).
+		addr := s.Environment[probeEnv[name]]
+		if addr == nil {
+			probs.addf("compose: %s lacks %s", name, probeEnv[name])
 			continue
 		}
 		port, ok := listenPort(*addr)
 		if !ok {
-			probs.addf("compose: %s %s=%q has no port", name, listenEnv[name], *addr)
+			probs.addf("compose: %s %s=%q has no port", name, probeEnv[name], *addr)
 			continue
 		}
 		if s.HealthCheck == nil || len(s.HealthCheck.Test) < 3 || s.HealthCheck.Test[1] != "/healthcheck" ||
@@ -183,12 +189,12 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 			}
 			published := false
 			for _, pc := range s.Ports {
-				if pc.Published == port && pc.Target == parsePort(port) {
+				if pc.Published == public && pc.Target == parsePort(public) {
 					published = true
 				}
 			}
 			if !published {
-				probs.addf("compose: api must publish %s:%s, got %+v", port, port, s.Ports)
+				probs.addf("compose: api must publish %s:%s, got %+v", public, public, s.Ports)
 			}
 		}
 	}

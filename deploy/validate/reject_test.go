@@ -139,7 +139,10 @@ func TestComposeRejects(t *testing.T) {
 		{"Redis fsync off", `"--appendfsync", "everysec"`, `"--appendfsync", "no"`, "--appendfsync everysec"},
 		{"broker not advertised", "SECKILL_KAFKA_BROKERS: kafka:9092", "SECKILL_KAFKA_BROKERS: kafka:29092", `broker "kafka:29092"`},
 		{"api stops as fast as the others", "    stop_grace_period: 40s\n", "", "api stop_grace_period is not 40s"},
-		{"waits on a service without healthcheck", `test: ["CMD", "/healthcheck", "http://127.0.0.1:8080/readyz"]`, "disable: true", "waits for api to be healthy, but api has no healthcheck"},
+		{"api healthcheck through the capped public port", "during a crowd.\n    healthcheck:\n      test: [\"CMD\", \"/healthcheck\", \"http://127.0.0.1:9090/readyz\"]",
+			"during a crowd.\n    healthcheck:\n      test: [\"CMD\", \"/healthcheck\", \"http://127.0.0.1:8080/readyz\"]", "api healthcheck must run /healthcheck against port 9090"},
+		{"waits on a service without healthcheck", "during a crowd.\n    healthcheck:\n      test: [\"CMD\", \"/healthcheck\", \"http://127.0.0.1:9090/readyz\"]",
+			"during a crowd.\n    healthcheck:\n      disable: true", "waits for api to be healthy, but api has no healthcheck"},
 	}
 	content := string(readDeployFile(t, "compose.yaml"))
 	repoRoot := filepath.Dir(deployDir(t))
