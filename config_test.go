@@ -125,6 +125,12 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"compensator", "--sweep-interval", "0s"}, "", "--sweep-interval: want a positive duration"},
 		{[]string{"consumer", "--postgres-url", "mysql://x"}, "", `unsupported url "mysql://x"`},
 		{[]string{"consumer", "--postgres-url", "postgres://u:hunter2%zz@h/db"}, "", `invalid URL escape "%zz"`},
+		// A mistyped or missing scheme: the usage error quotes the URL, never its password.
+		{[]string{"migrate", "--postgres-url", "postgres:/u:hunter2@h:5432/db"}, "", `unsupported url "postgres:/u:xxxxx@h:5432/db"`},
+		{[]string{"migrate", "--postgres-url", "seckill:hunter2@db:5432/seckill"}, "", `unsupported url "seckill:xxxxx@db:5432/seckill"`},
+		{[]string{"migrate"}, "SECKILL_POSTGRES_URL=seckill:hunter2@db:5432/seckill", `unsupported url`},
+		{[]string{"audit", "--redis-url", "redis:/:hunter2@h:1/0"}, "", "--redis-url redis:/:xxxxx@h:1/0: invalid redis url"},
+		{[]string{"audit", "--redis-url", ":hunter2@10.0.0.5:6379"}, "", "invalid redis url"},
 		{[]string{"consumer", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"dev", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"consumer", "--kafka-brokers", ""}, "", "--kafka-brokers: want host:port"},

@@ -27,6 +27,19 @@ func TestRedactURL(t *testing.T) {
 		// A password that holds an unencoded '?' (a URL lua/redisurl refuses, and its usage
 		// error prints): what follows the '?' is no query.
 		"redis+cluster://u:pw?x@n1:7000": "redis+cluster://xxxxx@n1:7000",
+
+		// A mistyped or missing scheme, which CheckURL and lua/redisurl refuse, and whose usage
+		// error prints it: an '@' still ends a user info.
+		"postgres:/u:pw@h:5432/db":      "postgres:/u:xxxxx@h:5432/db",
+		"redis:/:pw@h:1/0":              "redis:/:xxxxx@h:1/0",
+		"seckill:pw@db:5432/seckill":    "seckill:xxxxx@db:5432/seckill",
+		":pw@10.0.0.5:6379":             ":xxxxx@10.0.0.5:6379",
+		"postgres:u:p:w@h/db":           "postgres:xxxxx@h/db",
+		"postgres//u:pw@h/db":           "postgres//u:xxxxx@h/db",
+		"u:p@w@h/db":                    "u:xxxxx@h/db",
+		"postgres:/u:pw?x@h/db":         "postgres:/xxxxx@h/db",
+		"postgres:/h/db?password=pw":    "postgres:/h/db?password=xxxxx",
+		"host=db user=app password=p@w": "host=db user=app password=xxxxx",
 	} {
 		if got := store.RedactURL(in); got != want || strings.Contains(got, "pw") {
 			t.Errorf("store.RedactURL(%q) = %q, want %q", in, got, want)

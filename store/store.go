@@ -120,23 +120,31 @@ func pqDefaults(dsn string) string {
 // RedactURL is url with its passwords masked, for logs and errors: the user info's, and the
 // query's (lib/pq takes a password from the query too); a query that does not parse is masked
 // whole. It serves every URL a role takes (PostgreSQL, Redis, Sentinel, Cluster), including
-// those net/url cannot parse (several hosts).
+// those net/url cannot parse (several hosts), and the malformed ones the usage errors print: a
+// key=value DSN, or a URL whose scheme is mistyped or missing (postgres:/u:pw@h, u:pw@h).
 func RedactURL(s string) string {
-	if !strings.Contains(s, "://") {
-		// A key=value DSN (lib/pq's other form), which CheckURL refuses with it in its message.
+	if keyValueDSN.MatchString(s) {
+		// lib/pq's other form, which CheckURL refuses with it in its message.
 		return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
 	}
 	s, query, hasQuery := strings.Cut(s, "?")
+	// start is where a user info would begin. Without "://" an '@' is still the tell of one:
+	// what precedes it is a password however the scheme was mistyped, so only a prefix that
+	// cannot be one (a scheme followed by slashes) is kept apart.
+	start := 0
 	if i := strings.Index(s, "://"); i >= 0 {
-		if at := strings.LastIndex(s, "@"); at > i {
-			if colon := strings.Index(s[i+3:at], ":"); colon >= 0 {
-				s = s[:i+3+colon+1] + "xxxxx" + s[at:]
-			}
-		} else if at := strings.LastIndex(query, "@"); at >= 0 {
-			// A password that holds an unencoded '?' cut the URL inside it: the '@' that ends
-			// it is in what looks like the query. Nothing before that '@' can be told safe.
-			return s[:i+3] + "xxxxx" + query[at:]
+		start = i + 3
+	} else if m := slashedScheme.FindStringIndex(s); m != nil {
+		start = m[1]
+	}
+	if at := strings.LastIndex(s, "@"); at >= start {
+		if colon := strings.Index(s[start:at], ":"); colon >= 0 {
+			s = s[:start+colon+1] + "xxxxx" + s[at:]
 		}
+	} else if at := strings.LastIndex(query, "@"); at >= 0 {
+		// A password that holds an unencoded '?' cut the URL inside it: the '@' that ends
+		// it is in what looks like the query. Nothing before that '@' can be told safe.
+		return s[:start] + "xxxxx" + query[at:]
 	}
 	if !hasQuery {
 		return s
@@ -157,6 +165,13 @@ func RedactURL(s string) string {
 	}
 	return s + "?" + query
 }
+
+var (
+	// keyValueDSN is lib/pq's key=value form ("host=db password=…"), which no URL starts like.
+	keyValueDSN = regexp.MustCompile(`^\s*\w+\s*=`)
+	// slashedScheme is a scheme and the slashes after it, however many were typed.
+	slashedScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:/+`)
+)
 
 // dsnPassword is the password of a key=value DSN: a word, or a quoted value.
 var dsnPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
