@@ -131,6 +131,9 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"migrate"}, "SECKILL_POSTGRES_URL=seckill:hunter2@db:5432/seckill", `unsupported url`},
 		{[]string{"audit", "--redis-url", "redis:/:hunter2@h:1/0"}, "", "--redis-url redis:/:xxxxx@h:1/0: invalid redis url"},
 		{[]string{"audit", "--redis-url", ":hunter2@10.0.0.5:6379"}, "", "invalid redis url"},
+		// A password that holds an unencoded '/' ends the host early: lib/pq's error would quote
+		// what precedes it as the port.
+		{[]string{"migrate", "--postgres-url", "postgres://u:hunter2/x@h:5432/db"}, "", "an '@' after the host"},
 		{[]string{"consumer", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"dev", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"consumer", "--kafka-brokers", ""}, "", "--kafka-brokers: want host:port"},

@@ -76,6 +76,10 @@ func CheckURL(dsn string) error {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		if _, err := pq.ParseURL(dsn); err != nil {
+			if misplacedUserinfo(dsn) {
+				// The host or port the error quotes is then a piece of the password.
+				return errors.New("an '@' after the host: percent-encode a '/', '?' or '#' in the user or password")
+			}
 			if ue := (*url.Error)(nil); errors.As(err, &ue) {
 				return ue.Err // its URL would print the password
 			}
@@ -89,6 +93,14 @@ func CheckURL(dsn string) error {
 		return fmt.Errorf("unsupported url %q (want postgres://… or sqlite:PATH)", RedactURL(dsn))
 	}
 	return nil
+}
+
+// misplacedUserinfo reports whether s has an '@' after its authority: a user or password that
+// holds '/', '?' or '#' unencoded ends the authority before the '@' that should end them.
+func misplacedUserinfo(s string) bool {
+	_, rest, _ := strings.Cut(s, "://")
+	end := strings.IndexAny(rest, "/?#")
+	return end >= 0 && strings.Contains(rest[end:], "@")
 }
 
 // pqDefaults sets two lib/pq parameters the URL does not set itself.
