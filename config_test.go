@@ -134,6 +134,12 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		// A password that holds an unencoded '/' ends the host early: lib/pq's error would quote
 		// what precedes it as the port.
 		{[]string{"migrate", "--postgres-url", "postgres://u:hunter2/x@h:5432/db"}, "", "an '@' after the host"},
+		// Values lib/pq refuses only when it connects, and an invalid port: the roles retried
+		// them for ever, as if the server were down.
+		{[]string{"consumer", "--postgres-url", "postgres://u:hunter2@h:5432/db?sslmode=bogus"}, "", `wrong value for "sslmode"`},
+		{[]string{"api", "--insecure-user-header", "--postgres-url", "postgres://u:hunter2@127.0.0.1:99999/db"}, "", `wrong value for "port"`},
+		{[]string{"compensator", "--postgres-url", "postgres://u:hunter2@h/db?connect_timeout=abc"}, "", `wrong value for "connect_timeout"`},
+		{[]string{"compensator", "--postgres-url", "postgres://u:hunter2@127.0.0.1:0/db"}, "", "port 0: want 1 to 65535"},
 		{[]string{"consumer", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"dev", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"consumer", "--kafka-brokers", ""}, "", "--kafka-brokers: want host:port"},

@@ -71,7 +71,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 }
 
 // CheckURL says what is wrong with a store URL, before anything connects: postgres://… as lib/pq
-// reads it, or sqlite:PATH.
+// reads it when it connects (its port and its options' values included), or sqlite:PATH.
 func CheckURL(dsn string) error {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
@@ -84,6 +84,23 @@ func CheckURL(dsn string) error {
 				return ue.Err // its URL would print the password
 			}
 			return err
+		}
+		// ParseURL only converts: lib/pq reads the port and the options' values when it
+		// connects, and a role took its "wrong value for sslmode" for an outage, retrying it
+		// for ever. NewConfig reads them as a connection would (the PG* variables too), and
+		// dials nothing. Its errors quote a number's or a mode's value, never a password.
+		cfg, err := pq.NewConfig(dsn)
+		if err != nil {
+			return err
+		}
+		ports := []uint16{cfg.Port}
+		for _, m := range cfg.Multi {
+			ports = append(ports, m.Port)
+		}
+		for _, p := range ports {
+			if p == 0 { // lib/pq takes it and dials it
+				return errors.New("port 0: want 1 to 65535")
+			}
 		}
 	case strings.HasPrefix(dsn, "sqlite:"):
 		if strings.TrimPrefix(dsn, "sqlite:") == "" {
