@@ -140,6 +140,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"api", "--insecure-user-header", "--postgres-url", "postgres://u:hunter2@127.0.0.1:99999/db"}, "", `wrong value for "port"`},
 		{[]string{"compensator", "--postgres-url", "postgres://u:hunter2@h/db?connect_timeout=abc"}, "", `wrong value for "connect_timeout"`},
 		{[]string{"compensator", "--postgres-url", "postgres://u:hunter2@127.0.0.1:0/db"}, "", "port 0: want 1 to 65535"},
+		{[]string{"consumer", "--redis-url", "redis://:hunter2@127.0.0.1:99999/0"}, "", `invalid redis url: address "127.0.0.1:99999": want host:port`},
+		{[]string{"consumer", "--redis-url", "redis://127.0.0.1:0/0"}, "", `invalid redis url: address "127.0.0.1:0": want host:port`},
 		{[]string{"consumer", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"dev", "--log-format", "yaml"}, "", "--log-format: want json or text"},
 		{[]string{"consumer", "--kafka-brokers", ""}, "", "--kafka-brokers: want host:port"},

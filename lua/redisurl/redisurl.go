@@ -111,6 +111,11 @@ func parse(s string) (Options, error) {
 		if strings.Contains(opt.Addr, ",") {
 			return Options{}, fmt.Errorf("one server, not %q: name several as redis+cluster:// or redis+sentinel://", opt.Addr)
 		}
+		// go-redis takes any number for the port, and a role retried dialing 127.0.0.1:99999
+		// for ever as if Redis were down: the check the Sentinel and Cluster forms make.
+		if _, err := addresses(opt.Addr, "6379"); err != nil {
+			return Options{}, err
+		}
 		// go-redis takes a negative database too, and then selects none: the URL's /-1 would
 		// quietly share database 0 with whatever else lives there.
 		if opt.DB < 0 {
