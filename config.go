@@ -388,7 +388,12 @@ func (c conn) openRedis(ctx context.Context) (*lua.Redis, error) {
 	r := lua.New(c.redis.NewClient())
 	if err := r.Load(ctx); err != nil {
 		r.Close()
-		return nil, err
+		// Named as the store's and Kafka's errors name theirs: "load scripts: dial tcp …"
+		// alone did not say which of three servers was down.
+		if c.redisURL != nil {
+			return nil, fmt.Errorf("open redis %s: %w", store.RedactURL(*c.redisURL), err)
+		}
+		return nil, fmt.Errorf("open redis: %w", err)
 	}
 	return r, nil
 }

@@ -235,6 +235,29 @@ func TestUnreachableSaysWhatToDo(t *testing.T) {
 	}
 }
 
+// TestUnreachableNamesItsServer: the error of a server that does not answer says which server,
+// with its URL, as the store's does: an unreachable Redis said only "load scripts: dial tcp …".
+func TestUnreachableNamesItsServer(t *testing.T) {
+	sqlite := migratedSQLite(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"audit", "--postgres-url", "postgres://u:p@127.0.0.1:1/db"}, "open store postgres://u:xxxxx@127.0.0.1:1/db: dial tcp 127.0.0.1:1"},
+		{[]string{"campaign", "close", "--id", "x", "--postgres-url", sqlite, "--redis-url", "redis://:p@127.0.0.1:1/0"}, "open redis redis://:xxxxx@127.0.0.1:1/0: "},
+		{[]string{"campaign", "close", "--id", "x", "--postgres-url", sqlite, "--redis-url", "redis+cluster://127.0.0.1:1"}, "open redis redis+cluster://127.0.0.1:1: "},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			if code := run(ctx, tc.args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit 1 with %q", code, stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
 // TestTakenPortStopsAtOnce: a role whose port another process holds stops at once, saying which
 // flag to change. It used to wait for its servers first (for ever, while they are down) and
 // only then find the port taken; /healthz was not served while it waited either.
