@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -87,7 +88,7 @@ func (f *flags) parse(args []string) error {
 		help()
 		return err
 	case err != nil:
-		return usagef("%v (seckill %s --help lists the flags)", err, f.Name())
+		return usagef("%s (seckill %s --help lists the flags)", f.badValue(err), f.Name())
 	case f.NArg() > 0 && f.positional == "":
 		return usagef("unexpected arguments: %v", f.Args())
 	}
@@ -111,8 +112,28 @@ func (f *flags) parse(args []string) error {
 	return nil
 }
 
-// wanted says what value fl takes, for a variable that did not parse: the flag package's own
-// error for a number or a duration is only "parse error".
+// badValue is the flag package's err, reworded as a variable's is when it names a value a flag
+// could not take: its own error for a number or a duration is only "parse error". The flag
+// package returns no type for it, so its message is read; another message is left as it is.
+func (f *flags) badValue(err error) string {
+	m := badFlagValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	value, uerr := strconv.Unquote(m[1])
+	fl := f.Lookup(m[2])
+	if uerr != nil || fl == nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("--%s %q: %s", fl.Name, value, wanted(fl, errors.New(m[3])))
+}
+
+// badFlagValue is the flag package's error for a value Set refused: the quoted value, the
+// flag's name and Set's error.
+var badFlagValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-(\S+): (.*)$`)
+
+// wanted says what value fl takes, for a flag or a variable that did not parse: the flag
+// package's own error for a number or a duration is only "parse error".
 func wanted(fl *flag.Flag, err error) string {
 	kind, _ := flag.UnquoteUsage(fl)
 	switch kind {

@@ -176,6 +176,11 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"audit", "--grace", "-5s"}, "", "--grace: want a positive duration"},
 		{[]string{"audit", "--grace", "0s"}, "", "--grace: want a positive duration"},
 		{[]string{"consumer"}, "SECKILL_BATCH_SIZE=abc", `SECKILL_BATCH_SIZE="abc": want a whole number, as --batch-size`},
+		// The flag says what its variable says: the flag package's own error is "parse error".
+		{[]string{"consumer", "--session-timeout", "5"}, "", `--session-timeout "5": want a duration such as 5s or 2m (seckill consumer --help lists the flags)`},
+		{[]string{"consumer", "--batch-size=abc"}, "", `--batch-size "abc": want a whole number`},
+		{[]string{"api", "--insecure-user-header=maybe"}, "", `--insecure-user-header "maybe": want true or false`},
+		{[]string{"consumer", "--no-such-flag"}, "", "flag provided but not defined: -no-such-flag (seckill consumer --help lists the flags)"},
 		{[]string{"compensator"}, "SECKILL_SWEEP_INTERVAL=5", `SECKILL_SWEEP_INTERVAL="5": want a duration such as 5s or 2m, as --sweep-interval`},
 		{[]string{"bench", "--scenarios", "bogus"}, "", `unknown scenario "bogus"`},
 		{[]string{"bench", "--binary", "/nonexistent", "--batch-size", "-5"}, "", "--batch-size must be 0 or more"},
