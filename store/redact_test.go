@@ -30,15 +30,17 @@ func TestRedactURL(t *testing.T) {
 
 		// A mistyped or missing scheme, which CheckURL and lua/redisurl refuse, and whose usage
 		// error prints it: an '@' still ends a user info.
-		"postgres:/u:pw@h:5432/db":      "postgres:/u:xxxxx@h:5432/db",
-		"redis:/:pw@h:1/0":              "redis:/:xxxxx@h:1/0",
-		"seckill:pw@db:5432/seckill":    "seckill:xxxxx@db:5432/seckill",
-		":pw@10.0.0.5:6379":             ":xxxxx@10.0.0.5:6379",
-		"postgres:u:p:w@h/db":           "postgres:xxxxx@h/db",
-		"postgres//u:pw@h/db":           "postgres//u:xxxxx@h/db",
-		"u:p@w@h/db":                    "u:xxxxx@h/db",
-		"postgres:/u:pw?x@h/db":         "postgres:/xxxxx@h/db",
-		"postgres:/h/db?password=pw":    "postgres:/h/db?password=xxxxx",
+		"postgres:/u:pw@h:5432/db":   "postgres:/u:xxxxx@h:5432/db",
+		"redis:/:pw@h:1/0":           "redis:/:xxxxx@h:1/0",
+		"seckill:pw@db:5432/seckill": "seckill:xxxxx@db:5432/seckill",
+		":pw@10.0.0.5:6379":          ":xxxxx@10.0.0.5:6379",
+		"postgres:u:p:w@h/db":        "postgres:xxxxx@h/db",
+		"postgres//u:pw@h/db":        "postgres//u:xxxxx@h/db",
+		"u:p@w@h/db":                 "u:xxxxx@h/db",
+		"postgres:/u:pw?x@h/db":      "postgres:/xxxxx@h/db",
+		"postgres:/h/db?password=pw": "postgres:/h/db?password=xxxxx",
+		// A "://" after the '@' is no scheme's.
+		"seckill:pw@h/x://y":            "seckill:xxxxx@h/x://y",
 		"host=db user=app password=p@w": "host=db user=app password=xxxxx",
 	} {
 		if got := store.RedactURL(in); got != want || strings.Contains(got, "pw") {

@@ -159,11 +159,10 @@ func RedactURL(s string) string {
 	s, query, hasQuery := strings.Cut(s, "?")
 	// start is where a user info would begin. Without "://" an '@' is still the tell of one:
 	// what precedes it is a password however the scheme was mistyped, so only a prefix that
-	// cannot be one (a scheme followed by slashes) is kept apart.
+	// cannot be one (a scheme followed by slashes) is kept apart. A "://" further on (in a
+	// path) is no scheme's.
 	start := 0
-	if i := strings.Index(s, "://"); i >= 0 {
-		start = i + 3
-	} else if m := slashedScheme.FindStringIndex(s); m != nil {
+	if m := slashedScheme.FindStringIndex(s); m != nil {
 		start = m[1]
 	}
 	if at := strings.LastIndex(s, "@"); at >= start {
