@@ -221,6 +221,12 @@ func (f *flags) conn(u uses) conn {
 		if !*dev {
 			return nil
 		}
+		// --dev stands in for these flags, so one given beside it is a contradiction: it
+		// silently took the dev's place, and an audit meant for another store read the dev's.
+		// Their variables yield to --dev, as one environment serves every command.
+		if given := f.onCommandLine(servers...); len(given) > 0 {
+			return usagef("--dev (SECKILL_DEV) reaches the dev's servers in place of %s: give one or the other", andList(given))
+		}
 		a, err := readDevAddrs(*dataDir)
 		if err != nil {
 			return err
@@ -316,6 +322,20 @@ func validHostPort(s string, listen bool) bool {
 	}
 	n, err := strconv.Atoi(port)
 	return err == nil && n > 0 && n < 1<<16
+}
+
+// onCommandLine returns those of the flags names ("--redis-url") given on the command line,
+// not by their variables.
+func (f *flags) onCommandLine(names ...string) []string {
+	var given []string
+	for _, n := range names {
+		f.Visit(func(fl *flag.Flag) {
+			if "--"+fl.Name == n {
+				given = append(given, n)
+			}
+		})
+	}
+	return given
 }
 
 // devFlags are --dev, which does what usage says with the seckill dev running on --data-dir,

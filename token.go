@@ -124,6 +124,10 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *dev {
+		// As with the servers' flags (flags.conn): one given beside --dev would be ignored.
+		if given := f.onCommandLine("--jwt-secret", "--jwt-issuer", "--jwt-audience"); len(given) > 0 {
+			return usagef("--dev (SECKILL_DEV) signs as the dev in place of %s: give one or the other", andList(given))
+		}
 		a, err := readDevAddrs(*dataDir)
 		if err != nil {
 			return err

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,5 +56,64 @@ func TestAPIRefusesToStartWithoutIdentity(t *testing.T) {
 	code := run(context.Background(), []string{"api", "--addr", "127.0.0.1:0", "--redis-url", "redis://127.0.0.1:1/0"}, &out, &out)
 	if code != 2 || !strings.Contains(out.String(), "JWT secret") {
 		t.Errorf("api without a JWT secret: exit %d: %s", code, out.String())
+	}
+}
+
+// fakeDev makes dir look like the data directory of a running seckill dev whose servers are a,
+// as operator commands find one: its dev.json and a held lock on dev.lock.
+func fakeDev(t *testing.T, dir string, a devAddrs) {
+	t.Helper()
+	if err := writeDevAddrs(dir, a); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := lockDev(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Close() })
+}
+
+// TestDevWithAServerFlag: --dev (or SECKILL_DEV) stands in for the server flags, so one given
+// on the command line beside it is a contradiction, refused before anything is reached: --dev
+// used to replace it silently, and an audit meant for another store read the dev's, a token
+// meant for another api was signed with the dev's secret. A variable of a server flag yields to
+// --dev, as one environment serves every command.
+func TestDevWithAServerFlag(t *testing.T) {
+	const devSecret, otherSecret = "the-dev-secret-of-at-least-thirty-two-bytes", "another-secret-of-at-least-thirty-two-bytes"
+	dir := t.TempDir()
+	fakeDev(t, dir, devAddrs{RedisURL: "redis://127.0.0.1:1/0", StoreURL: "sqlite:" + filepath.Join(dir, "dev.db"), KafkaBrokers: "127.0.0.1:1", JWTSecret: devSecret})
+	other := "sqlite:" + filepath.Join(t.TempDir(), "other.db")
+	for _, tc := range []struct {
+		args []string
+		env  bool // SECKILL_DEV=true and SECKILL_DATA_DIR=dir in place of --dev --data-dir dir
+		want string
+	}{
+		{[]string{"audit", "--redis-url", "redis://127.0.0.1:2/0", "--postgres-url", other}, true, "--dev (SECKILL_DEV) reaches the dev's servers in place of --redis-url and --postgres-url"},
+		{[]string{"audit", "--postgres-url", other}, false, "--dev (SECKILL_DEV) reaches the dev's servers in place of --postgres-url"},
+		{[]string{"dlq", "stats", "--kafka-brokers", "127.0.0.1:3"}, false, "in place of --kafka-brokers"},
+		{[]string{"token", "--user", "bob", "--jwt-secret", otherSecret}, false, "--dev (SECKILL_DEV) signs as the dev in place of --jwt-secret"},
+		{[]string{"token", "--user", "bob", "--jwt-issuer", "shop"}, true, "in place of --jwt-issuer"},
+	} {
+		t.Run(fmt.Sprint(tc.args, tc.env), func(t *testing.T) {
+			args := append(tc.args, "--dev", "--data-dir", dir)
+			if tc.env {
+				t.Setenv("SECKILL_DEV", "true")
+				t.Setenv("SECKILL_DATA_DIR", dir)
+				args = tc.args
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run(context.Background(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 with %q", code, stdout.String(), stderr.String(), tc.want)
+			}
+		})
+	}
+
+	t.Setenv("SECKILL_JWT_SECRET", otherSecret)
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"token", "--dev", "--data-dir", dir, "--user", "bob"}, &out, &out); code != 0 {
+		t.Fatalf("token --dev with SECKILL_JWT_SECRET set exited %d: %s", code, out.String())
+	}
+	if _, err := jwt.Parse(strings.TrimSpace(out.String()), func(*jwt.Token) (any, error) { return []byte(devSecret), nil }); err != nil {
+		t.Errorf("token --dev with SECKILL_JWT_SECRET set: %v; want it signed with the dev's secret", err)
 	}
 }
