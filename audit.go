@@ -19,7 +19,7 @@ var errViolation = errors.New("an invariant does not hold")
 func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("audit", "Check the invariants I1-I6 (conservation, single resolution, per-user limit, no\noversell, no lost order, paid or expired) across Redis, the store and Kafka. Exits 1 on a violation.", stdout)
 	c := f.conn(usesStore | usesRedis | usesKafka)
-	campaign := f.String("campaign", "", "audit only this campaign (default: all)")
+	campaign := f.campaignID("campaign", "audit only this campaign (default: all)")
 	grace := f.duration("grace", 5*time.Second, false, "how long past its deadline a reservation may stay pending (the sweep interval)")
 	if err := f.parse(args); err != nil {
 		return err

@@ -52,7 +52,7 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	f := newFlags("campaign "+action, summary, stdout)
 	c := f.conn(usesAll)
-	id := f.String("id", "", "the campaign id (required)")
+	id := f.campaignID("id", "the campaign id (required)")
 	var endsAt *string
 	var add, to *int64
 	switch action {

@@ -167,6 +167,32 @@ func (f *flags) atLeast(name string, value, least int, usage string) *int {
 	return p
 }
 
+// campaignID is a string flag that, when given, must name a campaign (events.ValidCampaignID):
+// no store holds another, and the command connected only to answer campaign_not_found.
+func (f *flags) campaignID(name, usage string) *string {
+	p := f.String(name, "", usage)
+	f.after = append(f.after, func() error {
+		if *p != "" && !events.ValidCampaignID(*p) {
+			return usagef("--%s %q: want 1 to 64 letters, digits, '-' and '_', starting with a letter or a digit (a campaign id)", name, *p)
+		}
+		return nil
+	})
+	return p
+}
+
+// orderID is a string flag that, when given, must be an order id (events.CampaignOf), for the
+// reason of campaignID.
+func (f *flags) orderID(name, usage string) *string {
+	p := f.String(name, "", usage)
+	f.after = append(f.after, func() error {
+		if _, ok := events.CampaignOf(*p); *p != "" && !ok {
+			return usagef("--%s %q: want CAMPAIGN.ID, an order id as the api gave it", name, *p)
+		}
+		return nil
+	})
+	return p
+}
+
 // duration is a duration flag that must be positive, or with zeroOK, not negative.
 func (f *flags) duration(name string, value time.Duration, zeroOK bool, usage string) *time.Duration {
 	p := f.Duration(name, value, usage)

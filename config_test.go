@@ -170,6 +170,16 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"campaign", "add-stock", "--id", "x", "--add", "-5"}, "", "campaign add-stock: --add -5: want at least 1"},
 		{[]string{"campaign", "add-stock", "--id", "x", "--to", "-5"}, "", "campaign add-stock: --to -5: want at least 1"},
 		{[]string{"campaign", "add-stock", "--id", "x", "--add", "0"}, "", "campaign add-stock: give --add N (units to put on sale) or --to TOTAL"},
+		{pointedNowhere("compensate", "--order", "abc"), "", `--order "abc": want CAMPAIGN.ID`},
+		{pointedNowhere("compensate", "--order", " "), "", `--order " ": want CAMPAIGN.ID`},
+		{pointedNowhere("compensate", "--campaign", " "), "", `--campaign " ": want 1 to 64 letters`},
+		{pointedNowhere("compensate", "--campaign", "demo.x"), "", `--campaign "demo.x": want 1 to 64 letters`},
+		{pointedNowhere("campaign", "close", "--id", "bad id!"), "", `--id "bad id!": want 1 to 64 letters`},
+		{pointedNowhere("campaign", "cancel", "--id", "-x"), "", `--id "-x": want 1 to 64 letters`},
+		{pointedNowhere("campaign", "extend", "--id", " ", "--ends-at", "+1h"), "", `--id " ": want 1 to 64 letters`},
+		{pointedNowhere("campaign", "add-stock", "--id", "a/b", "--add", "1"), "", `--id "a/b": want 1 to 64 letters`},
+		{pointedNowhere("audit", "--campaign", "bad id!"), "", `--campaign "bad id!": want 1 to 64 letters`},
+		{pointedNowhere("compensate"), "SECKILL_ORDER=abc", `--order "abc": want CAMPAIGN.ID`},
 		{[]string{"replay", "--from", "start", "--batch-size", "-3"}, "", "--batch-size: want at least 1"},
 		{[]string{"replay", "--from", "start", "--max-rate", "-1"}, "", "--max-rate: want at least 0"},
 		{[]string{"dlq", "list", "--since", "-1h"}, "", "--since -1h: want a duration ago"},
@@ -209,6 +219,13 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pointedNowhere is the command args pointed at servers that do not answer, so that a bad value
+// it let through fails as exit 1, not as a change to a server this test did not start.
+func pointedNowhere(args ...string) []string {
+	conn := []string{"--redis-url", "redis://127.0.0.1:1/0", "--postgres-url", "postgres://u@127.0.0.1:1/x", "--kafka-brokers", "127.0.0.1:1"}
+	return append(args, connFor(args, conn)...)
 }
 
 // TestUnreachableSaysWhatToDo: an operator command whose server does not answer waits for

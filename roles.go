@@ -362,8 +362,8 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("compensate", "Release a reservation that will not become an order, or refund a confirmed order\n(--order; prints its final state as JSON). With --campaign, every pending reservation\nand every confirmed or paid order of a campaign, or those of --status, with progress.\nIdempotent: run again, it changes nothing more.", stdout)
 	c := f.conn(usesAll)
-	order := f.String("order", "", "the order id")
-	campaign := f.String("campaign", "", "compensate every order of this campaign (in place of --order)")
+	order := f.orderID("order", "the order id")
+	campaign := f.campaignID("campaign", "compensate every order of this campaign (in place of --order)")
 	status := f.String("status", "", "with --campaign: pending (release the pending reservations) or confirmed (refund the confirmed and paid orders); default both")
 	if err := f.parse(args); err != nil {
 		return err
