@@ -108,6 +108,14 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	drainDelay := f.duration("drain-delay", 5*time.Second, true, "how long a stopping api goes on serving while /readyz answers 503, for the load balancer to move buyers elsewhere")
 	maxConnsPerAddr := notNegative(f, "max-conns-per-addr", f.Int("max-conns-per-addr", 1000, "connections from one client address (an IPv6 /64); behind a load balancer raise it, or 0 for no cap"))
 	guards := f.guards(false)
+	// api.Config.Validate refuses it too, but after the start line is logged, and it can name
+	// only the settings.
+	f.after = append(f.after, func() error {
+		if *maxConns > 0 && *guards.streams >= *maxConns {
+			return usagef("--max-streams %d: want below --max-conns (%d): every stream holds a connection, and purchases need the others", *guards.streams, *maxConns)
+		}
+		return nil
+	})
 	f.check(func() bool { return *guards.secret != "" || *guards.insecureUser },
 		"buyers cannot authenticate: give --jwt-secret (SECKILL_JWT_SECRET), the JWT secret your login service signs their tokens with (in development only, --insecure-user-header instead)")
 	if err := f.parse(args); err != nil {
