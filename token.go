@@ -32,8 +32,20 @@ func (f *flags) secret(name, usage string) *string {
 }
 
 // notNegative checks that the flag name's value p is 0 or more.
-func notNegative[T int | float64](f *flags, name string, p *T) *T {
+func notNegative(f *flags, name string, p *int) *int {
 	f.check(func() bool { return *p >= 0 }, "--%s: want 0 or more", name)
+	return p
+}
+
+// maxRate bounds a rate limit's flag, in requests a second: its burst is twice the rate as an
+// int, and int(2 * +Inf) is no number (a rate of 0 or more let +Inf through, and the start line
+// logged "!ERROR:json: unsupported value: +Inf"). No api serves a billion requests a second.
+const maxRate = 1e9
+
+// rateFlag is a float flag of requests a second, 0 to maxRate.
+func (f *flags) rateFlag(name string, value float64, usage string) *float64 {
+	p := f.Float64(name, value, usage)
+	f.check(func() bool { return *p >= 0 && *p <= maxRate }, "--%s: want 0 or more, at most %d", name, int(maxRate))
 	return p
 }
 
@@ -68,8 +80,8 @@ func (f *flags) guards(dev bool) guardFlags {
 	g := guardFlags{
 		identityFlags:  f.identity(),
 		insecureUser:   f.Bool("insecure-user-header", dev, insecureHelp),
-		userRate:       notNegative(f, "user-rate", f.Float64("user-rate", 20, "requests a second per buyer, burst twice that (0: no limit)")),
-		ipRate:         notNegative(f, "ip-rate", f.Float64("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)")),
+		userRate:       f.rateFlag("user-rate", 20, "requests a second per buyer, burst twice that (0: no limit)"),
+		ipRate:         f.rateFlag("ip-rate", 2000, "requests a second per client address on /v1, burst twice that (0: no limit)"),
 		trustProxy:     f.Bool("trust-proxy-headers", false, "take the client address from X-Forwarded-For when the peer is a private address (behind a load balancer)"),
 		idempotencyTTL: f.duration("idempotency-ttl", 24*time.Hour, false, "how long an Idempotency-Key is remembered"),
 		streamsBuyer:   f.atLeast("max-streams-per-buyer", 4, 1, "order event streams one buyer may hold open"),
