@@ -107,6 +107,11 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 			camp, err = op.AddStock(ctx, *id, *add)
 		}
 	case "cancel":
+		// Looked up first, as compensate --campaign does: a progress line drawn for a campaign
+		// that is not there reads as a cancel that started.
+		if _, err = d.store.Campaign(ctx, *id); err != nil {
+			break
+		}
 		update, stop := bench.NewProgress(os.Stderr).Track("cancel " + *id)
 		tally = new(compensator.Tally)
 		camp, *tally, err = op.Cancel(ctx, *id, update)

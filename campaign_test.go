@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/alicebob/miniredis/v2"
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/compensator"
@@ -52,5 +55,29 @@ func TestCancelBehindPrintsTally(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"released": 2`) || !strings.Contains(out.String(), `"refunded": 3`) {
 		t.Errorf("cancel with its sale behind printed %q; want its tally", out.String())
+	}
+}
+
+// TestCancelOfNoCampaignShowsNoProgress: cancel, like compensate --campaign, looks the campaign
+// up before it draws its progress: it printed "cancel nosuch  0  0s" for a campaign that is not
+// there, then failed.
+func TestCancelOfNoCampaignShowsNoProgress(t *testing.T) {
+	mr := miniredis.RunT(t)
+	progress, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer progress.Close()
+	stderr := os.Stderr
+	os.Stderr = progress // where the progress goes
+	t.Cleanup(func() { os.Stderr = stderr })
+
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"campaign", "cancel", "--id", "nosuch", "--redis-url", "redis://" + mr.Addr() + "/0",
+		"--postgres-url", migratedSQLite(t), "--kafka-brokers", freeAddr(t)}, &out, &out)
+	os.Stderr = stderr
+	shown, _ := os.ReadFile(progress.Name())
+	if code != 1 || !strings.Contains(out.String(), "campaign_not_found") || strings.Contains(string(shown), "cancel nosuch") {
+		t.Errorf("cancel of no campaign exited %d, %q; stderr %q: want exit 1, campaign_not_found and no progress", code, out.String(), shown)
 	}
 }
