@@ -35,7 +35,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	stock := f.Int64("stock", 1500, "units on sale")
 	duration := f.Duration("duration", 30*time.Second, "how long the crowd buys")
 	rate := f.Int("rate", 200, "purchases per second at the rush (it builds up from a tenth of that)")
-	f.Bool("dev", true, "reach the seckill dev on --data-dir (the default; other flags override)")
+	dev := f.Bool("dev", true, "reach the seckill dev on --data-dir (the default; other flags override; with --dev=false, give --api-url and --admin-token)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -48,6 +48,11 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	// A URL no request can go to is the flag's fault, not a make run that is not running.
 	if u, err := url.Parse(*apiURL); *apiURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		return usagef("demo: --api-url %q: want http://host:port", *apiURL)
+	}
+	// Without the dev, nothing fills in what is missing: it was read from --data-dir all the
+	// same, and the operator was told no dev runs there.
+	if !*dev && (*apiURL == "" || *adminToken == "") {
+		return usagef("demo: without --dev, give --api-url and --admin-token (the api's address and its admin token)")
 	}
 	if *apiURL == "" || *adminToken == "" {
 		a, err := readDevAddrs(*dataDir)
