@@ -62,6 +62,7 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 		add = f.Int64("add", 0, "how many units to put on sale (this or --to)")
 		to = f.Int64("to", 0, "the total stock to raise it to: running it again adds nothing more (this or --add)")
 	}
+	f.pick("id", "ends-at", "add", "to")
 	if err := f.parse(args[1:]); err != nil {
 		return err
 	}

@@ -39,6 +39,20 @@ type flags struct {
 	out        io.Writer      // where --help goes
 	positional string         // the arguments the command reads after its flags (f.Args), for its usage line; "": none
 	after      []func() error // run by parse once the flags are set
+	picks      map[string]bool // flags read from the command line only (pick)
+}
+
+// pick makes the named flags, which pick what a command changes (the orders it compensates,
+// the campaign it cancels, by how much), read from the command line only: a SECKILL_CAMPAIGN
+// exported for a few audits must not make a bare `seckill compensate` release and refund that
+// campaign's every order.
+func (f *flags) pick(names ...string) {
+	if f.picks == nil {
+		f.picks = map[string]bool{}
+	}
+	for _, n := range names {
+		f.picks[n] = true
+	}
 }
 
 // newFlags returns the flags of a command. Its help (f.Usage) goes to out; errors are returned
@@ -58,7 +72,11 @@ func newFlags(name, summary string, out io.Writer) *flags {
 		for line := range strings.Lines(b.String()) {
 			if rest, ok := strings.CutPrefix(line, "  -"); ok {
 				flag, _, _ := strings.Cut(strings.TrimSuffix(rest, "\n"), " ")
-				line = strings.TrimSuffix(line, "\n") + " (or " + envName(flag) + ")\n"
+				from := " (or " + envName(flag) + ")"
+				if f.picks[flag] {
+					from = " (command line only)"
+				}
+				line = strings.TrimSuffix(line, "\n") + from + "\n"
 			}
 			io.WriteString(out, line)
 		}
@@ -95,7 +113,7 @@ func (f *flags) parse(args []string) error {
 	given := map[string]bool{}
 	f.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	f.VisitAll(func(fl *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(fl.Name)); ok && !given[fl.Name] && err == nil {
+		if v, ok := os.LookupEnv(envName(fl.Name)); ok && !given[fl.Name] && !f.picks[fl.Name] && err == nil {
 			if e := fl.Value.Set(v); e != nil {
 				err = usagef("%s=%q: %s, as --%s", envName(fl.Name), v, wanted(fl, e), fl.Name)
 			}

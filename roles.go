@@ -373,6 +373,7 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	order := f.orderID("order", "the order id")
 	campaign := f.campaignID("campaign", "compensate every order of this campaign (in place of --order)")
 	status := f.String("status", "", "with --campaign: pending (release the pending reservations) or confirmed (refund the confirmed and paid orders); default both")
+	f.pick("order", "campaign", "status")
 	if err := f.parse(args); err != nil {
 		return err
 	}
