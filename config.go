@@ -33,12 +33,13 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
-// flags is a flag set whose every flag falls back to SECKILL_<NAME> in the environment.
+// flags is a flag set whose every flag falls back to SECKILL_<NAME> in the environment, but
+// those it picks (pick).
 type flags struct {
 	*flag.FlagSet
-	out        io.Writer      // where --help goes
-	positional string         // the arguments the command reads after its flags (f.Args), for its usage line; "": none
-	after      []func() error // run by parse once the flags are set
+	out        io.Writer       // where --help goes
+	positional string          // the arguments the command reads after its flags (f.Args), for its usage line; "": none
+	after      []func() error  // run by parse once the flags are set
 	picks      map[string]bool // flags read from the command line only (pick)
 }
 
