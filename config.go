@@ -41,6 +41,7 @@ type flags struct {
 	positional string          // the arguments the command reads after its flags (f.Args), for its usage line; "": none
 	after      []func() error  // run by parse once the flags are set
 	picks      map[string]bool // flags read from the command line only (pick)
+	fromEnv    []string        // flags parse set from their variables, in order
 }
 
 // pick makes the named flags, which pick what a command changes (the orders it compensates,
@@ -118,6 +119,7 @@ func (f *flags) parse(args []string) error {
 			if e := fl.Value.Set(v); e != nil {
 				err = usagef("%s=%q: %s, as --%s", envName(fl.Name), v, wanted(fl, e), fl.Name)
 			}
+			f.fromEnv = append(f.fromEnv, fl.Name)
 		}
 	})
 	if err != nil {
@@ -125,10 +127,45 @@ func (f *flags) parse(args []string) error {
 	}
 	for _, fn := range f.after {
 		if err := fn(); err != nil {
-			return err
+			return f.sourced(err)
 		}
 	}
 	return nil
+}
+
+// usagef is a usage error that says which of the flags it names were set by a variable: the
+// operator who wrote SECKILL_BATCH_SIZE=-1 into a manifest reads "--batch-size: want at least
+// 1" and looks for the flag on a command line that has none.
+func (f *flags) usagef(format string, args ...any) error {
+	return f.sourced(usagef(format, args...))
+}
+
+func (f *flags) sourced(err error) error {
+	var ue *usageError
+	if !errors.As(err, &ue) {
+		return err
+	}
+	msg := ue.msg
+	for _, name := range f.fromEnv {
+		if namesFlag(ue.msg, name) {
+			msg += fmt.Sprintf(" (--%s is %s from the environment)", name, envName(name))
+		}
+	}
+	return &usageError{msg}
+}
+
+// namesFlag reports whether msg names the flag --name, not only one whose name it begins.
+func namesFlag(msg, name string) bool {
+	for rest := msg; ; {
+		_, after, ok := strings.Cut(rest, "--"+name)
+		if !ok {
+			return false
+		}
+		if after == "" || !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz0123456789-", rune(after[0])) {
+			return true
+		}
+		rest = after
+	}
 }
 
 // badValue is the flag package's err, reworded as a variable's is when it names a value a flag

@@ -197,6 +197,9 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"replay", "--from", "start", "--max-rate", "-1"}, "", "--max-rate: want at least 0"},
 		{[]string{"dlq", "list", "--since", "-1h"}, "", "--since -1h: want a duration ago"},
 		{[]string{"audit", "--grace", "-5s"}, "", "--grace: want a positive duration"},
+		// A value a variable set is named as such: the manifest has no command line to look at.
+		{[]string{"consumer"}, "SECKILL_BATCH_SIZE=-1", "--batch-size: want at least 1 (--batch-size is SECKILL_BATCH_SIZE from the environment)"},
+		{[]string{"dlq", "list"}, "SECKILL_SINCE=-1h", "dlq: --since -1h: want a duration ago of 0 or more (--since is SECKILL_SINCE from the environment)"},
 		{[]string{"audit", "--grace", "0s"}, "", "--grace: want a positive duration"},
 		{[]string{"consumer"}, "SECKILL_BATCH_SIZE=abc", `SECKILL_BATCH_SIZE="abc": want a whole number, as --batch-size`},
 		// The flag says what its variable says: the flag package's own error is "parse error".
@@ -500,4 +503,22 @@ func TestUnmigratedStore(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+}
+
+// TestNamesFlag: a message names --max-conns only where no longer flag's name goes on.
+func TestNamesFlag(t *testing.T) {
+	for _, tc := range []struct {
+		msg, name string
+		want      bool
+	}{
+		{"--max-conns: want at least 1", "max-conns", true},
+		{"--max-conns-per-addr: want at least 1", "max-conns", false},
+		{"--max-conns-per-addr 3: want below --max-conns (2)", "max-conns", true},
+		{"want below --max-conns", "max-conns", true},
+		{"--batch-sizes", "batch-size", false},
+	} {
+		if got := namesFlag(tc.msg, tc.name); got != tc.want {
+			t.Errorf("namesFlag(%q, %q) = %v, want %v", tc.msg, tc.name, got, tc.want)
+		}
+	}
 }

@@ -40,19 +40,19 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if *buyers < 1 || *stock < 1 || *duration <= 0 || *rate < 1 {
-		return usagef("demo: --buyers, --stock, --duration and --rate must be positive")
+		return f.usagef("demo: --buyers, --stock, --duration and --rate must be positive")
 	}
 	if *stock > events.MaxUnits {
-		return usagef("demo: --stock %d: want at most %d", *stock, int64(events.MaxUnits))
+		return f.usagef("demo: --stock %d: want at most %d", *stock, int64(events.MaxUnits))
 	}
 	// A URL no request can go to is the flag's fault, not a make run that is not running.
 	if u, err := url.Parse(*apiURL); *apiURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		return usagef("demo: --api-url %q: want http://host:port", *apiURL)
+		return f.usagef("demo: --api-url %q: want http://host:port", *apiURL)
 	}
 	// Without the dev, nothing fills in what is missing: it was read from --data-dir all the
 	// same, and the operator was told no dev runs there.
 	if !*dev && (*apiURL == "" || *adminToken == "") {
-		return usagef("demo: without --dev, give --api-url and --admin-token (the api's address and its admin token)")
+		return f.usagef("demo: without --dev, give --api-url and --admin-token (the api's address and its admin token)")
 	}
 	if *apiURL == "" || *adminToken == "" {
 		a, err := readDevAddrs(*dataDir)

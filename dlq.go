@@ -85,11 +85,11 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	var after time.Time
 	if *since != "" {
 		if d, err := time.ParseDuration(*since); err == nil && d < 0 {
-			return usagef("dlq: --since %s: want a duration ago of 0 or more", *since)
+			return f.usagef("dlq: --since %s: want a duration ago of 0 or more", *since)
 		} else if err == nil {
 			after = time.Now().Add(-d)
 		} else if after, err = time.Parse(time.RFC3339, *since); err != nil {
-			return usagef("dlq: --since %q is neither an RFC 3339 time nor a duration", *since)
+			return f.usagef("dlq: --since %q is neither an RFC 3339 time nor a duration", *since)
 		}
 	}
 	var one *position // the dead letter to show, or the one to redrive
@@ -107,7 +107,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	var fix *events.Event
 	if verb == "redrive" && *fixFile != "" {
 		if one == nil {
-			return usagef("dlq redrive: --file corrects one dead letter: name it with --at PARTITION/OFFSET")
+			return f.usagef("dlq redrive: --file corrects one dead letter: name it with --at PARTITION/OFFSET")
 		}
 		e, err := readFix(*fixFile)
 		if err != nil {

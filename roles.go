@@ -112,7 +112,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	// only the settings.
 	f.after = append(f.after, func() error {
 		if *maxConns > 0 && *guards.streams >= *maxConns {
-			return usagef("--max-streams %d: want below --max-conns (%d): every stream holds a connection, and purchases need the others", *guards.streams, *maxConns)
+			return f.usagef("--max-streams %d: want below --max-conns (%d): every stream holds a connection, and purchases need the others", *guards.streams, *maxConns)
 		}
 		return nil
 	})
@@ -380,9 +380,9 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	pending, confirmed := *status != "confirmed", *status != "pending"
 	switch {
 	case (*order == "") == (*campaign == ""):
-		return usagef("compensate: give one of --order and --campaign")
+		return f.usagef("compensate: give one of --order and --campaign")
 	case *status != "" && (*campaign == "" || (*status != "pending" && *status != "confirmed")):
-		return usagef("compensate: --status is pending or confirmed, with --campaign")
+		return f.usagef("compensate: --status is pending or confirmed, with --campaign")
 	}
 	op, d, done, err := openOperator(ctx, c)
 	if err != nil {

@@ -147,7 +147,7 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 		*id.secret, *id.issuer, *id.audience = a.JWTSecret, a.JWTIssuer, a.JWTAudience
 	}
 	if *user == "" || *id.secret == "" {
-		return usagef("token: --user and --jwt-secret (or SECKILL_JWT_SECRET, or --dev) are required")
+		return f.usagef("token: --user and --jwt-secret (or SECKILL_JWT_SECRET, or --dev) are required")
 	}
 	tok, err := api.MintToken([]byte(*id.secret), *id.issuer, *id.audience, *user, *ttl, time.Now())
 	if err != nil {
