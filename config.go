@@ -323,23 +323,7 @@ func (f *flags) conn(u uses) conn {
 		set(c.brokers, a.KafkaBrokers)
 		return nil
 	})
-	// A malformed URL ends the command at once (exit 2): no retry mends it, while a role waits
-	// out a Redis that is down.
-	f.after = append(f.after, func() error {
-		if c.redisURL != nil {
-			o, err := redisurl.Parse(*c.redisURL)
-			if err != nil {
-				return usagef("--redis-url %s: %v", store.RedactURL(*c.redisURL), err)
-			}
-			*c.redis = o
-		}
-		if c.postgresURL != nil {
-			if err := store.CheckURL(*c.postgresURL); err != nil {
-				return usagef("--postgres-url %s: %v", store.RedactURL(*c.postgresURL), err)
-			}
-		}
-		return nil
-	})
+	f.checkServers(c.redisURL, c.postgresURL, c.brokers, c.redis)
 	if c.brokers == nil {
 		return c
 	}
@@ -353,17 +337,39 @@ func (f *flags) conn(u uses) conn {
 		}
 		return nil
 	})
-	// franz-go takes a broker it cannot read ("http://kafka:9092") for a host name and retries
-	// it for ever, as if Kafka were down.
+	return c
+}
+
+// checkServers makes parse refuse a malformed server flag (exit 2): no retry mends it, while a
+// role waits out a server that is down. A nil flag is one the command lacks; redis, when not
+// nil, gets the parsed --redis-url.
+func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redisurl.Options) {
 	f.after = append(f.after, func() error {
-		for _, b := range c.brokerList() {
-			if !validHostPort(b, false) {
-				return usagef("--kafka-brokers: want host:port seed brokers, comma-separated (got %q)", b)
+		if redisURL != nil {
+			o, err := redisurl.Parse(*redisURL)
+			if err != nil {
+				return usagef("--redis-url %s: %v", store.RedactURL(*redisURL), err)
+			}
+			if redis != nil {
+				*redis = o
+			}
+		}
+		if postgresURL != nil {
+			if err := store.CheckURL(*postgresURL); err != nil {
+				return usagef("--postgres-url %s: %v", store.RedactURL(*postgresURL), err)
+			}
+		}
+		// franz-go takes a broker it cannot read ("http://kafka:9092") for a host name and
+		// retries it for ever, as if Kafka were down.
+		if brokers != nil {
+			for _, b := range strings.Split(*brokers, ",") {
+				if !validHostPort(b, false) {
+					return usagef("--kafka-brokers: want host:port seed brokers, comma-separated (got %q)", b)
+				}
 			}
 		}
 		return nil
 	})
-	return c
 }
 
 // andList joins items as a sentence does: "a", "a and b", "a, b and c".

@@ -215,6 +215,11 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"demo", "--api-url", "127.0.0.1:8080", "--admin-token", "t"}, "", `--api-url "127.0.0.1:8080": want http://host:port`},
 		{[]string{"demo", "--api-url", "ftp://127.0.0.1:8080", "--admin-token", "t"}, "", `--api-url "ftp://127.0.0.1:8080": want http://host:port`},
 		{[]string{"demo", "--api-url", "http://127.0.0.1:1", "--admin-token", "t", "--stock", "1099511627777"}, "", "--stock 1099511627777: want at most 1099511627776"},
+		// bench checks its servers' flags as the roles do: it dialled a malformed one, or
+		// printed the password in the parse error of its own schema's URL, and exited 1.
+		{[]string{"bench", "--binary", "/nonexistent", "--redis-url", "http://:hunter2@h:1/0"}, "", "--redis-url http://:xxxxx@h:1/0: invalid redis url"},
+		{[]string{"bench", "--binary", "/nonexistent", "--postgres-url", "postgres://u:hunter2@127.0.0.1:99999/x"}, "", "--postgres-url postgres://u:xxxxx@127.0.0.1:99999/x"},
+		{[]string{"bench", "--binary", "/nonexistent", "--kafka-brokers", "http://k:1"}, "", "--kafka-brokers: want host:port"},
 		// The flag wins over its variable, so a broken variable the flag replaces is no error:
 		// the command gets as far as the next bad value.
 		{[]string{"consumer", "--batch-size", "10", "--postgres-url", "mysql://x"}, "SECKILL_BATCH_SIZE=abc", "unsupported url"},
