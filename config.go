@@ -147,7 +147,8 @@ func (f *flags) sourced(err error) error {
 	}
 	msg := ue.msg
 	for _, name := range f.fromEnv {
-		if namesFlag(ue.msg, name) {
+		// Once is enough: a check's own f.usagef has said it, or its message names the variable.
+		if namesFlag(ue.msg, name) && !strings.Contains(ue.msg, envName(name)) {
 			msg += fmt.Sprintf(" (--%s is %s from the environment)", name, envName(name))
 		}
 	}

@@ -200,6 +200,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		// A value a variable set is named as such: the manifest has no command line to look at.
 		{[]string{"consumer"}, "SECKILL_BATCH_SIZE=-1", "--batch-size: want at least 1 (--batch-size is SECKILL_BATCH_SIZE from the environment)"},
 		{[]string{"dlq", "list"}, "SECKILL_SINCE=-1h", "dlq: --since -1h: want a duration ago of 0 or more (--since is SECKILL_SINCE from the environment)"},
+		{[]string{"api", "--insecure-user-header", "--max-conns", "10"}, "SECKILL_MAX_STREAMS=10",
+			"(10): every stream holds a connection, and purchases need the others (--max-streams is SECKILL_MAX_STREAMS from the environment)\n"},
 		{[]string{"audit", "--grace", "0s"}, "", "--grace: want a positive duration"},
 		{[]string{"consumer"}, "SECKILL_BATCH_SIZE=abc", `SECKILL_BATCH_SIZE="abc": want a whole number, as --batch-size`},
 		// The flag says what its variable says: the flag package's own error is "parse error".
