@@ -96,6 +96,12 @@ func parse(s string) (Options, error) {
 	if !ok {
 		return Options{}, errors.New("want scheme://host:port…")
 	}
+	// A fragment names nothing in any form, and dropping it silently changes the URL: a
+	// master "mymaster#primary" is asked for as "mymaster", a sentinel_password=a#b is "a".
+	// (A '#' in the user or password is misplacedUserinfo's, which says more.)
+	if strings.Contains(rest, "#") {
+		return Options{}, errors.New("a '#': percent-encode it as %23 in a password, a name or an option (a fragment names nothing here)")
+	}
 	base, topo, _ := strings.Cut(scheme, "+")
 	if base != "redis" && base != "rediss" {
 		return Options{}, unknownScheme(scheme)
@@ -204,9 +210,8 @@ func unknownScheme(scheme string) error {
 }
 
 // split cuts what follows "scheme://" into the authority, the path (without its slashes at
-// either end) and the query. A fragment names nothing, as in the redis:// that go-redis reads.
+// either end) and the query.
 func split(rest string) (authority, path string, query url.Values, err error) {
-	rest, _, _ = strings.Cut(rest, "#")
 	rest, rawQuery, _ := strings.Cut(rest, "?")
 	if query, err = url.ParseQuery(rawQuery); err != nil {
 		return "", "", nil, fmt.Errorf("malformed query: %w", err)

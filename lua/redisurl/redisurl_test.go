@@ -31,11 +31,6 @@ func TestParse(t *testing.T) {
 		{url: "redis+cluster://n1:7000,n2:7001,n3:7002", topology: redisurl.Cluster, addrs: []string{"n1:7000", "n2:7001", "n3:7002"}},
 		{url: "redis+cluster://u:p@n1:7000/?pool_size=9", topology: redisurl.Cluster, addrs: []string{"n1:7000"}, user: "u", password: "p"},
 		{url: "rediss+cluster://n1,n2/0", topology: redisurl.Cluster, addrs: []string{"n1:6379", "n2:6379"}, tls: true},
-		// A fragment names nothing, as in redis:// where go-redis reads the URL.
-		{url: "redis://127.0.0.1:6379/1#primary", topology: redisurl.Single, addrs: []string{"127.0.0.1:6379"}, db: 1},
-		{url: "redis+sentinel://s1/mymaster#primary", topology: redisurl.Sentinel, addrs: []string{"s1:26379"}, master: "mymaster"},
-		{url: "redis+sentinel://s1/m/1?dial_timeout=1s#x", topology: redisurl.Sentinel, addrs: []string{"s1:26379"}, master: "m", db: 1},
-		{url: "redis+cluster://n1:7000#x", topology: redisurl.Cluster, addrs: []string{"n1:7000"}},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			o, err := redisurl.Parse(tc.url)
@@ -113,6 +108,12 @@ func TestParseRefuses(t *testing.T) {
 		"redis+sentinel://s1:x/m",
 		"redis+sentinel://s1/m?bogus=1",
 		"redis+sentinel://s1/m?%zz",
+		// A '#' begins a fragment, which names nothing here: dropped, it made a master name
+		// "mymaster#primary" that no sentinel knows, or cut a sentinel_password short.
+		"redis://127.0.0.1:6379/1#primary",
+		"redis+sentinel://s1/mymaster#primary",
+		"redis+sentinel://s1,s2:26380/m/0?sentinel_password=a#b",
+		"redis+cluster://n1:7000#x",
 		// A password that holds '/', '?' or '#' unencoded ends the host early: what follows
 		// it is read as the host, port or database, which the errors must not quote.
 		"redis://u:hunter2/x@127.0.0.1:6379/0",
