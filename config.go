@@ -544,5 +544,11 @@ func createTopics(ctx context.Context, brokers []string, t events.Topics, partit
 	for _, p := range problems {
 		log.Warn("a topic is weaker than --replication asks: an acknowledged order may be lost with a broker", "problem", p)
 	}
+	// The check is advice: a managed Kafka whose ACLs let the api produce but not read topic
+	// settings (DESCRIBE_CONFIGS) must not keep it from serving, as a refused create does not.
+	if auth := (*kadm.AuthError)(nil); errors.As(err, &auth) {
+		log.Warn("the topics' settings could not be read: check their replicas, min.insync.replicas and unclean.leader.election.enable by hand", "err", err)
+		return nil
+	}
 	return err
 }

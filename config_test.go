@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -19,7 +20,10 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/lib/pq"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua/luatest"
 	"github.com/seckill/seckill/store/storetest"
@@ -527,5 +531,34 @@ func TestNamesFlag(t *testing.T) {
 		if got := namesFlag(tc.msg, tc.name); got != tc.want {
 			t.Errorf("namesFlag(%q, %q) = %v, want %v", tc.msg, tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestTopicsWhoseSettingsCannotBeRead: a managed Kafka whose ACLs let the api produce but not
+// read topic settings answers DescribeConfigs with TOPIC_AUTHORIZATION_FAILED. The settings
+// check is advice, yet its error made the api retry creating its topics for ever, never
+// serving. It warns, names what to check by hand, and goes on.
+func TestTopicsWhoseSettingsCannotBeRead(t *testing.T) {
+	kafka := kafkatest.FakeCluster(t)
+	kafka.ControlKey(int16(kmsg.DescribeConfigs), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kafka.KeepControl()
+		dreq := req.(*kmsg.DescribeConfigsRequest)
+		resp := dreq.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, r := range dreq.Resources {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName, rr.ErrorCode = r.ResourceType, r.ResourceName, kerr.TopicAuthorizationFailed.Code
+			resp.Resources = append(resp.Resources, rr)
+		}
+		return resp, nil, true
+	})
+	var logged bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics := events.NewTopics("t" + strings.ToLower(events.NewID()))
+	if err := createTopics(ctx, kafka.ListenAddrs(), topics, 3, 1, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+		t.Fatalf("createTopics: %v, want nil", err)
+	}
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "min.insync.replicas") {
+		t.Errorf("logged %q, want a warning naming what to check by hand", logged.String())
 	}
 }
