@@ -384,6 +384,9 @@ func (r *Redis) release(ctx context.Context, orderID, from, to string) (Outcome,
 	}
 	k := KeysOf(campaign)
 	v, err := releaseScript.Run(ctx, r.rdb, []string{k.Stock, k.Buyers, k.Res, k.Pending, k.Done}, orderID, from, to).StringSlice()
+	if err != nil && strings.HasPrefix(err.Error(), "malformed reservation") { // release.lua's error_reply
+		return Outcome{}, fmt.Errorf("%s order %s: %w", to, orderID, ErrMalformed)
+	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("%s order %s: %w", to, orderID, err)
 	}
@@ -550,9 +553,12 @@ func parseRecords(out map[string]Reservation, campaign string, ids []string, val
 	return first
 }
 
+// parseReservation reads a record as the scripts do (release.lua: '^(%a+)|(%d+)|(%d+)|(.*)$'):
+// one the scripts refuse must not read here as a reservation that a release would then fail on
+// for ever.
 func parseReservation(campaign, orderID, rec string) (Reservation, error) {
 	parts := strings.SplitN(rec, "|", 4)
-	if len(parts) != 4 {
+	if len(parts) != 4 || !only(parts[0], isLetter) || !only(parts[1], isDigit) || !only(parts[2], isDigit) {
 		return Reservation{}, fmt.Errorf("reservation %s: %w %q", orderID, ErrMalformed, rec)
 	}
 	qty, err1 := strconv.Atoi(parts[1])
@@ -562,6 +568,19 @@ func parseReservation(campaign, orderID, rec string) (Reservation, error) {
 	}
 	return Reservation{OrderID: orderID, Campaign: campaign, User: parts[3], Quantity: qty, State: parts[0], Deadline: time.UnixMilli(deadline)}, nil
 }
+
+// only reports whether s is not empty and every byte of it is one that ok takes.
+func only(s string, ok func(byte) bool) bool {
+	for i := range len(s) {
+		if !ok(s[i]) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+func isDigit(c byte) bool  { return '0' <= c && c <= '9' }
 
 // Remaining returns the campaign's remaining units, and whether Redis has the campaign at all.
 func (r *Redis) Remaining(ctx context.Context, campaign string) (int64, bool, error) {
