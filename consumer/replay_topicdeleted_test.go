@@ -20,15 +20,28 @@ import (
 )
 
 // deleteTopicOnCatchUp is a replay's store that deletes the requested topic as the replay
-// begins catching up: after it took its range's offsets, before it reads any of it.
+// begins catching up: after it took its range's offsets, before it reads any of it. It returns
+// once the broker no longer lists the topic: a real Kafka deletes it after answering, and in
+// between served CI's replay the whole range, which then ended without an error.
 type deleteTopicOnCatchUp struct {
 	consumer.ReplayStore
 	s *replaySale
 }
 
 func (d deleteTopicOnCatchUp) Campaigns(ctx context.Context) ([]store.Campaign, error) {
-	if err := events.DeleteTopics(ctx, kadm.NewClient(d.s.cl), d.s.topics.Requested); err != nil {
+	adm := kadm.NewClient(d.s.cl)
+	if err := events.DeleteTopics(ctx, adm, d.s.topics.Requested); err != nil {
 		d.s.t.Errorf("delete topic: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		td, err := adm.ListTopics(ctx, d.s.topics.Requested)
+		if err == nil && !td.Has(d.s.topics.Requested) {
+			break
+		}
+		if time.Now().After(deadline) {
+			d.s.t.Errorf("the deleted topic %s is still listed after 30 s (%v)", d.s.topics.Requested, err)
+			break
+		}
 	}
 	return d.ReplayStore.Campaigns(ctx)
 }
@@ -40,11 +53,11 @@ func (d deleteTopicOnCatchUp) Campaigns(ctx context.Context) ([]store.Campaign, 
 func TestReplayOfATopicDeletedMidRun(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, brokers []string) {
 		s := newReplaySaleOn(t, storetest.MustOpen(t, storetest.SQLiteURL(t)), 1000, brokers)
-		// More than a fetch holds (franz-go's 1 MiB a partition), so that most of the range is
-		// still on the broker when the topic goes.
+		// Many times what a fetch holds (franz-go's 1 MiB a partition, a fetch or two buffered
+		// ahead), so that most of the range is still on the broker when the topic goes.
 		pad := kgo.RecordHeader{Key: "pad", Value: make([]byte, 4<<10)}
 		var recs []*kgo.Record
-		for i := range 400 {
+		for i := range 2000 {
 			rec, err := events.Record(s.topics.Requested, orderEvent(s.campaign, fmt.Sprint("u", i), 1))
 			if err != nil {
 				t.Fatal(err)
