@@ -218,6 +218,12 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func runBenchRole(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("bench role", "Run a role or a baseline server with pprof beside it (used by seckill bench).", stdout)
 	addr := f.String("pprof", "", "address to serve /debug/pprof/ on (none: no pprof)")
+	f.after = append(f.after, func() error {
+		if *addr != "" && !validHostPort(*addr, true) {
+			return usagef("--pprof %q: want host:port to listen on, such as 127.0.0.1:6060", *addr)
+		}
+		return nil
+	})
 	f.positional = "api|consumer|compensator|baseline [its flags]"
 	if err := f.parse(args); err != nil {
 		return err

@@ -218,6 +218,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"bench", "--binary", "/nonexistent", "--batch-size", "-5"}, "", "--batch-size must be 0 or more"},
 		{[]string{"bench", "--binary", "/nonexistent", "--drain-timeout", "-1m"}, "", "drain timeout -1m0s: want a positive duration"},
 		{[]string{"bench", "--binary", "/nonexistent", "--rounds", "0"}, "", "--rounds: want at least 1"},
+		{[]string{"bench", "--binary", "/nonexistent", "--concurrency", "-1"}, "", "bench: --concurrency -1: want at least 1"},
+		{[]string{"bench", "role", "--pprof", "nope", "api"}, "", `--pprof "nope": want host:port`},
 		{[]string{"demo", "--api-url", "127.0.0.1:8080", "--admin-token", "t"}, "", `--api-url "127.0.0.1:8080": want http://host:port`},
 		{[]string{"demo", "--api-url", "ftp://127.0.0.1:8080", "--admin-token", "t"}, "", `--api-url "ftp://127.0.0.1:8080": want http://host:port`},
 		{[]string{"demo", "--api-url", "http://127.0.0.1:1", "--admin-token", "t", "--stock", "1099511627777"}, "", "--stock 1099511627777: want at most 1099511627776"},

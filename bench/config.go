@@ -155,9 +155,19 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("auth %q: want jwt or header", c.Auth))
 	}
 	s := c.Sizes
-	if s.Concurrency < 1 || s.FlashStock < 1 || s.FlashRequests < 1 || s.FlashUsers < 1 || s.Requests < 1 ||
-		s.SyncDBRequests < 1 || s.RedisRequests < 1 || s.DrainEvents < 1 || s.RowEvents < 1 || s.IdleConns < 1 || s.Partitions < 1 {
-		errs = append(errs, errors.New("every size must be at least 1"))
+	// By the flag that sets each (Partitions has none: it is the bench's own).
+	for _, size := range []struct {
+		flag string
+		n    int64
+	}{
+		{"--concurrency", int64(s.Concurrency)}, {"--flash-stock", s.FlashStock}, {"--flash-requests", s.FlashRequests},
+		{"--flash-users", s.FlashUsers}, {"--requests", s.Requests}, {"--syncdb-requests", s.SyncDBRequests},
+		{"--redis-requests", int64(s.RedisRequests)}, {"--drain-events", s.DrainEvents}, {"--row-events", s.RowEvents},
+		{"--idle-conns", int64(s.IdleConns)}, {"partitions", int64(s.Partitions)},
+	} {
+		if size.n < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: want at least 1", size.flag, size.n))
+		}
 	}
 	// Found here, not when the scenario that reads them comes, perhaps an hour into the run.
 	if s.Rate < 0 || s.Warmup < 0 || s.BatchSize < 0 {
