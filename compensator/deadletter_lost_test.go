@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/consumer"
@@ -76,22 +77,7 @@ func TestDeadLetterOfAnOrderTheStoreLost(t *testing.T) {
 			var logs bytes.Buffer
 			c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, SweepInterval: time.Hour,
 				Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-			ctx, cancel := context.WithCancel(e.ctx)
-			done := make(chan error, 1)
-			go func() { done <- c.Run(ctx) }()
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) { // a hang guard
-				lag, err := events.Lag(e.ctx, kadm.NewClient(cl), e.topics.DLQ, e.topics.CompensatorGroup())
-				if err == nil && lag == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the dead letter is not resolved after a minute: lag %d, %v", lag, err)
-				}
-			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
+			e.resolveDeadLetters(t, c, cl, &logs)
 			c.Close() // delivers the announcements
 
 			if o, err := e.st.Order(e.ctx, ann.OrderID); events.ErrorCode(err) != events.OrderNotFound {
@@ -130,5 +116,30 @@ func TestDeadLetterOfAnOrderTheStoreLost(t *testing.T) {
 				t.Errorf("audit after the replay:\n%s", text)
 			}
 		})
+	}
+}
+
+// resolveDeadLetters runs c until it has resolved every dead letter on the DLQ (its group's lag
+// is 0), then stops it. A minute is a hang guard, and the failure shows what c logged to logs,
+// which it reads only once c has stopped.
+func (e *env) resolveDeadLetters(t *testing.T, c *compensator.Compensator, cl *kgo.Client, logs *bytes.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		lag, err := events.Lag(e.ctx, kadm.NewClient(cl), e.topics.DLQ, e.topics.CompensatorGroup())
+		if err == nil && lag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("the dead letters are not resolved after a minute: lag %d, %v; logged:\n%s", lag, err, logs.String())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }

@@ -2,13 +2,10 @@ package compensator_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
@@ -46,27 +43,10 @@ func TestDeadLetterOfAMalformedRecord(t *testing.T) {
 		}
 	}
 
-	var logs bytes.Buffer // read once Run has returned
+	var logs bytes.Buffer
 	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, SweepInterval: time.Hour,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	done := make(chan error, 1)
-	ctx, cancel := context.WithCancel(e.ctx)
-	go func() { done <- c.Run(ctx) }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		lag, err := events.Lag(e.ctx, kadm.NewClient(cl), e.topics.DLQ, e.topics.CompensatorGroup())
-		if err == nil && lag == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			<-done
-			t.Fatalf("the dead letters are not resolved after 30 s: lag %d, %v; logged:\n%s", lag, err, logs.String())
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	e.resolveDeadLetters(t, c, cl, &logs)
 
 	e.wantRedis(t, bob, lua.StateReleased, e.stock-int64(ann.Quantity))
 	if o, err := e.st.Order(e.ctx, bob.OrderID); err != nil || o.Status != events.Failed {
