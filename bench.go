@@ -254,17 +254,15 @@ func runBenchBaseline(ctx context.Context, args []string, stdout io.Writer) erro
 	addr := f.listenAddr("addr", "127.0.0.1:8081", "listen address")
 	redisURL := f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL (bare-reserve)")
 	pgURL := f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "database URL (sync-db)")
+	c := conn{redisURL: redisURL, redis: new(redisurl.Options)}
+	f.checkServers(c.redisURL, pgURL, nil, c.redis)
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	b := bench.Baseline{Kind: *kind}
 	switch *kind {
 	case bench.BareReserve:
-		o, err := redisurl.Parse(*redisURL)
-		if err != nil {
-			return err
-		}
-		r, err := conn{redis: &o}.openRedis(ctx)
+		r, err := c.openRedis(ctx)
 		if err != nil {
 			return err
 		}

@@ -520,10 +520,7 @@ func (c conn) openRedis(ctx context.Context) (*lua.Redis, error) {
 		r.Close()
 		// Named as the store's and Kafka's errors name theirs: "load scripts: dial tcp …"
 		// alone did not say which of three servers was down.
-		if c.redisURL != nil {
-			return nil, fmt.Errorf("open redis %s: %w", store.RedactURL(*c.redisURL), err)
-		}
-		return nil, fmt.Errorf("open redis: %w", err)
+		return nil, fmt.Errorf("open redis %s: %w", store.RedactURL(*c.redisURL), err)
 	}
 	return r, nil
 }
