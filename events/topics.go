@@ -99,11 +99,12 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, t Topics, partitions in
 	if len(refused) == 0 {
 		return nil
 	}
-	details, err := adm.ListTopics(ctx, slices.Sorted(maps.Keys(refused))...)
+	names := slices.Sorted(maps.Keys(refused))
+	details, err := adm.ListTopics(ctx, names...)
 	if err != nil {
 		return fmt.Errorf("describe topics: %w", err)
 	}
-	for _, topic := range slices.Sorted(maps.Keys(refused)) {
+	for _, topic := range names {
 		if td, ok := details[topic]; !ok || td.Err != nil {
 			return fmt.Errorf("topic %s is missing and Kafka refused to create it (%w): create it with the settings of the README's Kafka section", topic, refused[topic])
 		}
