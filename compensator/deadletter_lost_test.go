@@ -74,11 +74,7 @@ func TestDeadLetterOfAnOrderTheStoreLost(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			var logs bytes.Buffer
-			c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, SweepInterval: time.Hour,
-				Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-			e.resolveDeadLetters(t, c, cl, &logs)
-			c.Close() // delivers the announcements
+			logs := e.resolveDeadLetters(t, cl)
 
 			if o, err := e.st.Order(e.ctx, ann.OrderID); events.ErrorCode(err) != events.OrderNotFound {
 				t.Errorf("the dead letter of an order the store lost: the store has it %q (%q) %v, want none", o.Status, o.Reason, err)
@@ -87,11 +83,11 @@ func TestDeadLetterOfAnOrderTheStoreLost(t *testing.T) {
 			if got := e.announced(t)[ann.OrderID]; len(got) != 0 {
 				t.Errorf("announced %v, want nothing", got)
 			}
-			if !strings.Contains(logs.String(), `"level":"WARN"`) || !strings.Contains(logs.String(), ann.OrderID) || !strings.Contains(logs.String(), "seckill replay") {
-				t.Errorf("no warning naming %s and the replay:\n%s", ann.OrderID, logs.String())
+			if !strings.Contains(logs, `"level":"WARN"`) || !strings.Contains(logs, ann.OrderID) || !strings.Contains(logs, "seckill replay") {
+				t.Errorf("no warning naming %s and the replay:\n%s", ann.OrderID, logs)
 			}
 			// It says where the dead letter is, for dlq show, naming each key once.
-			for _, line := range strings.Split(logs.String(), "\n") {
+			for _, line := range strings.Split(logs, "\n") {
 				if !strings.Contains(line, ann.OrderID) || !strings.Contains(line, `"level":"WARN"`) {
 					continue
 				}
@@ -119,11 +115,14 @@ func TestDeadLetterOfAnOrderTheStoreLost(t *testing.T) {
 	}
 }
 
-// resolveDeadLetters runs c until it has resolved every dead letter on the DLQ (its group's lag
-// is 0), then stops it. A minute is a hang guard, and the failure shows what c logged to logs,
-// which it reads only once c has stopped.
-func (e *env) resolveDeadLetters(t *testing.T, c *compensator.Compensator, cl *kgo.Client, logs *bytes.Buffer) {
+// resolveDeadLetters runs a compensator until it has resolved every dead letter on the DLQ
+// (its group's lag is 0), stops and closes it (which delivers its announcements), and returns
+// what it logged, as JSON lines. A minute is a hang guard, whose failure shows the log too.
+func (e *env) resolveDeadLetters(t *testing.T, cl *kgo.Client) string {
 	t.Helper()
+	var logs bytes.Buffer // read only once the compensator has stopped
+	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, SweepInterval: time.Hour,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
@@ -142,4 +141,6 @@ func (e *env) resolveDeadLetters(t *testing.T, c *compensator.Compensator, cl *k
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
+	c.Close()
+	return logs.String()
 }

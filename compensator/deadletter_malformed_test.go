@@ -1,13 +1,10 @@
 package compensator_test
 
 import (
-	"bytes"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua"
 )
@@ -43,10 +40,7 @@ func TestDeadLetterOfAMalformedRecord(t *testing.T) {
 		}
 	}
 
-	var logs bytes.Buffer
-	c := e.compensator(t, compensator.Config{GuardInterval: time.Hour, SweepInterval: time.Hour,
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	e.resolveDeadLetters(t, c, cl, &logs)
+	logs := e.resolveDeadLetters(t, cl)
 
 	e.wantRedis(t, bob, lua.StateReleased, e.stock-int64(ann.Quantity))
 	if o, err := e.st.Order(e.ctx, bob.OrderID); err != nil || o.Status != events.Failed {
@@ -56,10 +50,10 @@ func TestDeadLetterOfAMalformedRecord(t *testing.T) {
 		t.Errorf("Ann's record is %q %v, want it left as it was", rec, err)
 	}
 	var named bool
-	for _, line := range strings.Split(logs.String(), "\n") {
+	for _, line := range strings.Split(logs, "\n") {
 		named = named || strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, ann.OrderID) && strings.Contains(line, "seckill compensate")
 	}
 	if !named {
-		t.Errorf("no error naming Ann's order %s and what to run:\n%s", ann.OrderID, logs.String())
+		t.Errorf("no error naming Ann's order %s and what to run:\n%s", ann.OrderID, logs)
 	}
 }
