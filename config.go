@@ -22,6 +22,7 @@ import (
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/lua/redisurl"
+	"github.com/seckill/seckill/redact"
 	"github.com/seckill/seckill/store"
 )
 
@@ -349,7 +350,7 @@ func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redi
 		if redisURL != nil {
 			o, err := redisurl.Parse(*redisURL)
 			if err != nil {
-				return usagef("--redis-url %s: %v", store.RedactURL(*redisURL), err)
+				return usagef("--redis-url %s: %v", redact.URL(*redisURL), err)
 			}
 			if redis != nil {
 				*redis = o
@@ -357,7 +358,7 @@ func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redi
 		}
 		if postgresURL != nil {
 			if err := store.CheckURL(*postgresURL); err != nil {
-				return usagef("--postgres-url %s: %v", store.RedactURL(*postgresURL), err)
+				return usagef("--postgres-url %s: %v", redact.URL(*postgresURL), err)
 			}
 		}
 		// franz-go takes a broker it cannot read ("http://kafka:9092") for a host name and
@@ -494,7 +495,7 @@ func newLogger(format string, out io.Writer) *slog.Logger {
 
 // logStart prints the configuration once, without secrets.
 func (c conn) logStart(log *slog.Logger, role string, extra ...any) {
-	args := []any{"role", role, "redis", store.RedactURL(*c.redisURL), "store", store.RedactURL(*c.postgresURL),
+	args := []any{"role", role, "redis", redact.URL(*c.redisURL), "store", redact.URL(*c.postgresURL),
 		"kafka", *c.brokers, "topics", *c.topicPrefix}
 	log.Info("starting", append(args, extra...)...)
 }
@@ -520,7 +521,7 @@ func (c conn) openRedis(ctx context.Context) (*lua.Redis, error) {
 		r.Close()
 		// Named as the store's and Kafka's errors name theirs: "load scripts: dial tcp …"
 		// alone did not say which of three servers was down.
-		return nil, fmt.Errorf("open redis %s: %w", store.RedactURL(*c.redisURL), err)
+		return nil, fmt.Errorf("open redis %s: %w", redact.URL(*c.redisURL), err)
 	}
 	return r, nil
 }

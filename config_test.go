@@ -129,7 +129,11 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"consumer", "--max-rate", "-1"}, "", "--max-rate: want at least 0"},
 		{[]string{"compensator", "--sweep-interval", "0s"}, "", "--sweep-interval: want a positive duration"},
 		{[]string{"consumer", "--postgres-url", "mysql://x"}, "", `unsupported url "mysql://x"`},
-		{[]string{"consumer", "--postgres-url", "postgres://u:hunter2%zz@h/db"}, "", `invalid URL escape "%zz"`},
+		// net/url's escape error quotes the '%' and the two characters after it, a piece of the
+		// password.
+		{[]string{"consumer", "--postgres-url", "postgres://u:hunter2%zz@h/db"}, "", `a '%' not followed by two hex digits: percent-encode a '%' as %25`},
+		{[]string{"consumer", "--redis-url", "redis://:hunter2%zz@h:1/0"}, "", `invalid redis url: a '%' not followed by two hex digits`},
+		{[]string{"consumer", "--redis-url", "redis+sentinel://s1/m?sentinel_password=hunter2%zz"}, "", `invalid redis url: a '%' not followed by two hex digits`},
 		// A mistyped or missing scheme: the usage error quotes the URL, never its password.
 		{[]string{"migrate", "--postgres-url", "postgres:/u:hunter2@h:5432/db"}, "", `unsupported url "postgres:/u:xxxxx@h:5432/db"`},
 		{[]string{"migrate", "--postgres-url", "seckill:hunter2@db:5432/seckill"}, "", `unsupported url "seckill:xxxxx@db:5432/seckill"`},

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/redact"
 )
 
 func init() { sqlx.BindDriver("sqlite", sqlx.QUESTION) }
@@ -65,7 +65,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open store %s: %w", RedactURL(dsn), err)
+		return nil, fmt.Errorf("open store %s: %w", redact.URL(dsn), err)
 	}
 	return &Store{db: db, sqlite: db.DriverName() == "sqlite"}, nil
 }
@@ -76,14 +76,7 @@ func CheckURL(dsn string) error {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		if _, err := pq.ParseURL(dsn); err != nil {
-			if misplacedUserinfo(dsn) {
-				// The host or port the error quotes is then a piece of the password.
-				return errors.New("an '@' after the host: percent-encode a '/', '?' or '#' in the user or password")
-			}
-			if ue := (*url.Error)(nil); errors.As(err, &ue) {
-				return ue.Err // its URL would print the password
-			}
-			return err
+			return redact.ParseError(dsn, err)
 		}
 		// ParseURL only converts: lib/pq reads the port and the options' values when it
 		// connects, and a role took its "wrong value for sslmode" for an outage, retrying it
@@ -107,17 +100,9 @@ func CheckURL(dsn string) error {
 			return errors.New("sqlite: names no file (want sqlite:PATH)")
 		}
 	default:
-		return fmt.Errorf("unsupported url %q (want postgres://… or sqlite:PATH)", RedactURL(dsn))
+		return fmt.Errorf("unsupported url %q (want postgres://… or sqlite:PATH)", redact.URL(dsn))
 	}
 	return nil
-}
-
-// misplacedUserinfo reports whether s has an '@' after its authority: a user or password that
-// holds '/', '?' or '#' unencoded ends the authority before the '@' that should end them.
-func misplacedUserinfo(s string) bool {
-	_, rest, _ := strings.Cut(s, "://")
-	end := strings.IndexAny(rest, "/?#")
-	return end >= 0 && strings.Contains(rest[end:], "@")
 }
 
 // pqDefaults sets two lib/pq parameters the URL does not set itself.
@@ -145,64 +130,6 @@ func pqDefaults(dsn string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
-
-// RedactURL is url with its passwords masked, for logs and errors: the user info's, and the
-// query's (lib/pq takes a password from the query too); a query that does not parse is masked
-// whole. It serves every URL a role takes (PostgreSQL, Redis, Sentinel, Cluster), including
-// those net/url cannot parse (several hosts), and the malformed ones the usage errors print: a
-// key=value DSN, or a URL whose scheme is mistyped or missing (postgres:/u:pw@h, u:pw@h).
-func RedactURL(s string) string {
-	if keyValueDSN.MatchString(s) {
-		// lib/pq's other form, which CheckURL refuses with it in its message.
-		return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
-	}
-	s, query, hasQuery := strings.Cut(s, "?")
-	// start is where a user info would begin. Without "://" an '@' is still the tell of one:
-	// what precedes it is a password however the scheme was mistyped, so only a prefix that
-	// cannot be one (a scheme followed by slashes) is kept apart. A "://" further on (in a
-	// path) is no scheme's.
-	start := 0
-	if m := slashedScheme.FindStringIndex(s); m != nil {
-		start = m[1]
-	}
-	if at := strings.LastIndex(s, "@"); at >= start {
-		if colon := strings.Index(s[start:at], ":"); colon >= 0 {
-			s = s[:start+colon+1] + "xxxxx" + s[at:]
-		}
-	} else if at := strings.LastIndex(query, "@"); at >= 0 {
-		// A password that holds an unencoded '?' cut the URL inside it: the '@' that ends
-		// it is in what looks like the query. Nothing before that '@' can be told safe.
-		return s[:start] + "xxxxx" + query[at:]
-	}
-	if !hasQuery {
-		return s
-	}
-	q, err := url.ParseQuery(query)
-	switch {
-	case err != nil: // what it holds cannot be told apart
-		return s + "?xxxxx"
-	case q.Has("password") || q.Has("sentinel_password"):
-		// lib/pq and go-redis read a password from the query, and a Sentinel URL carries the
-		// sentinels' own there (lua/redisurl).
-		for _, k := range []string{"password", "sentinel_password"} {
-			if q.Has(k) {
-				q.Set(k, "xxxxx")
-			}
-		}
-		query = q.Encode()
-	}
-	return s + "?" + query
-}
-
-var (
-	// keyValueDSN is lib/pq's key=value form ("host=db password=…"), which no URL starts like.
-	keyValueDSN = regexp.MustCompile(`^\s*\w+\s*=`)
-	// slashedScheme is a scheme and the slashes after it, however many were typed.
-	slashedScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:/+`)
-)
-
-// dsnPassword is the password of a key=value DSN: a word, or a quoted value.
-var dsnPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 // DB returns the underlying database, for tests and the audit.
 func (s *Store) DB() *sqlx.DB { return s.db }

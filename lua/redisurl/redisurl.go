@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seckill/seckill/redact"
 )
 
 // ErrInvalid is wrapped by every error of Parse: the URL is wrong, which no retry mends.
@@ -70,25 +72,10 @@ func (o Options) SetPoolSize(n int) {
 // Parse reads s. Its errors wrap ErrInvalid and never quote s, which may hold a password.
 func Parse(s string) (Options, error) {
 	o, err := parse(s)
-	if ue := (*url.Error)(nil); errors.As(err, &ue) {
-		err = ue.Err // its message quotes the URL
-	}
-	if err != nil && misplacedUserinfo(s) {
-		// The host, port or database the error quotes is then a piece of the password.
-		err = errors.New("an '@' after the host: percent-encode a '/', '?' or '#' in the user or password")
-	}
 	if err != nil {
-		return Options{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		return Options{}, fmt.Errorf("%w: %w", ErrInvalid, redact.ParseError(s, err))
 	}
 	return o, nil
-}
-
-// misplacedUserinfo reports whether s has an '@' after its authority: a user or password that
-// holds '/', '?' or '#' unencoded ends the authority before the '@' that should end them.
-func misplacedUserinfo(s string) bool {
-	_, rest, _ := strings.Cut(s, "://")
-	end := strings.IndexAny(rest, "/?#")
-	return end >= 0 && strings.Contains(rest[end:], "@")
 }
 
 func parse(s string) (Options, error) {

@@ -1,15 +1,16 @@
-package store_test
+package redact_test
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 
-	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/redact"
 )
 
-// TestRedactURL: the start line, the usage errors and the store's own errors print the Redis
+// TestURL: the start line, the usage errors and the store's own errors print the Redis
 // and PostgreSQL URLs without their passwords, wherever the URL carries one.
-func TestRedactURL(t *testing.T) {
+func TestURL(t *testing.T) {
 	for in, want := range map[string]string{
 		"redis://:pw@r:6379/0":                             "redis://:xxxxx@r:6379/0",
 		"redis+sentinel://u:pw@s1:26379,s2:26379/mymaster": "redis+sentinel://u:xxxxx@s1:26379,s2:26379/mymaster",
@@ -43,8 +44,32 @@ func TestRedactURL(t *testing.T) {
 		"seckill:pw@h/x://y":            "seckill:xxxxx@h/x://y",
 		"host=db user=app password=p@w": "host=db user=app password=xxxxx",
 	} {
-		if got := store.RedactURL(in); got != want || strings.Contains(got, "pw") {
-			t.Errorf("store.RedactURL(%q) = %q, want %q", in, got, want)
+		if got := redact.URL(in); got != want || strings.Contains(got, "pw") {
+			t.Errorf("redact.URL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestParseError: an error of parsing a URL quotes no piece of it, where net/url's quotes a
+// piece of the password.
+func TestParseError(t *testing.T) {
+	for s, secret := range map[string]string{
+		"postgres://u:pw%zz@h/db":     "%zz", // net/url quotes the escape
+		"postgres://u:pw/x@h:5432/db": ":pw", // an unencoded '/': net/url quotes the port ":pw"
+		"redis://h:1/0?password=p%q1": "%q1", // an escape in the query
+	} {
+		_, err := url.Parse(s)
+		if err == nil {
+			_, err = url.ParseQuery(s[strings.Index(s, "?")+1:])
+		}
+		if err == nil || !strings.Contains(err.Error(), secret) {
+			t.Fatalf("parsing %q: error %v, want one that quotes %q", s, err, secret)
+		}
+		if got := redact.ParseError(s, err); got == nil || strings.Contains(got.Error(), secret) {
+			t.Errorf("ParseError(%q, %q) = %v: it quotes %q", s, err, got, secret)
+		}
+	}
+	if err := redact.ParseError("redis://h", nil); err != nil {
+		t.Errorf("ParseError of no error = %v, want nil", err)
 	}
 }
