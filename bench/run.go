@@ -226,14 +226,33 @@ type pipeline struct {
 
 // role starts one role behind `seckill bench role --pprof`, which serves pprof beside it.
 func (r *runner) role(name string, pprofAddr string, args ...string) (*Proc, error) {
+	args, env := hideSecrets(args)
 	all := append([]string{"bench", "role", "--pprof", pprofAddr}, args...)
-	p, err := Start(r.cfg.Binary, name, r.cfg.WorkDir, nil, all...)
+	p, err := Start(r.cfg.Binary, name, r.cfg.WorkDir, env, all...)
 	if err == nil {
 		r.mu.Lock()
 		r.procs = append(r.procs, p)
 		r.mu.Unlock()
 	}
 	return p, err
+}
+
+// secretFlags are the flags of a child process whose values ps would show anyone on the machine:
+// URLs with their passwords, tokens, the JWT secret.
+var secretFlags = map[string]bool{"--redis-url": true, "--postgres-url": true, "--jwt-secret": true, "--admin-token": true}
+
+// hideSecrets moves the secretFlags of args, each a flag and its value, into the variables
+// (SECKILL_<FLAG>) that every seckill command reads for a flag it is not given.
+func hideSecrets(args []string) (rest, env []string) {
+	for i := 0; i < len(args); i++ {
+		if secretFlags[args[i]] && i+1 < len(args) {
+			env = append(env, "SECKILL_"+strings.ToUpper(strings.ReplaceAll(args[i][2:], "-", "_"))+"="+args[i+1])
+			i++
+			continue
+		}
+		rest = append(rest, args[i])
+	}
+	return rest, env
 }
 
 // noteLogProblems adds a note for every process that logged warnings or errors.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -295,7 +296,10 @@ func (r *runner) checkFlash(ctx context.Context, campaign string, f *FlashResult
 	f.RedisRemaining = remaining
 	if HasCommand(r.cfg.Binary, "audit") {
 		args := append([]string{"audit", "--campaign", campaign}, r.serverArgs(r.env.Prefix(ScFlashCrowd))...)
-		out, err := exec.CommandContext(ctx, r.cfg.Binary, args...).CombinedOutput()
+		args, env := hideSecrets(args)
+		cmd := exec.CommandContext(ctx, r.cfg.Binary, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
 		f.Audit = "clean"
 		if err != nil {
 			f.Audit = "FAILED: " + strings.TrimSpace(string(out))

@@ -1,0 +1,50 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRoleSecretsStayOffTheCommandLine: what the bench hands a role that holds a password, a
+// token or the JWT secret reaches it in the environment (SECKILL_<FLAG>, which every command
+// reads), not on its command line, which ps shows anyone on the machine.
+func TestRoleSecretsStayOffTheCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "seckill")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nwhile :; do sleep 0.1; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{cfg: Config{Binary: bin, WorkDir: dir}}
+	p, err := r.role("api", "127.0.0.1:1", "api", "--redis-url", "redis://:hunter2@h:1/0",
+		"--postgres-url", "postgres://u:hunter3@h/db", "--jwt-secret", "hunter4", "--admin-token", "hunter5",
+		"--kafka-brokers", "k:9092")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	proc := "/proc/" + strconv.Itoa(p.Pid())
+	cmdline, err := os.ReadFile(proc + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.ReplaceAll(string(cmdline), "\x00", " ")
+	if strings.Contains(args, "hunter") || !strings.Contains(args, "api --kafka-brokers k:9092") {
+		t.Errorf("command line %q: want the api's other flags and no secret", args)
+	}
+	environ, err := os.ReadFile(proc + "/environ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Split(string(environ), "\x00")
+	for _, want := range []string{"SECKILL_REDIS_URL=redis://:hunter2@h:1/0", "SECKILL_POSTGRES_URL=postgres://u:hunter3@h/db",
+		"SECKILL_JWT_SECRET=hunter4", "SECKILL_ADMIN_TOKEN=hunter5"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("the role's environment lacks %s", want)
+		}
+	}
+}
