@@ -1,9 +1,11 @@
 package compensator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,7 +126,7 @@ type Compensator struct {
 	snapshots Snapshotter
 	verdicts  Verdicts
 	dropped   sync.Map // id → version of ended campaigns whose keys this process dropped
-	page      int      // how many orders a sweep takes of each of the store's lists (sweepPage)
+	page      int      // how many orders a sweep reads at once of each of the store's lists (sweepPage)
 
 	// The sweeper's place in the store's lists: where its next page of each starts (see
 	// nextPage). Kept by this process only: a new lease holder starts at the top, which costs
@@ -429,58 +431,91 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 			return r.result()
 		}
 	}
+	// Pages past the first of each list are taken while the sweep is within its interval: a
+	// page of orders on a Redis shard that hangs costs its timeouts, and the next sweep's
+	// releases of reservations (I5) must not wait for a whole list of them.
+	until := now.Add(c.cfg.SweepInterval)
 	// A refund that stopped between the store and Redis (an operator's control cut short, a
 	// compensator killed mid-cancel) holds its units until someone runs the control again; the
-	// sweeper gives them back, a page per sweep. Finishing one twice gives nothing twice.
-	if r.over(true) {
-		return r.result()
-	}
-	c.pagesMu.Lock()
-	refundsAfter, expiringAfter := c.refundsAfter, c.expiringAfter
-	c.pagesMu.Unlock()
-	refunds, err := c.campaigns.UnfinishedRefunds(work, refundsAfter, c.page)
-	if err != nil && r.halt(err) {
-		return r.result()
-	}
-	if !resolveEach(r, refunds, true, func(o store.Order) error {
+	// sweeper gives them back. Finishing one twice gives nothing twice.
+	if !sweepList(r, until, &c.pagesMu, &c.refundsAfter, c.page, func(after string) ([]store.Order, error) {
+		return c.campaigns.UnfinishedRefunds(work, after, c.page)
+	}, func(o store.Order) string { return o.OrderID }, strings.Compare, func(o store.Order) error {
 		_, err := c.refundReservation(work, o, "sweeper")
 		return err
 	}) {
-		return r.result() // at the same place: see nextPage
-	}
-	if err == nil { // a failed read keeps the place
-		c.pagesMu.Lock()
-		c.refundsAfter = nextPage(refunds, c.page, func(o store.Order) string { return o.OrderID })
-		c.pagesMu.Unlock()
-	}
-	// A page per sweep, as above.
-	if r.over(true) {
 		return r.result()
 	}
-	unpaid, err := c.campaigns.ExpiringOrders(work, now, expiringAfter, c.page)
-	if err != nil && r.halt(err) {
-		return r.result()
-	}
-	if resolveEach(r, unpaid, true, func(o store.Order) error {
+	// Every order due when the sweep started that its interval leaves time for, not a page of
+	// them: a sale's unpaid orders come due as fast as the consumer confirmed them, thousands a
+	// second, and a page per sweep ended them many sweeps past their pay_by, where I6 gives
+	// them one.
+	sweepList(r, until, &c.pagesMu, &c.expiringAfter, c.page, func(after store.ExpiryKey) ([]store.Order, error) {
+		return c.campaigns.ExpiringOrders(work, now, after, c.page)
+	}, store.Order.ExpiryKey, compareExpiry, func(o store.Order) error {
 		_, err := c.Expire(work, o.OrderID, now)
 		return err
-	}) && err == nil {
-		c.pagesMu.Lock()
-		c.expiringAfter = nextPage(unpaid, c.page, store.Order.ExpiryKey)
-		c.pagesMu.Unlock()
-	}
+	})
 	return r.result()
 }
 
-// nextPage returns the key after which the next sweep's page of a store list starts, once
-// this sweep went through page (of at most limit orders, in key order), and key gives an
-// order's key. A page is read from where the last one ended, not from the top: the orders
-// that keep failing (a Redis shard down under a large campaign) stay listed, and a page of
-// them read again every sweep kept every order behind them, on healthy shards, waiting for
-// good. A short page is the end of the list, and the next sweep starts at the top again: what
-// failed is retried once per pass, and an order is reached within a pass: the list's length
-// over the page size, plus one, in sweeps. A keyset cursor, not an offset: orders leave the lists as they
-// are finished, and an offset would skip those that moved up. A sweep cut short (told to stop,
+// sweepList resolves a store list of refunds or expiries page by page (read returns the page
+// after a key), from where the last sweep left it (*place) to its end and, when that was not
+// the top, on from the top to that place: every order listed when the sweep started is tried
+// once (a failing one stays listed, and the next sweep tries it again). It takes one page,
+// and more until the list is done or the time is until. *place follows each page (see
+// nextPage), so a sweep cut short, or out of time, leaves the next where this one stopped. It
+// reports whether the sweep goes on: false once it is over for orders it announces (see
+// sweepRun.over). A read that fails keeps the place and ends this list's part of the sweep.
+func sweepList[K comparable](r *sweepRun, until time.Time, mu *sync.Mutex, place *K, limit int, read func(after K) ([]store.Order, error),
+	key func(store.Order) K, compare func(a, b K) int, resolve func(store.Order) error) bool {
+	var top K
+	mu.Lock()
+	start := *place
+	mu.Unlock()
+	after, wrapped := start, start == top
+	for first := true; ; first = false {
+		if r.over(true) {
+			return false
+		}
+		if !first && !time.Now().Before(until) {
+			return true
+		}
+		page, err := read(after)
+		if err != nil {
+			return !r.halt(err)
+		}
+		if !resolveEach(r, page, true, resolve) {
+			return false // at the same place: see nextPage
+		}
+		after = nextPage(page, limit, key)
+		mu.Lock()
+		*place = after
+		mu.Unlock()
+		switch {
+		case after == top && wrapped: // the end of the list, past its start
+			return true
+		case after == top:
+			wrapped = true
+		case wrapped && start != top && compare(after, start) >= 0: // back where it started
+			return true
+		}
+	}
+}
+
+// compareExpiry orders ExpiryKeys as store.ExpiringOrders lists them.
+func compareExpiry(a, b store.ExpiryKey) int {
+	return cmp.Or(cmp.Compare(a.PayByMs, b.PayByMs), strings.Compare(a.OrderID, b.OrderID))
+}
+
+// nextPage returns the key after which the next page of a store list starts, once a sweep
+// went through page (of at most limit orders, in key order), and key gives an order's key. A
+// page is read from where the last one ended, not from the top: the orders that keep failing
+// (a Redis shard down under a large campaign) stay listed, and a page of them read again and
+// again kept every order behind them, on healthy shards, waiting for good. A short page is the
+// end of the list, and the next page starts at the top again: what failed is retried once per
+// pass (sweepList makes one pass a sweep). A keyset cursor, not an offset: orders leave the
+// lists as they are finished, and an offset would skip those that moved up. A sweep cut short (told to stop,
 // a stale fence, Kafka not taking its announcements) keeps its place instead: it skipped
 // orders of the page, which the unannounced skip promises to the next sweep.
 func nextPage[K any](page []store.Order, limit int, key func(store.Order) K) K {
@@ -491,8 +526,8 @@ func nextPage[K any](page []store.Order, limit int, key func(store.Order) K) K {
 	return key(page[len(page)-1])
 }
 
-// sweepPage is how many unfinished refunds, and how many orders to expire, a sweep takes from
-// the store.
+// sweepPage is how many unfinished refunds, and how many orders to expire, a sweep reads from
+// the store at once.
 const sweepPage = 1000
 
 // sweepParallel is how many orders of a page the sweeper resolves at once. Each is a few round

@@ -90,3 +90,48 @@ func TestSweepPagesMoveOn(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepExpiresEveryPageDue: a sweep expired one page of the orders past their pay_by
+// (1,000) and left the rest to the next sweeps, a page per sweep interval. A sale's unpaid
+// orders come due about as fast as the consumer confirmed them (2,000 a second, its pace in
+// the bench): the flash crowd's 10,000, unpaid, ended ten sweeps past their pay_by, where I6
+// gives them one. Every order due when a sweep starts must end in that sweep, as its interval
+// allows: a sweep out of time takes one page, and the next goes on from there.
+func TestSweepExpiresEveryPageDue(t *testing.T) {
+	const page, due = 2, 5
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		expired  []int // after each sweep
+	}{
+		{"within its interval", 0, []int{due}},
+		{"out of time", time.Nanosecond, []int{page, 2 * page, due}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnvPaying(t, 100, 10, time.Second)
+			evs := e.reserve(t, due, time.Hour)
+			e.confirm(t, evs)
+			last, err := e.st.Order(e.ctx, evs[due-1].OrderID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Until(time.UnixMilli(last.PayByMs + 10)))
+
+			c := e.compensator(t, compensator.Config{SweepInterval: tc.interval})
+			compensator.SetSweepPage(c, page)
+			for i, want := range tc.expired {
+				if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+					t.Fatal(err)
+				}
+				if states := e.check(t, evs); states[events.Expired] != want {
+					t.Errorf("after sweep %d past every pay_by, with pages of %d: %v; want %d orders expired", i+1, page, states, want)
+				}
+			}
+			for _, ev := range evs {
+				if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Reason != events.ReasonUnpaid {
+					t.Errorf("order %s = %s %q, %v; want it expired with its units back (reason %q)", ev.OrderID, o.Status, o.Reason, err, events.ReasonUnpaid)
+				}
+			}
+		})
+	}
+}
