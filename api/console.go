@@ -180,7 +180,10 @@ type consoleSources struct {
 	last     time.Time          // of the last snapshot
 	counts   map[string]float64 // purchase counters at the last snapshot; nil before the first
 	buckets  []uint64           // purchase latency buckets at the last snapshot
-	commited int64              // the consumers' committed offsets at the last snapshot (-1: unknown)
+	commited int64              // the consumers' committed offsets at the last reading (-1: unknown)
+	// commitedAt is when commited was read: the snapshot before the last when the last one's
+	// Kafka read failed.
+	commitedAt time.Time
 }
 
 func (s *Server) newConsoleSources() *consoleSources {
@@ -244,7 +247,7 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 	if src.dlq != nil {
 		kctx, cancel := context.WithTimeout(ctx, sourceTimeout)
 		defer cancel()
-		src.kafka(kctx, &snap, dt, fail)
+		src.kafka(kctx, &snap, now, fail)
 	}
 	return snap
 }
@@ -252,8 +255,11 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 // sourceTimeout bounds the reading of one source of a snapshot.
 const sourceTimeout = 900 * time.Millisecond
 
-// kafka fills in the dead letters and the consumers' lag.
-func (src *consoleSources) kafka(ctx context.Context, snap *ConsoleSnapshot, dt float64, fail func(string, error)) {
+// kafka fills in the dead letters and the consumers' lag, read at now. The rate of persisted
+// orders is over the time since the last reading of the lag that Kafka answered, not since the
+// last snapshot: after one it did not, the orders committed over both seconds were divided by
+// one.
+func (src *consoleSources) kafka(ctx context.Context, snap *ConsoleSnapshot, now time.Time, fail func(string, error)) {
 	src.readDeadLetters(ctx)
 	for k, v := range src.dead {
 		snap.DeadLetters[k] = v
@@ -271,9 +277,9 @@ func (src *consoleSources) kafka(ctx context.Context, snap *ConsoleSnapshot, dt 
 	ends.Each(func(o kadm.ListedOffset) { end += o.Offset })
 	snap.ConsumerLag = lag
 	if src.commited >= 0 {
-		snap.PersistedPerSec = math.Max(0, float64(end-lag-src.commited)/dt)
+		snap.PersistedPerSec = math.Max(0, float64(end-lag-src.commited)/now.Sub(src.commitedAt).Seconds())
 	}
-	src.commited = end - lag
+	src.commited, src.commitedAt = end-lag, now
 }
 
 // campaigns fills in the newest campaigns with their units by state and their last audit. A

@@ -4,7 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/store"
 )
 
@@ -54,5 +59,54 @@ func TestConsoleFirstSnapshotRatesNoInstant(t *testing.T) {
 	reservations.WithLabelValues("reserved").Inc() // a purchase as the console opens
 	if r := src.snapshot(context.Background()).Purchases["accepted"]; r > 1 {
 		t.Errorf("the first snapshot says %v purchases a second, of one purchase", r)
+	}
+}
+
+// TestConsolePersistedRateAfterAKafkaMiss: a snapshot whose Kafka read failed (a broker slow
+// past sourceTimeout) kept the committed offsets of the snapshot before it, and the next
+// snapshot divided the orders committed over both seconds by one: the console showed the
+// consumers persisting twice as fast as they were, after every miss.
+func TestConsolePersistedRateAfterAKafkaMiss(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	ctx := context.Background()
+	cl := kafkatest.Client(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	const orders = 100
+	for range orders {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topics.Requested, Partition: 0, Value: []byte("{}")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	commit := func(at int64) {
+		t.Helper()
+		var os kadm.Offsets
+		os.Add(kadm.Offset{Topic: topics.Requested, Partition: 0, At: at, LeaderEpoch: -1})
+		if err := adm.CommitAllOffsets(ctx, topics.ConsumerGroup(), os); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(0)
+
+	s := New(Config{InsecureUserHeader: true, Brokers: brokers, Topics: topics, Logger: slog.New(slog.DiscardHandler)}, noCampaigns{}, nil, nil)
+	defer s.Close()
+	src := s.newConsoleSources()
+	defer src.close()
+	first := src.snapshot(ctx)
+	if first.ConsumerLag != orders {
+		t.Fatalf("first snapshot: lag %d, want %d (errors %v)", first.ConsumerLag, orders, first.Errors)
+	}
+	time.Sleep(500 * time.Millisecond)
+	missed, cancel := context.WithCancel(ctx)
+	cancel() // Kafka does not answer this one in time
+	if snap := src.snapshot(missed); snap.ConsumerLag != -1 {
+		t.Fatalf("a snapshot whose Kafka read failed shows a lag of %d", snap.ConsumerLag)
+	}
+	commit(orders) // the consumers persisted every order over the two seconds
+	time.Sleep(500 * time.Millisecond)
+	last := src.snapshot(ctx)
+	want := orders / last.At.Sub(first.At).Seconds()
+	if got := last.PersistedPerSec; got < want*0.8 || got > want*1.25 {
+		t.Errorf("%d orders persisted in %v: the console says %.0f/s, want about %.0f/s", orders, last.At.Sub(first.At).Round(time.Millisecond), got, want)
 	}
 }
