@@ -1,11 +1,9 @@
 package compensator
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -440,7 +438,7 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 	// sweeper gives them back. Finishing one twice gives nothing twice.
 	if !sweepList(r, until, &c.pagesMu, &c.refundsAfter, c.page, func(after string) ([]store.Order, error) {
 		return c.campaigns.UnfinishedRefunds(work, after, c.page)
-	}, func(o store.Order) string { return o.OrderID }, strings.Compare, func(o store.Order) error {
+	}, func(o store.Order) string { return o.OrderID }, func(o store.Order) error {
 		_, err := c.refundReservation(work, o, "sweeper")
 		return err
 	}) {
@@ -452,7 +450,7 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 	// them one.
 	sweepList(r, until, &c.pagesMu, &c.expiringAfter, c.page, func(after store.ExpiryKey) ([]store.Order, error) {
 		return c.campaigns.ExpiringOrders(work, now, after, c.page)
-	}, store.Order.ExpiryKey, compareExpiry, func(o store.Order) error {
+	}, store.Order.ExpiryKey, func(o store.Order) error {
 		_, err := c.Expire(work, o.OrderID, now)
 		return err
 	})
@@ -460,20 +458,19 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 }
 
 // sweepList resolves a store list of refunds or expiries page by page (read returns the page
-// after a key), from where the last sweep left it (*place) to its end and, when that was not
-// the top, on from the top to that place: every order listed when the sweep started is tried
-// once (a failing one stays listed, and the next sweep tries it again). It takes one page,
-// and more until the list is done or the time is until. *place follows each page (see
-// nextPage), so a sweep cut short, or out of time, leaves the next where this one stopped. It
-// reports whether the sweep goes on: false once it is over for orders it announces (see
-// sweepRun.over). A read that fails keeps the place and ends this list's part of the sweep.
+// after a key) from where the last sweep left it (*place): one page, and more while the list
+// goes on and the sweep is within until. *place follows each page (see nextPage), so a sweep
+// cut short, or out of time, leaves the next where this one stopped, and the end of the list
+// sends the next sweep to the top: what failed is tried again once a pass. An order due since
+// the last pass is not left behind the place: expiries are listed by pay_by, so it is at the
+// end. It reports whether the sweep goes on: false once it is over for orders it announces
+// (see sweepRun.over). A read that fails keeps the place and ends this list's part of the sweep.
 func sweepList[K comparable](r *sweepRun, until time.Time, mu *sync.Mutex, place *K, limit int, read func(after K) ([]store.Order, error),
-	key func(store.Order) K, compare func(a, b K) int, resolve func(store.Order) error) bool {
+	key func(store.Order) K, resolve func(store.Order) error) bool {
 	var top K
 	mu.Lock()
-	start := *place
+	after := *place
 	mu.Unlock()
-	after, wrapped := start, start == top
 	for first := true; ; first = false {
 		if r.over(true) {
 			return false
@@ -492,20 +489,10 @@ func sweepList[K comparable](r *sweepRun, until time.Time, mu *sync.Mutex, place
 		mu.Lock()
 		*place = after
 		mu.Unlock()
-		switch {
-		case after == top && wrapped: // the end of the list, past its start
-			return true
-		case after == top:
-			wrapped = true
-		case wrapped && start != top && compare(after, start) >= 0: // back where it started
+		if after == top {
 			return true
 		}
 	}
-}
-
-// compareExpiry orders ExpiryKeys as store.ExpiringOrders lists them.
-func compareExpiry(a, b store.ExpiryKey) int {
-	return cmp.Or(cmp.Compare(a.PayByMs, b.PayByMs), strings.Compare(a.OrderID, b.OrderID))
 }
 
 // nextPage returns the key after which the next page of a store list starts, once a sweep
@@ -514,10 +501,10 @@ func compareExpiry(a, b store.ExpiryKey) int {
 // (a Redis shard down under a large campaign) stay listed, and a page of them read again and
 // again kept every order behind them, on healthy shards, waiting for good. A short page is the
 // end of the list, and the next page starts at the top again: what failed is retried once per
-// pass (sweepList makes one pass a sweep). A keyset cursor, not an offset: orders leave the
-// lists as they are finished, and an offset would skip those that moved up. A sweep cut short (told to stop,
-// a stale fence, Kafka not taking its announcements) keeps its place instead: it skipped
-// orders of the page, which the unannounced skip promises to the next sweep.
+// pass. A keyset cursor, not an offset: orders leave the lists as they are finished, and an
+// offset would skip those that moved up. A sweep cut short (told to stop, a stale fence, Kafka
+// not taking its announcements) keeps its place instead: it skipped orders of the page, which
+// the unannounced skip promises to the next sweep.
 func nextPage[K any](page []store.Order, limit int, key func(store.Order) K) K {
 	if len(page) < limit {
 		var top K
