@@ -389,6 +389,10 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 		return 0, err
 	}
 	now := time.Now()
+	// Pages past the first of each list are taken while the sweep is within its interval: a
+	// page of orders on a Redis shard that hangs costs its timeouts, and the next sweep must not
+	// wait for a whole list of them.
+	until := now.Add(c.cfg.SweepInterval)
 	r := &sweepRun{stop: stop}
 	overdue := 0
 	defer func() { reservationsOverdue.Set(float64(overdue)) }()
@@ -409,30 +413,42 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 				return r.result()
 			}
 		}
-		// One page per campaign per sweep: the next sweep takes the rest, and a reservation
-		// that somehow stays pending can never trap the sweeper in a loop.
-		ids, err := c.sweeper.Expired(work, camp.ID, 1000)
-		if err != nil {
-			if r.halt(err) {
+		// A page, and more while they come full and the sweep is within its interval: a
+		// consumer down past the reservations' deadline leaves a sale's thousands due at once,
+		// and I5 gives each one sweep. What stays pending (it failed) is listed again, first: a
+		// page with none this sweep has not tried ends the campaign's turn, so a page of them
+		// never traps the sweep in a loop, and the next sweep tries them again.
+		tried := map[string]bool{}
+		for first := true; first || time.Now().Before(until); first = false {
+			ids, err := c.sweeper.Expired(work, camp.ID, c.page)
+			if err != nil {
+				if r.halt(err) {
+					return r.result()
+				}
+				break
+			}
+			fresh := ids[:0:0]
+			for _, id := range ids {
+				if !tried[id] {
+					tried[id] = true
+					fresh = append(fresh, id)
+				}
+			}
+			overdue += len(fresh)
+			if !resolveEach(r, fresh, false, func(id string) error {
+				res, err := c.Redis.Reservation(work, id)
+				if err == nil {
+					_, err = c.FailFenced(work, reservationEvent(res), events.ReasonExpired, "sweeper", fence)
+				}
+				return err
+			}) {
 				return r.result()
 			}
-			continue
-		}
-		overdue += len(ids)
-		if !resolveEach(r, ids, false, func(id string) error {
-			res, err := c.Redis.Reservation(work, id)
-			if err == nil {
-				_, err = c.FailFenced(work, reservationEvent(res), events.ReasonExpired, "sweeper", fence)
+			if len(ids) < c.page || len(fresh) == 0 {
+				break
 			}
-			return err
-		}) {
-			return r.result()
 		}
 	}
-	// Pages past the first of each list are taken while the sweep is within its interval: a
-	// page of orders on a Redis shard that hangs costs its timeouts, and the next sweep's
-	// releases of reservations (I5) must not wait for a whole list of them.
-	until := now.Add(c.cfg.SweepInterval)
 	// A refund that stopped between the store and Redis (an operator's control cut short, a
 	// compensator killed mid-cancel) holds its units until someone runs the control again; the
 	// sweeper gives them back. Finishing one twice gives nothing twice.

@@ -135,3 +135,47 @@ func TestSweepExpiresEveryPageDue(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepReleasesEveryReservationDue: a sweep released one page (1,000) of a campaign's
+// reservations past their deadline, and left the rest to the next sweeps, a page per sweep
+// interval. A consumer down past the deadline (Kafka or PostgreSQL out for longer than the
+// reservations last) leaves a sale's thousands due at once, and I5 gives each one sweep
+// interval past its deadline. Every reservation due when a sweep starts must end in that
+// sweep, as its interval allows: a sweep out of time takes one page, and the next goes on.
+func TestSweepReleasesEveryReservationDue(t *testing.T) {
+	const page, due = 2, 5
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		released []int // after each sweep
+	}{
+		{"within its interval", 0, []int{due}},
+		{"out of time", time.Nanosecond, []int{page, 2 * page, due}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 100, 10)
+			evs := e.reserve(t, due, 50*time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
+			c := e.compensator(t, compensator.Config{SweepInterval: tc.interval})
+			compensator.SetSweepPage(c, page)
+			for i, want := range tc.released {
+				if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+					t.Fatal(err)
+				}
+				released := 0
+				for _, ev := range evs {
+					res, err := e.r.Reservation(e.ctx, ev.OrderID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.State == lua.StateReleased {
+						released++
+					}
+				}
+				if released != want {
+					t.Errorf("after sweep %d past every deadline, with pages of %d: %d reservations released; want %d", i+1, page, released, want)
+				}
+			}
+		})
+	}
+}
