@@ -192,6 +192,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the page says %q after creating a campaign twice, want the API's message (%v)", status, err)
 	}
 
+	// A number of minutes the page's Date cannot hold (the input takes 1e300) is refused on
+	// the page, saying so: toISOString threw out of the submit handler, with nothing shown.
+	browse("clear the create form", chromedp.Evaluate[chromedp.Void](`document.querySelector("#create-form").reset(); document.querySelector("#status").textContent = ""`))
+	create("create a campaign ending past any date", "id", "far", "name", "Far", "stock", "1", "per_user_limit", "1", "minutes", "1e300")
+	waitFor("the page says the date is past naming", `document.querySelector("#status").className === "error" && document.querySelector("#status").textContent.includes("past the last date")`)
+
 	// An answer to the Extend or Add stock prompt that is not a number (Number gives NaN) is
 	// refused on the page, saying so: not thrown by Date out of the click handler, with nothing
 	// shown, nor sent as {"add": null}, which the API refuses for a reason the operator never gave.

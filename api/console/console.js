@@ -342,7 +342,11 @@ function init() {
     const f = new FormData(e.target);
     const body = { name: f.get("name"), stock: Number(f.get("stock")), per_user_limit: Number(f.get("per_user_limit")) };
     if (f.get("id")) body.id = f.get("id");
-    if (f.get("minutes")) body.ends_at = new Date(Date.now() + Number(f.get("minutes")) * 60000).toISOString();
+    if (f.get("minutes")) {
+      const ends = new Date(Date.now() + Number(f.get("minutes")) * 60000);
+      if (isNaN(ends)) return say("create: " + f.get("minutes") + " minutes is past the last date a browser can name", true);
+      body.ends_at = ends.toISOString();
+    }
     if (f.get("payment_window_seconds")) body.payment_window_seconds = Number(f.get("payment_window_seconds"));
     try {
       const c = await api("POST", "/v1/campaigns", body);
