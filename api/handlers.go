@@ -107,9 +107,14 @@ func readAtMost(r io.Reader, max, size int64) ([]byte, error) {
 	}
 }
 
-// decodeJSON decodes one JSON value into v: unknown fields, trailing data and wrong types are
-// invalid_request.
+// decodeJSON decodes one JSON value into v: unknown fields, trailing data, wrong types and
+// bytes that are not UTF-8 are invalid_request.
 func decodeJSON(body []byte, v any) error {
+	if !utf8.Valid(body) {
+		// encoding/json turns such a byte into U+FFFD without a word: a campaign's name, or a
+		// payment id, would be stored as other text than was sent.
+		return events.Errorf(events.Invalid, "malformed JSON body: not UTF-8")
+	}
 	if string(bytes.TrimSpace(body)) == "null" { // encoding/json takes null for any object
 		return events.Errorf(events.Invalid, "the body must be a JSON object, not null")
 	}

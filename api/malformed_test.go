@@ -128,6 +128,10 @@ func TestMalformedRequests(t *testing.T) {
 		{"a stray bracket after the object", buy(`{"quantity": 1} ]`), 400, events.Invalid},
 		{"a campaign with a stray brace", create(`{"name": "x", "stock": 5, "per_user_limit": 1}}`), 400, events.Invalid},
 		{"not JSON", buy(`quantity=1`), 400, events.Invalid},
+		// JSON is UTF-8: encoding/json turned a byte that is not into U+FFFD without a word, so
+		// a name, or a payment id, was stored as other text than was sent.
+		{"a campaign's name not UTF-8", create("{\"name\": \"caf\xe9\", \"stock\": 5, \"per_user_limit\": 1}"), 400, events.Invalid},
+		{"a purchase not UTF-8", buy("{\"quantity\": 1, \"\xff\": 1}"), 400, events.Invalid},
 		{"truncated JSON", buy(`{"quantity":`), 400, events.Invalid},
 		{"JSON array", buy(`[1]`), 400, events.Invalid},
 		{"JSON string", buy(`"buy"`), 400, events.Invalid},
