@@ -114,6 +114,10 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		if *maxConns > 0 && *guards.streams >= *maxConns {
 			return f.usagef("--max-streams %d: want below --max-conns (%d): every stream holds a connection, and purchases need the others", *guards.streams, *maxConns)
 		}
+		if *paymentToken != "" && *paymentToken == *adminToken {
+			// The payment service could then do all an admin can.
+			return f.usagef("--payment-token: want another value than --admin-token's: the payment service's token may record payments and nothing else")
+		}
 		return nil
 	})
 	f.check(func() bool { return *guards.secret != "" || *guards.insecureUser },
