@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/events/kafkatest"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
 
@@ -108,5 +111,39 @@ func TestConsolePersistedRateAfterAKafkaMiss(t *testing.T) {
 	want := orders / last.At.Sub(first.At).Seconds()
 	if got := last.PersistedPerSec; got < want*0.8 || got > want*1.25 {
 		t.Errorf("%d orders persisted in %v: the console says %.0f/s, want about %.0f/s", orders, last.At.Sub(first.At).Round(time.Millisecond), got, want)
+	}
+}
+
+// unaudited is a store of one campaign whose audit verdicts cannot be read, and saleOf a Redis
+// that tells any campaign's sale.
+type unaudited struct{ noCampaigns }
+
+func (unaudited) NewestCampaigns(context.Context, int) ([]store.Campaign, error) {
+	return []store.Campaign{{ID: "c1", Name: "one", Stock: 10, PerUserLimit: 1}}, nil
+}
+func (unaudited) AuditVerdicts(context.Context) (map[string]store.AuditVerdict, error) {
+	return nil, errors.New("relation audit_verdicts: canceling statement due to statement timeout")
+}
+
+type saleOf struct{ Redis }
+
+func (saleOf) Sale(context.Context, string) (lua.Sale, error) {
+	return lua.Sale{Loaded: true, Remaining: 10}, nil
+}
+
+// TestConsoleRowsWithoutTheAudit: the audit's verdicts are a column of the campaigns' rows. A
+// read of them that failed (the store slow past the snapshot's time) took every row off the
+// page, and the rows' buttons with them, in the incident an operator opens the console for.
+func TestConsoleRowsWithoutTheAudit(t *testing.T) {
+	s := New(Config{InsecureUserHeader: true, Logger: slog.New(slog.DiscardHandler)}, unaudited{}, saleOf{}, nil)
+	defer s.Close()
+	src := s.newConsoleSources()
+	defer src.close()
+	snap := src.snapshot(context.Background())
+	if len(snap.Campaigns) != 1 || snap.Campaigns[0].ID != "c1" || snap.Campaigns[0].Audit != nil {
+		t.Errorf("campaigns %+v, want c1's row without an audit", snap.Campaigns)
+	}
+	if len(snap.Errors) != 1 || !strings.Contains(snap.Errors[0], "audit") {
+		t.Errorf("errors %q, want the audit's named", snap.Errors)
 	}
 }
