@@ -25,11 +25,22 @@ const maxStream = 10 * time.Minute
 const writeWait = 10 * time.Second
 
 // final reports whether an order will not change on its own: pending becomes confirmed or
-// failed, and a confirmed order with a pay_by becomes paid or expired (a refund is an operator's
-// act, not the order's own course).
+// failed, a confirmed order with a pay_by becomes paid or expired (a refund is an operator's
+// act, not the order's own course), and a refunded or expired one takes its reason once its
+// units are back on sale (givingBack).
 func final(o OrderView) bool {
-	return o.Status != events.Pending && (o.Status != events.Confirmed || o.PayBy == nil)
+	return o.Status != events.Pending && (o.Status != events.Confirmed || o.PayBy == nil) && !givingBack(o)
 }
+
+// givingBack reports whether an order is refunded or expired and its units are not back on sale
+// yet: its reason is written then, after the outcome was announced, so no event tells a stream
+// of it.
+func givingBack(o OrderView) bool {
+	return (o.Status == events.Refunded || o.Status == events.Expired) && o.Reason == ""
+}
+
+// givenBackWait is how often a stream reads again an order whose units are being given back.
+const givenBackWait = time.Second
 
 // orderEvents streams an order's status changes as server-sent events: the current status at
 // once, then each change, until the status is final. Each event is
@@ -127,11 +138,17 @@ func (s *Server) orderEvents(c echo.Context) error {
 			return false
 		}
 		reread = nil
-		if now.Status == o.Status {
+		if givingBack(now) {
+			reread = time.After(givenBackWait)
+		}
+		if now.Status == o.Status && now.Reason == o.Reason {
 			return false
 		}
 		o = now
 		return sendOrder(o) != nil || final(o)
+	}
+	if givingBack(o) {
+		reread = time.After(givenBackWait)
 	}
 	for {
 		select {

@@ -175,6 +175,48 @@ func TestOrderEvents(t *testing.T) {
 		}
 	})
 
+	// An expiry announces the order before the store gives it its reason (MarkUnpaid, once the
+	// units are back): a stream woken by the announcement read the order expired without a
+	// reason and ended there, and its buyer never heard why, nor that the units were back.
+	t.Run("an expiry's reason, written after its announcement", func(t *testing.T) {
+		id := h.buy(t, "evpay", "ula", 1)
+		h.confirm(t, id)
+		s := openStream(t, ctx, ts.URL, id, "ula")
+		if o, err := s.nextStatus(t); err != nil || o.Status != events.Confirmed {
+			t.Fatalf("first event: %+v %v", o, err)
+		}
+		o, err := h.store.ExpireOrder(ctx, id, time.Now().Add(time.Hour)) // past its pay_by
+		if err != nil || o.Status != events.Expired {
+			t.Fatalf("expire: %+v %v", o, err)
+		}
+		rec, err := events.Record(h.topics.Results, events.Event{Type: events.OrderExpired, Version: events.Version, EventID: events.NewID(),
+			OccurredAt: time.Now().UTC(), OrderID: id, CampaignID: o.CampaignID, UserID: o.UserID, Quantity: int(o.Quantity)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kafkatest.Client(t, h.brokers).ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // the stream reads the order without its reason
+		if err := h.store.MarkUnpaid(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		var last api.OrderView
+		for {
+			o, err := s.nextStatus(t)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = o
+		}
+		if last.Status != events.Expired || last.Reason != events.ReasonUnpaid {
+			t.Errorf("the stream ended on %s %q, want expired %q", last.Status, last.Reason, events.ReasonUnpaid)
+		}
+	})
+
 	t.Run("heartbeats while nothing happens", func(t *testing.T) {
 		id := h.buy(t, "ev", "bob", 1)
 		s := openStream(t, ctx, ts.URL, id, "bob", "Last-Event-ID", "pending")
