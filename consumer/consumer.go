@@ -143,7 +143,7 @@ func (c *Consumer) Ping(ctx context.Context) error { return c.cl.Ping(ctx) }
 func (c *Consumer) Run(ctx context.Context) error {
 	log := c.cfg.Logger.With("role", "consumer", "group", c.cfg.Group)
 	log.Info("consuming", "topic", c.cfg.Topics.Requested, "batch_size", c.cfg.BatchSize, "max_rate", c.cfg.MaxRate)
-	return events.ConsumePipelined(ctx, c.cl, c.pace.batchSize, c.cfg.DrainTimeout, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
+	err := events.ConsumePipelined(ctx, c.cl, c.pace.batchSize, c.cfg.DrainTimeout, log, func(work, stop context.Context, fs kgo.Fetches) (func() error, error) {
 		if err := c.pace.wait(stop, fs.NumRecords()); err != nil {
 			return nil, err // stopping: the batch is redelivered
 		}
@@ -158,6 +158,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		})
 		return finish, nil
 	})
+	if errors.Is(err, kerr.InvalidSessionTimeout) {
+		return fmt.Errorf("consumer: session timeout %v: the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms refuse it: %w",
+			cmp.Or(c.cfg.SessionTimeout, events.DefaultSessionTimeout), err)
+	}
+	return err
 }
 
 // forgetLag drops the lag of partitions this consumer no longer owns: their figure would stay

@@ -166,6 +166,10 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, drain
 			switch {
 			case errors.Is(err, kgo.ErrClientClosed):
 				fatal = cmp.Or(fatal, err)
+			case errors.Is(err, kerr.InvalidSessionTimeout):
+				// The group's session timeout is outside the brokers' group.min/max.session.timeout.ms:
+				// every join is refused the same way, and no wait mends a setting.
+				fatal = cmp.Or(fatal, err)
 			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded): // the stop
 			default:
 				// franz-go goes on by itself (past data loss, a lost session, an ACL that
