@@ -2,11 +2,15 @@ package store_test
 
 import (
 	"context"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
 )
 
@@ -55,5 +59,33 @@ func TestOpenGivesUpOnASilentServer(t *testing.T) {
 		t.Logf("Open: %v", err)
 	case <-time.After(time.Minute): // a hang, not a slow answer: the fix gives up after 10s
 		t.Fatal("Open still waits for a server that never answers, a minute on")
+	}
+}
+
+// TestOpenOfAnUnopenableSQLiteFileIsPermanent: a SQLite path SQLite cannot open (its directory
+// does not exist, or it names a directory) or a file that is not a database is a setting no
+// wait mends. A role waits for its store with events.Retry: the error must stop the wait, not
+// be retried with a WARN every few seconds for as long as the process lives.
+func TestOpenOfAnUnopenableSQLiteFileIsPermanent(t *testing.T) {
+	dir := t.TempDir()
+	notADB := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notADB, []byte("not a database, but long enough to have a header of sorts.......\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(dir, "missing", "seckill.db"), dir, notADB} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		tries := 0
+		err := events.Retry(ctx, slog.New(slog.DiscardHandler), "open the store", func() error {
+			tries++
+			st, err := store.Open(ctx, "sqlite:"+path)
+			if err == nil {
+				st.Close()
+			}
+			return err
+		})
+		cancel()
+		if err == nil || tries != 1 {
+			t.Errorf("sqlite:%s: opened %d times, then %v; want one failed try", path, tries, err)
+		}
 	}
 }

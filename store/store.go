@@ -12,7 +12,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/redact"
@@ -65,9 +66,30 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open store %s: %w", redact.URL(dsn), err)
+		err = fmt.Errorf("open store %s: %w", redact.URL(dsn), err)
+		if unopenable(err) {
+			return nil, events.Permanent(err)
+		}
+		return nil, err
 	}
 	return &Store{db: db, sqlite: db.DriverName() == "sqlite"}, nil
+}
+
+// unopenable reports whether err is SQLite's refusal of the file itself: a path it cannot open
+// (a directory that does not exist or is not writable, a directory named as the file) or a
+// file that is not a database. No wait mends them, and a role that waits for its store retried
+// them for ever (events.Permanent stops its wait). A busy or locked database is not one: the
+// other process lets go of it.
+func unopenable(err error) bool {
+	var e *sqlite.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code() & 0xff { // the primary code of an extended one (SQLITE_CANTOPEN_ISDIR, …)
+	case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOTADB:
+		return true
+	}
+	return false
 }
 
 // CheckURL says what is wrong with a store URL, before anything connects: postgres://… as lib/pq
