@@ -4,14 +4,17 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/store"
+	"github.com/seckill/seckill/store/storetest"
 )
 
 // TestOpenGivesUpOnASilentServer: a server that accepts the connection and never answers (a
@@ -86,6 +89,38 @@ func TestOpenOfAnUnopenableSQLiteFileIsPermanent(t *testing.T) {
 		cancel()
 		if err == nil || tries != 1 {
 			t.Errorf("sqlite:%s: opened %d times, then %v; want one failed try", path, tries, err)
+		}
+	}
+}
+
+// TestOpenWithASettingPostgreSQLRefusesIsPermanent: a PostgreSQL URL whose query the server
+// refuses at the start (an SSL mode the server does not offer, a setting it does not know, a
+// value it does not take) is refused the same way on every try: the error stops a role's wait
+// for its store rather than being retried with a WARN every few seconds for ever.
+func TestOpenWithASettingPostgreSQLRefusesIsPermanent(t *testing.T) {
+	base := storetest.PostgresURL(t)
+	for _, setting := range []string{"sslmode=require", "statement_timeuot=5s", "statement_timeout=abc"} {
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		k, v, _ := strings.Cut(setting, "=")
+		q.Set(k, v)
+		u.RawQuery = q.Encode()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		tries := 0
+		err = events.Retry(ctx, slog.New(slog.DiscardHandler), "open the store", func() error {
+			tries++
+			st, err := store.Open(ctx, u.String())
+			if err == nil {
+				st.Close()
+			}
+			return err
+		})
+		cancel()
+		if err == nil || tries != 1 {
+			t.Errorf("%s: opened %d times, then %v; want one failed try", setting, tries, err)
 		}
 	}
 }

@@ -75,21 +75,29 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return &Store{db: db, sqlite: db.DriverName() == "sqlite"}, nil
 }
 
-// unopenable reports whether err is SQLite's refusal of the file itself: a path it cannot open
-// (a directory that does not exist or is not writable, a directory named as the file) or a
-// file that is not a database. No wait mends them, and a role that waits for its store retried
-// them for ever (events.Permanent stops its wait). A busy or locked database is not one: the
-// other process lets go of it.
+// unopenable reports whether err is the database's refusal of what the URL asks for, which no
+// wait mends, and a role that waits for its store retried for ever (events.Permanent stops its
+// wait). On SQLite: a path it cannot open (a directory that does not exist or is not writable, a
+// directory named as the file) or a file that is not a database; a busy or locked database is
+// not one, as the other process lets go of it. On PostgreSQL: sslmode=require (or verify-*)
+// against a server without SSL, and a setting of the URL's query, which lib/pq sends the server
+// at the start, that the server does not know (a mistyped name: 42704) or whose value it
+// refuses (22023). A wrong password or database name is the caller's to tell (their
+// SQLSTATE classes 28 and 3D).
 func unopenable(err error) bool {
 	var e *sqlite.Error
-	if !errors.As(err, &e) {
+	if errors.As(err, &e) {
+		switch e.Code() & 0xff { // the primary code of an extended one (SQLITE_CANTOPEN_ISDIR, …)
+		case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOTADB:
+			return true
+		}
 		return false
 	}
-	switch e.Code() & 0xff { // the primary code of an extended one (SQLITE_CANTOPEN_ISDIR, …)
-	case sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_NOTADB:
+	if errors.Is(err, pq.ErrSSLNotSupported) {
 		return true
 	}
-	return false
+	var pe *pq.Error
+	return errors.As(err, &pe) && (pe.Code == "42704" || pe.Code == "22023")
 }
 
 // CheckURL says what is wrong with a store URL, before anything connects: postgres://… as lib/pq
