@@ -244,8 +244,13 @@ func (h *handler) persist(work, stop context.Context, recs []*kgo.Record) (finis
 	srcs := make([]*kgo.Record, 0, len(recs))
 	var out []*kgo.Record
 	for _, r := range recs {
-		e, err := events.Decode(r.Value)
-		if err == nil && e.Type != events.OrderRequested {
+		var (
+			e   events.Event
+			err error
+		)
+		if reason, ok := events.Unreadable(r); ok {
+			err = errors.New(reason)
+		} else if e, err = events.Decode(r.Value); err == nil && e.Type != events.OrderRequested {
 			err = fmt.Errorf("event %s: type %s does not belong on %s", e.EventID, e.Type, r.Topic)
 		}
 		if err != nil {

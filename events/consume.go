@@ -121,6 +121,13 @@ func (p permanent) Unwrap() error { return p.error }
 // A rebalance that takes partitions while a batch is being finished waits for its commit (with a
 // client from NewGroupClient), so the new owner starts after the batch.
 //
+// A record batch no reader can decompress (kgo.ErrDecompressTooLarge: a compression bomb) is
+// skipped, and persist gets in its place a record without a value at the batch's last offset,
+// which Unreadable tells apart, to handle as poison: committing it moves the group past the
+// batch. franz-go skips only a partition it tracks an offset of (one the group has committed,
+// or this member has polled records of): the first batch a new group meets is committed past
+// and left to the next assignment.
+//
 // max is asked before each poll for the most records of the next batch (at least 1): a member
 // whose pace follows its partitions (the consumer's) batches what its current pace allows.
 // When ctx is canceled, the batches in hand are finished and committed within drain (0:
@@ -161,9 +168,18 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, drain
 		if ctx.Err() != nil && fetches.NumRecords() == 0 {
 			return stopped(settle())
 		}
-		var fatal error
+		var (
+			fatal      error
+			unreadable []*kgo.Record
+		)
 		fetches.EachError(func(topic string, p int32, err error) {
+			var big *kgo.ErrDecompressTooLarge
 			switch {
+			case errors.As(err, &big):
+				// franz-go stops fetching the partition until it is moved past the batch: a
+				// compression bomb a foreign producer wrote stalled it for good, and only the
+				// poll heard of it, once a minute. It is poison, handed to persist as one.
+				unreadable = append(unreadable, unreadableBatch(big))
 			case errors.Is(err, kgo.ErrClientClosed):
 				fatal = cmp.Or(fatal, err)
 			case errors.Is(err, kerr.InvalidSessionTimeout):
@@ -184,6 +200,9 @@ func ConsumePipelined(ctx context.Context, cl *kgo.Client, max func() int, drain
 		if fatal != nil {
 			settle()
 			return fatal
+		}
+		if len(unreadable) > 0 {
+			fetches = withUnreadable(cl, fetches, unreadable, log)
 		}
 		var finish func() error
 		if fetches.NumRecords() > 0 {
@@ -258,4 +277,54 @@ func watchTopics(ctx context.Context, cl *kgo.Client, log *slog.Logger) {
 		case <-tick.C:
 		}
 	}
+}
+
+// headerUnreadable marks the record ConsumePipelined hands on in place of a batch no reader can
+// decompress (Unreadable).
+const headerUnreadable = "seckill-unreadable"
+
+// unreadableBatch is the record that stands for the batch big: no value, at the batch's last
+// offset, so that committing it moves the group past the batch, and a header saying why.
+func unreadableBatch(big *kgo.ErrDecompressTooLarge) *kgo.Record {
+	reason := fmt.Sprintf("the record batch at offsets %d to %d decompresses to more than %d bytes (kgo.MaxDecompressBatchBytes): no reader can take it",
+		big.Offset, big.NextOffset-1, maxDecompress)
+	return &kgo.Record{Topic: big.Topic, Partition: big.Partition, Offset: big.NextOffset - 1, LeaderEpoch: big.Epoch,
+		Headers: []kgo.RecordHeader{{Key: headerUnreadable, Value: []byte(reason)}}}
+}
+
+// maxDecompress is franz-go's default kgo.MaxDecompressBatchBytes, which no client here changes.
+const maxDecompress = 1 << 30
+
+// withUnreadable moves cl past the batches recs stand for and returns fetches with recs added,
+// each as the last record of its partition (the fetch stopped at its batch).
+func withUnreadable(cl *kgo.Client, fetches kgo.Fetches, recs []*kgo.Record, log *slog.Logger) kgo.Fetches {
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	extra := kgo.Fetch{}
+	for _, r := range recs {
+		log.Warn("skipping a record batch no reader can decompress; handing it on as poison",
+			"topic", r.Topic, "partition", r.Partition, "next_offset", r.Offset+1, "reason", Header(r, headerUnreadable))
+		if offsets[r.Topic] == nil {
+			offsets[r.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[r.Topic][r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+		extra.Topics = append(extra.Topics, kgo.FetchTopic{Topic: r.Topic, Partitions: []kgo.FetchPartition{
+			{Partition: r.Partition, HighWatermark: r.Offset + 1, Records: []*kgo.Record{r}}}})
+	}
+	cl.SetOffsets(offsets)
+	return append(fetches, extra)
+}
+
+// Unreadable returns why rec stands for a record batch that no reader can decompress, which
+// ConsumePipelined hands to persist in its place: a poison event, with no value. ok is false
+// for any other record.
+func Unreadable(rec *kgo.Record) (reason string, ok bool) {
+	if rec.Value != nil {
+		return "", false
+	}
+	for _, h := range rec.Headers {
+		if h.Key == headerUnreadable {
+			return string(h.Value), true
+		}
+	}
+	return "", false
 }
