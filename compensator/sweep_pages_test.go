@@ -91,6 +91,22 @@ func TestSweepPagesMoveOn(t *testing.T) {
 	}
 }
 
+// page and due are the sizes of the tests of a sweep that takes more than one page: due orders,
+// read page at a time.
+const page, due = 2, 5
+
+// sweepsOfPages are those tests' cases: within its interval a sweep takes every page due, and
+// out of time one page, the next sweep going on from there. done is how many have ended after
+// each sweep.
+var sweepsOfPages = []struct {
+	name     string
+	interval time.Duration
+	done     []int
+}{
+	{"within its interval", 0, []int{due}},
+	{"out of time", time.Nanosecond, []int{page, 2 * page, due}},
+}
+
 // TestSweepExpiresEveryPageDue: a sweep expired one page of the orders past their pay_by
 // (1,000) and left the rest to the next sweeps, a page per sweep interval. A sale's unpaid
 // orders come due about as fast as the consumer confirmed them (2,000 a second, its pace in
@@ -98,15 +114,7 @@ func TestSweepPagesMoveOn(t *testing.T) {
 // gives them one. Every order due when a sweep starts must end in that sweep, as its interval
 // allows: a sweep out of time takes one page, and the next goes on from there.
 func TestSweepExpiresEveryPageDue(t *testing.T) {
-	const page, due = 2, 5
-	for _, tc := range []struct {
-		name     string
-		interval time.Duration
-		expired  []int // after each sweep
-	}{
-		{"within its interval", 0, []int{due}},
-		{"out of time", time.Nanosecond, []int{page, 2 * page, due}},
-	} {
+	for _, tc := range sweepsOfPages {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnvPaying(t, 100, 10, time.Second)
 			evs := e.reserve(t, due, time.Hour)
@@ -119,7 +127,7 @@ func TestSweepExpiresEveryPageDue(t *testing.T) {
 
 			c := e.compensator(t, compensator.Config{SweepInterval: tc.interval})
 			compensator.SetSweepPage(c, page)
-			for i, want := range tc.expired {
+			for i, want := range tc.done {
 				if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
 					t.Fatal(err)
 				}
@@ -143,22 +151,14 @@ func TestSweepExpiresEveryPageDue(t *testing.T) {
 // interval past its deadline. Every reservation due when a sweep starts must end in that
 // sweep, as its interval allows: a sweep out of time takes one page, and the next goes on.
 func TestSweepReleasesEveryReservationDue(t *testing.T) {
-	const page, due = 2, 5
-	for _, tc := range []struct {
-		name     string
-		interval time.Duration
-		released []int // after each sweep
-	}{
-		{"within its interval", 0, []int{due}},
-		{"out of time", time.Nanosecond, []int{page, 2 * page, due}},
-	} {
+	for _, tc := range sweepsOfPages {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 100, 10)
 			evs := e.reserve(t, due, 50*time.Millisecond)
 			time.Sleep(100 * time.Millisecond)
 			c := e.compensator(t, compensator.Config{SweepInterval: tc.interval})
 			compensator.SetSweepPage(c, page)
-			for i, want := range tc.released {
+			for i, want := range tc.done {
 				if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
 					t.Fatal(err)
 				}
