@@ -19,7 +19,8 @@ for i, id in ipairs(ARGV) do
   if not rec then
     outcome, state = 'unknown', ''
   else
-    local _, _, current, rest = string.find(rec, '^(%a+)|(.*)$')
+    -- Parsed as release.lua parses it: a record it would refuse is not confirmed either.
+    local _, _, current, rest = string.find(rec, '^(%a+)|(%d+|%d+|.*)$')
     if not current then
       outcome, state = 'malformed', 'malformed reservation ' .. id
     elseif current ~= 'pending' then

@@ -817,10 +817,13 @@ func testMalformedRecord(t *testing.T, b *backend) {
 		if res, err := b.r.Reservation(ctx, order); !errors.Is(err, lua.ErrMalformed) {
 			t.Errorf("Reservation of %q = %+v, %v; want ErrMalformed", rec, res, err)
 		}
-		if rec == "garbage" { // confirm.lua reads the state alone
-			if out, err := b.r.Confirm(ctx, order); err == nil {
-				t.Errorf("Confirm of %q = %+v, want an error", rec, out)
-			}
+		// confirm.lua read the state alone, and confirmed "pending|-1|5|u": the consumer was
+		// told it was done, and the refund or expiry through it then failed for ever.
+		if out, err := b.r.Confirm(ctx, order); err == nil {
+			t.Errorf("Confirm of %q = %+v, want an error", rec, out)
+		}
+		if left, err := b.r.ConfirmAll(ctx, []string{order}); err == nil {
+			t.Errorf("ConfirmAll of %q = %v, want an error", rec, left)
 		}
 		assertUnchanged(t, b.rdb, id, before, "calls on the malformed record "+rec)
 	}

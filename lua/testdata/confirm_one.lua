@@ -7,7 +7,7 @@ local rec = redis.call('HGET', KEYS[1], ARGV[1])
 if not rec then
   return {'unknown', ''}
 end
-local _, _, state, rest = string.find(rec, '^(%a+)|(.*)$')
+local _, _, state, rest = string.find(rec, '^(%a+)|(%d+|%d+|.*)$')
 if not state then
   return redis.error_reply('malformed reservation ' .. ARGV[1])
 end
