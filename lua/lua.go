@@ -436,7 +436,7 @@ func (r *Redis) Confirm(ctx context.Context, orderID string) (Outcome, error) {
 	}
 	o := outcomes[0]
 	if o.outcome == "malformed" {
-		return Outcome{}, fmt.Errorf("confirm order %s: %s", orderID, o.state)
+		return Outcome{}, fmt.Errorf("confirm order %s: %w: %s", orderID, ErrMalformed, o.state)
 	}
 	return Outcome{Changed: o.outcome == "done", State: o.state}, nil
 }
@@ -621,7 +621,7 @@ const confirmBatch = 500
 // ConfirmAll confirms many pending reservations, each exactly as Confirm would, in one round
 // trip: one script call per campaign (a campaign's keys share one hash slot) and per
 // confirmBatch orders, pipelined. The consumer confirms its batches this way. A record the
-// script cannot parse is an error, after every other order has been confirmed.
+// script cannot parse is an error (ErrMalformed), after every other order has been confirmed.
 //
 // It returns the orders it left as they were, by id, with the state their reservation is in
 // ("" when Redis has none; a malformed one is the error instead): nil when it confirmed every
@@ -663,7 +663,7 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) (map[string]s
 					}
 					left[batches[c][i]] = o.state
 				case malformed == nil:
-					malformed = errors.New(o.state)
+					malformed = fmt.Errorf("%w: %s", ErrMalformed, o.state)
 				}
 			})
 		}

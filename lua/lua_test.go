@@ -819,11 +819,11 @@ func testMalformedRecord(t *testing.T, b *backend) {
 		}
 		// confirm.lua read the state alone, and confirmed "pending|-1|5|u": the consumer was
 		// told it was done, and the refund or expiry through it then failed for ever.
-		if out, err := b.r.Confirm(ctx, order); err == nil {
-			t.Errorf("Confirm of %q = %+v, want an error", rec, out)
+		if out, err := b.r.Confirm(ctx, order); !errors.Is(err, lua.ErrMalformed) {
+			t.Errorf("Confirm of %q = %+v, %v; want ErrMalformed", rec, out, err)
 		}
-		if left, err := b.r.ConfirmAll(ctx, []string{order}); err == nil {
-			t.Errorf("ConfirmAll of %q = %v, want an error", rec, left)
+		if left, err := b.r.ConfirmAll(ctx, []string{order}); !errors.Is(err, lua.ErrMalformed) {
+			t.Errorf("ConfirmAll of %q = %v, %v; want ErrMalformed", rec, left, err)
 		}
 		assertUnchanged(t, b.rdb, id, before, "calls on the malformed record "+rec)
 	}
