@@ -323,6 +323,7 @@ func TestScripts(t *testing.T) {
 		{"RefundOnce", testRefundOnce},
 		{"ExpiredListsPastDeadline", testExpired},
 		{"MalformedRecord", testMalformedRecord},
+		{"MalformedCountGivesNothingBack", testMalformedCount},
 		{"TrimKeepsRedisBounded", testTrim},
 		{"RestoreKeepsEndedRecordsForTheRetention", testRestoreEnded},
 		{"DropEndedCampaign", testDrop},
@@ -826,6 +827,42 @@ func testMalformedRecord(t *testing.T, b *backend) {
 			t.Errorf("ConfirmAll of %q = %v, %v; want ErrMalformed", rec, left, err)
 		}
 		assertUnchanged(t, b.rdb, id, before, "calls on the malformed record "+rec)
+	}
+}
+
+// testMalformedCount: a release whose buyer's count or stock Redis cannot add to fails before
+// it writes anything. A script is not rolled back: release.lua gave the units back to the
+// stock, then failed on the buyer's count, and the sweeper's retry of the still pending
+// reservation gave them back again at every sweep.
+func testMalformedCount(t *testing.T, b *backend) {
+	ctx := t.Context()
+	for _, bad := range []struct{ key, field, value string }{
+		{"buyers", "ann", "x"},
+		{"buyers", "ann", "1.5"},
+		{"stock", "", "x"},
+	} {
+		id := b.open(t, 10, 3)
+		k := lua.KeysOf(id)
+		pending := reserve(t, b.r, id, "ann", 2, time.Minute)
+		confirmed := reserve(t, b.r, id, "ann", 1, time.Minute)
+		if _, err := b.r.Confirm(ctx, confirmed.OrderID); err != nil {
+			t.Fatal(err)
+		}
+		if bad.key == "buyers" {
+			b.rdb.HSet(ctx, k.Buyers, bad.field, bad.value)
+		} else {
+			b.rdb.Set(ctx, k.Stock, bad.value, 0)
+		}
+		before := readState(t, b.rdb, id)
+		for range 2 { // the sweeper retries
+			if out, err := b.r.Release(ctx, pending.OrderID); !errors.Is(err, lua.ErrMalformed) {
+				t.Errorf("Release with %s %q = %+v, %v; want ErrMalformed", bad.key, bad.value, out, err)
+			}
+			if out, err := b.r.Refund(ctx, confirmed.OrderID); !errors.Is(err, lua.ErrMalformed) {
+				t.Errorf("Refund with %s %q = %+v, %v; want ErrMalformed", bad.key, bad.value, out, err)
+			}
+		}
+		assertUnchanged(t, b.rdb, id, before, "releases with "+bad.key+" "+bad.value)
 	}
 }
 

@@ -18,6 +18,12 @@ end
 if state ~= ARGV[2] then
   return {'unchanged', state}
 end
+-- A script is not rolled back: a count the writes below cannot add to must stop it before the
+-- first, or each retry of the reservation, still in its state, gives its units back again.
+local stock, held = redis.call('GET', KEYS[1]), redis.call('HGET', KEYS[2], user)
+if (stock and not string.find(stock, '^-?%d+$')) or (held and not string.find(held, '^-?%d+$')) then
+  return redis.error_reply('malformed reservation ' .. ARGV[1] .. ': its campaign\'s stock or its buyer\'s count is not a whole number')
+end
 redis.call('INCRBY', KEYS[1], qty)
 if redis.call('HINCRBY', KEYS[2], user, -tonumber(qty)) <= 0 then
   redis.call('HDEL', KEYS[2], user)
