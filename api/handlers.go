@@ -748,6 +748,11 @@ func (s *Server) notInRedis(ctx context.Context, campaign string, notFound error
 	case events.CampaignNotFound:
 		return notFound
 	}
+	if errors.Is(err, errUnknownBudget) {
+		// A refusal of ours, as a GET of the id gets: wrapped, it would read as a failed
+		// dependency and be logged at WARN, one line per purchase of a made-up id.
+		return err
+	}
 	return events.Wrap(events.Unavailable, err, "the sale cannot be reached right now; nothing was reserved, try again shortly")
 }
 

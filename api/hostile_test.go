@@ -461,3 +461,28 @@ func TestCreateCampaignWithoutAnIDSaysWhichToRetry(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownCampaignsPastTheBudgetLogAtDebug: purchases of made-up campaign ids, past the
+// budget of store reads for unknown ids, are refused 503 as a GET of such an id is, and the
+// refusal, expected, is logged at DEBUG: any buyer could otherwise write a WARN per request.
+func TestUnknownCampaignsPastTheBudgetLogAtDebug(t *testing.T) {
+	logs := &levelCounter{n: map[slog.Level]int{}}
+	h := newHarness(t, func(c *api.Config) { c.Logger = slog.New(logs) })
+	refused := 0
+	for i := range 3 * api.UnknownReads {
+		rec := h.serve(t, request("POST", fmt.Sprintf("/v1/campaigns/made-up-%d/purchases", i), `{"quantity":1}`, user("ann")...))
+		switch rec.Code {
+		case http.StatusNotFound:
+		case http.StatusServiceUnavailable:
+			refused++
+		default:
+			t.Fatalf("made-up-%d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no purchase went past the budget of unknown ids")
+	}
+	if n := logs.take(); n[slog.LevelError]+n[slog.LevelWarn] != 0 {
+		t.Errorf("%d purchases refused past the budget of unknown ids logged %v, want nothing above DEBUG", refused, n)
+	}
+}
