@@ -91,6 +91,17 @@ func (c *limitedConn) Close() error {
 	return err
 }
 
+// CloseWrite half-closes the connection when the one it wraps can (a *net.TCPConn). net/http
+// looks for it before it closes a connection whose request body it left unread (a 413): with
+// a FIN first, the client reads the answer and an end; without, the close resets the
+// connection, which may take the answer with it (golang.org/issue/3595).
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // clientPrefix is what one client holds of the address space: an IPv4 address, or an IPv6 /64
 // (a host is given a whole /64 and picks any address in it).
 func clientPrefix(a net.Addr) netip.Prefix {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -146,4 +147,34 @@ func TestConnectionCaps(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
+}
+
+// TestTooLargeBodyEndsCleanly: a purchase whose body is far too large is answered 413 and its
+// connection closed; under the connection caps as without them, the server half-closes first
+// (net/http's closeWriteAndWait, golang.org/issue/3595), so the client reads the answer and an
+// end, not a reset that may take the answer with it.
+func TestTooLargeBodyEndsCleanly(t *testing.T) {
+	for _, caps := range []struct{ max, perAddr int }{{0, 0}, {500, 100}} {
+		t.Run(fmt.Sprintf("max %d per address %d", caps.max, caps.perAddr), func(t *testing.T) {
+			addr := serve(t, caps.max, caps.perAddr)
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			body := strings.Repeat("x", 512<<10)
+			go fmt.Fprintf(c, "POST /v1/campaigns/big/purchases HTTP/1.1\r\nHost: x\r\nX-User-ID: ann\r\n"+
+				"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", 10<<20, body)
+			got, err := io.ReadAll(c)
+			if !strings.HasPrefix(string(got), "HTTP/1.1 413 ") || err != nil {
+				t.Errorf("read %q, %v; want a 413 and the connection's end", firstLine(got), err)
+			}
+		})
+	}
+}
+
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(string(b), "\r\n")
+	return line
 }
