@@ -435,6 +435,9 @@ func TestContract(t *testing.T) {
 		if ready["redis"] != "unavailable" || ready["store"] != "ok" || ready["kafka"] != "ok" {
 			t.Errorf("readyz with Redis down: %v", ready)
 		}
+		if rec := apitest.Serve(t, h.spec, h.srv.Handler(), request("GET", "/readyz", "")); rec.Header().Get("Retry-After") == "" {
+			t.Errorf("readyz: 503 without Retry-After: %v", rec.Header())
+		}
 		// Unready, the api gets no buyers behind a load balancer: only this figure says why.
 		wantDependencyUp(t, "redis", 0)
 		wantDependencyUp(t, "kafka", 1)

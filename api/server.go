@@ -424,6 +424,7 @@ func (s *Server) healthz(c echo.Context) error {
 // them at most once per readyEvery however many probes and clients call it.
 func (s *Server) readyz(c echo.Context) error {
 	if s.draining.Load() {
+		retryIfUnavailable(c, http.StatusServiceUnavailable)
 		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 	}
 	st := s.ready.get(func() readiness {
@@ -447,6 +448,7 @@ func (s *Server) readyz(c echo.Context) error {
 		}
 		return r
 	})
+	retryIfUnavailable(c, st.status) // as every 503 does
 	return c.JSON(st.status, st.body)
 }
 
