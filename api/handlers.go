@@ -687,6 +687,10 @@ func (s *Server) failedBefore(ctx context.Context, ev events.Event) bool {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ProduceTimeout)
 	defer cancel()
 	o, err := s.store.Order(rctx, ev.OrderID)
+	if err != nil && events.ErrorCode(err) != events.OrderNotFound && ctx.Err() == nil {
+		s.cfg.Logger.Warn("read a keyed retry's order; it is queued again without knowing whether it failed",
+			"order_id", ev.OrderID, "err", err)
+	}
 	if err != nil || o.Status != events.Failed {
 		return false
 	}
@@ -707,7 +711,11 @@ func (s *Server) overdue(ctx context.Context, ev events.Event) bool {
 	}
 	// As a failed produce is: nobody can tell whether the first attempt's event reached Kafka,
 	// and the store, failing it first, makes the outcome certain.
-	st, _ := s.cancel(ctx, ev, events.ReasonProduce)
+	st, err := s.cancel(ctx, ev, events.ReasonProduce)
+	if st == "" {
+		s.cfg.Logger.Warn("cancel an overdue keyed retry's order; it is queued instead, and the sweeper settles it at its deadline",
+			"order_id", ev.OrderID, "err", err)
+	}
 	return st == events.Failed
 }
 

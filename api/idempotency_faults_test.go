@@ -242,7 +242,8 @@ func (hungStore) Order(ctx context.Context, _ string) (store.Order, error) {
 // bounded as cancel's steps are (ProduceTimeout), and a store that cannot say lets the purchase
 // go on, as before the check.
 func TestKeyedRetryWhileTheStoreHangs(t *testing.T) {
-	h := newHarness(t, func(c *api.Config) { c.ProduceTimeout = time.Second })
+	logs := &levelCounter{n: map[slog.Level]int{}}
+	h := newHarness(t, func(c *api.Config) { c.ProduceTimeout, c.Logger = time.Second, slog.New(logs) })
 	h.createCampaign(t, `{"id": "sh", "name": "Store hangs", "stock": 5, "per_user_limit": 5}`)
 	id := api.KeyedOrderID(h.srv, "sh", "alice", "k-1")
 	// Reserved a moment ago by a first attempt that stopped before its produce (not overdue).
@@ -258,6 +259,10 @@ func TestKeyedRetryWhileTheStoreHangs(t *testing.T) {
 	case again := <-answered:
 		if again.Code != http.StatusAccepted {
 			t.Errorf("the retry answered %d %s; want 202, the store not saying the order failed", again.Code, strings.TrimSpace(again.Body.String()))
+		}
+		// The store's silence is a failed dependency, said at WARN.
+		if n := logs.take(); n[slog.LevelWarn] == 0 {
+			t.Errorf("the store's read timed out and nothing was logged at WARN: %v", n)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the keyed retry still waits on the hung store after 20 s (its lease is 30 s)")
@@ -351,5 +356,26 @@ func TestKeyedRetryWhileTheBreakerIsOpen(t *testing.T) {
 	again := apitest.Serve(t, h.spec, srv, keyed("bo", "alice", "k-1", `{"quantity": 1}`))
 	if again.Code != http.StatusAccepted || !strings.Contains(again.Body.String(), id) {
 		t.Errorf("the retry answered %d %s for order %s, which is confirmed", again.Code, strings.TrimSpace(again.Body.String()), id)
+	}
+}
+
+// TestKeyedRetryNearItsDeadlineWhileTheStoreFails: the overdue retry of
+// TestKeyedRetryNearItsReservationsDeadline, while the store refuses writes. The store cannot
+// fail the order, so the purchase goes on as designed, but the store's error was dropped
+// without a word: a failed dependency is logged at WARN.
+func TestKeyedRetryNearItsDeadlineWhileTheStoreFails(t *testing.T) {
+	logs := &levelCounter{n: map[slog.Level]int{}}
+	h := newHarness(t, func(c *api.Config) { c.Logger = slog.New(logs) })
+	h.createCampaign(t, `{"id": "pf", "name": "Past deadline, store down", "stock": 5, "per_user_limit": 5}`)
+	id := api.KeyedOrderID(h.srv, "pf", "alice", "k-1")
+	if _, err := h.redis.Reserve(context.Background(), "pf", id, "alice", 2, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	srv := h.replica(t, downStore{h.store}, h.redis, kafkatest.Client(t, h.brokers))
+	logs.take()
+	again := apitest.Serve(t, h.spec, srv.Handler(), keyed("pf", "alice", "k-1", `{"quantity": 2}`))
+	if n := logs.take(); n[slog.LevelWarn]+n[slog.LevelError] == 0 {
+		t.Errorf("the store refused to fail the overdue order (answer %d) and nothing was logged at WARN: %v", again.Code, n)
 	}
 }
