@@ -379,3 +379,43 @@ func TestKeyedRetryNearItsDeadlineWhileTheStoreFails(t *testing.T) {
 		t.Errorf("the store refused to fail the overdue order (answer %d) and nothing was logged at WARN: %v", again.Code, n)
 	}
 }
+
+// TestSoldOutKeyedPurchaseTakesNoProbe: while the Kafka breaker is open it lets one purchase a
+// cooldown through as a probe. A keyed purchase of a campaign this api knows is sold out took
+// that probe and then was refused by the flag, before Redis or Kafka: Kafka was back, and a
+// buyer of a campaign on sale was still refused 503, for another cooldown, and for as long as
+// a keyed crowd of a sold-out campaign took every probe first.
+func TestSoldOutKeyedPurchaseTakesNoProbe(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.SoldOutTTL = time.Minute })
+	h.createCampaign(t, `{"id": "gone", "name": "Sold out", "stock": 1, "per_user_limit": 1}`)
+	h.createCampaign(t, `{"id": "open", "name": "On sale", "stock": 10, "per_user_limit": 5}`)
+	p := &flakyProducer{Producer: kafkatest.Client(t, h.brokers)}
+	srv := h.replica(t, h.store, h.redis, p).Handler()
+	buy := func(r *http.Request) *httptest.ResponseRecorder { return apitest.Serve(t, h.spec, srv, r) }
+
+	if got := buy(request("POST", "/v1/campaigns/gone/purchases", `{"quantity": 1}`, user("ann")...)); got.Code != http.StatusAccepted {
+		t.Fatalf("the last unit: %d %s", got.Code, got.Body)
+	}
+	if got := buy(keyed("gone", "bob", "k-0", `{"quantity": 1}`)); got.Code != http.StatusConflict { // Redis says sold out: flagged
+		t.Fatalf("after the last unit: %d %s", got.Code, got.Body)
+	}
+	p.fail.Store(true)
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		buy(request("POST", "/v1/campaigns/open/purchases", `{"quantity": 1}`, user("carol")...))
+	}
+	if got := buy(request("POST", "/v1/campaigns/open/purchases", `{"quantity": 1}`, user("carol")...)); got.Code != http.StatusServiceUnavailable {
+		t.Fatalf("the breaker is not open: %d %s", got.Code, got.Body)
+	}
+	p.fail.Store(false) // Kafka is back
+	time.Sleep(1100 * time.Millisecond)
+
+	if got := buy(keyed("gone", "bob", "k-1", `{"quantity": 1}`)); got.Code != http.StatusConflict {
+		t.Fatalf("a keyed purchase of the sold-out campaign: %d %s", got.Code, got.Body)
+	}
+	if got := buy(request("POST", "/v1/campaigns/open/purchases", `{"quantity": 1}`, user("dave")...)); got.Code != http.StatusAccepted {
+		t.Errorf("the probe after Kafka came back answered %d %s; want 202", got.Code, strings.TrimSpace(got.Body.String()))
+	}
+}
