@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -234,6 +235,8 @@ const bulkWorkers = 8
 // runs at once do not both count it; a confirmed order is counted refunded when the store holds
 // it refunded after this run's refund, which two runs at once may both count (the sweep may
 // finish the refund's Redis half before this run does, so Redis cannot say which run did it).
+// An order whose reservation record Redis cannot parse (lua.ErrMalformed) is left as it is and
+// counted nowhere; the run goes on, and its error names each such order once the rest is done.
 func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, confirmed bool, progress Progress) (Tally, error) {
 	var t Tally
 	var done atomic.Int64
@@ -256,6 +259,27 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 			})
 		}
 		return g.Wait()
+	}
+	// An order whose Redis record cannot be parsed is left as it is, as the sweeper and the
+	// dead-letter handler leave it, and named once the rest is done: stopping at it stopped the
+	// run at the same record every time it was run again, and a cancel then refunded nobody.
+	var leftMu sync.Mutex
+	var left []error
+	leave := func(err error) bool {
+		if !errors.Is(err, lua.ErrMalformed) {
+			return false
+		}
+		leftMu.Lock()
+		defer leftMu.Unlock()
+		left = append(left, err)
+		return true
+	}
+	end := func(err error) (Tally, error) {
+		if len(left) > 0 {
+			err = errors.Join(err, fmt.Errorf("%d orders left as they are, their reservation records in Redis malformed: "+
+				"mend each record, then run `seckill compensate --order` for it: %w", len(left), errors.Join(left...)))
+		}
+		return t, err
 	}
 	var held []string
 	var err error
@@ -281,10 +305,16 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 			return true, nil
 		}
 		if err != nil {
+			if leave(err) {
+				return true, nil
+			}
 			return false, err
 		}
 		ord, released, err := o.fail(ctx, reservationEvent(res), events.ReasonOperator, "operator", store.Fence{})
 		if err != nil {
+			if leave(err) {
+				return true, nil
+			}
 			return false, err
 		}
 		switch {
@@ -304,13 +334,13 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		return true, nil
 	})
 	if err != nil || !confirmed {
-		return t, err
+		return end(err)
 	}
 	if pending {
 		// Read now, so that the orders the consumer confirmed while the pending ones were
 		// released are refunded too.
 		if orders, err = o.refundable(ctx, id); err != nil {
-			return t, err
+			return end(err)
 		}
 		// Those the pending pass handed on are in total already; one no longer listed (another
 		// run refunded it meanwhile, to the end) is done, changed by that run.
@@ -348,6 +378,9 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 			refunded = got.Status == events.Refunded
 		}
 		if err != nil {
+			if leave(err) {
+				return true, nil
+			}
 			return false, err
 		}
 		if refunded {
@@ -357,7 +390,7 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		}
 		return true, nil
 	})
-	return t, err
+	return end(err)
 }
 
 // refundable returns the campaign's orders a refund of its confirmed ones resolves: those
