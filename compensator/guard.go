@@ -276,6 +276,12 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 	// Each campaign is read now (sold moved while the consumer caught up) and restored while the
 	// store holds its lock: an expiry, a refund or a cancel of it that commits meanwhile lands
 	// on the restored sale, not on the frozen one the restore then overwrites.
+	//
+	// One campaign that cannot be restored, or is no longer this rebuild's, does not keep the
+	// others frozen: each holds this rebuild's mark until it is restored, and none but this
+	// rebuild may lift it, so returning at the first left the rest to a later round, which froze
+	// them again and waited out the grace and the consumer once more.
+	var errs []error
 	for _, id := range ids {
 		// Redis trims an ended order's record a retention after it ended: those before are not
 		// restored.
@@ -285,16 +291,17 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 			return c.rebuilder.Restore(ctx, mark, lc, records(h))
 		})
 		if errors.Is(err, lua.ErrNotFrozenByThis) {
-			// Our lease ran out while we worked: the later rebuild froze every campaign we
-			// froze, and restores them. Not a failure of ours to report.
-			c.cfg.Logger.Warn("another rebuild took over; leaving the campaigns to it", "campaign", id)
-			return nil
+			// Another rebuild froze it since (our lease ran out while we worked) and restores
+			// it, or its keys left Redis (the sweeper dropped it, retired meanwhile). Not a
+			// failure of ours to report; the other campaigns may still be ours.
+			c.cfg.Logger.Warn("campaign no longer frozen by this rebuild; leaving it", "campaign", id)
+			continue
 		}
 		if err != nil && events.ErrorCode(err) != events.CampaignNotFound {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // records are the reservation records Redis keeps of what h holds: one per confirmed or paid
