@@ -63,6 +63,7 @@ func readFix(file string) (events.Event, error) {
 type awaited interface {
 	orders
 	Reservation(ctx context.Context, orderID string) (lua.Reservation, error)
+	Sale(ctx context.Context, campaign string) (lua.Sale, error)
 }
 
 // redriveSources joins the two stores behind awaited.
@@ -78,7 +79,8 @@ type redriveSources struct {
 // reason is poison (the compensator decodes with the same code, and any readable one it failed
 // in the store). Of those, an event is sent when it reads now (after an upgrade, or in its
 // corrected form from fix) and is still awaited: its reservation pending in Redis for the same
-// buyer and quantity, before its deadline, and no order in the store. Whatever has moved on
+// buyer and quantity, before its deadline, in a campaign not frozen for a rebuild, and no order
+// in the store. Whatever has moved on
 // (confirmed, failed by the sweeper, sent by an earlier redrive and persisted) is skipped; an
 // event sent twice anyway is one order, as the consumer keys on its order id.
 func planRedrive(ctx context.Context, src awaited, requested string, letters []deadLetter, fix *events.Event, out io.Writer) (send []*kgo.Record, skipped int, err error) {
@@ -154,6 +156,20 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 			continue
 		case time.Now().After(res.Deadline):
 			skip(l, "reservation "+e.OrderID+" is past its deadline: the sweeper fails the order")
+			continue
+		}
+		// A frozen campaign is being rebuilt from the store once the consumer has stored every
+		// event sent before the rebuild began, and the rebuild gives back the units of the
+		// reservations still pending, this one's too. Sent now, the event would come after
+		// those the rebuild waits for, and the consumer would confirm an order whose units the
+		// rebuilt sale sells again.
+		sale, err := src.Sale(ctx, res.Campaign)
+		if err != nil {
+			return nil, 0, err
+		}
+		if sale.Frozen {
+			skip(l, "campaign "+res.Campaign+" is being rebuilt from the store after Redis lost data: "+
+				"the rebuild gives back its pending reservations, "+e.OrderID+"'s too, so nothing will wait for this event")
 			continue
 		}
 		// A poison event is dead-lettered again when its batch is redelivered (and was when replayed,

@@ -158,6 +158,11 @@ func writeEvent(t *testing.T, e events.Event) string {
 type fakeAwaited struct {
 	orders map[string]store.Order
 	res    map[string]lua.Reservation
+	frozen map[string]bool // campaigns being rebuilt
+}
+
+func (f fakeAwaited) Sale(_ context.Context, campaign string) (lua.Sale, error) {
+	return lua.Sale{Loaded: true, Frozen: f.frozen[campaign], Remaining: 10}, nil
 }
 
 func (f fakeAwaited) Order(_ context.Context, id string) (store.Order, error) {
@@ -212,8 +217,12 @@ func TestPlanRedrive(t *testing.T) {
 			"camp.order6": {OrderID: "camp.order6", Status: events.Failed, Reason: events.ReasonStoreSoldOut}},
 		res: map[string]lua.Reservation{"camp.order1": pending(1, 2), "camp.order2": pending(2, 2), "camp.order4": pending(4, 2),
 			"camp.order5": {OrderID: "camp.order5", User: "ann", Quantity: 2, State: "released", Deadline: future},
-			"camp.order7": pending(7, 1), "camp.order8": {OrderID: "camp.order8", User: "ann", Quantity: 2, State: "pending", Deadline: time.Now().Add(-time.Second)}},
+			"camp.order7": pending(7, 1), "camp.order8": {OrderID: "camp.order8", User: "ann", Quantity: 2, State: "pending", Deadline: time.Now().Add(-time.Second)},
+			"cold.order12": {OrderID: "cold.order12", Campaign: "cold", User: "ann", Quantity: 2, State: "pending", Deadline: future}},
+		frozen: map[string]bool{"cold": true},
 	}
+	// An order of campaign cold, which a rebuild has frozen.
+	cold := func(e *events.Event) { e.OrderID, e.CampaignID = "cold.order12", "cold" }
 	cases := []struct {
 		name   string
 		letter deadLetter
@@ -237,6 +246,7 @@ func TestPlanRedrive(t *testing.T) {
 		{"poison without its value, corrected", withoutValue(letter(1, poison, event(1))), ptr(event(1)), "send  0/", true},
 		{"not an OrderRequested", letter(1, poison, event(1, func(e *events.Event) { e.Type = events.OrderConfirmed })), nil, "only OrderRequested events", false},
 		{"corrected as another order of the buyer", letter(1, poison, event(1)), ptr(event(4)), "the corrected event is order camp.order4, the dead letter's camp.order1", false},
+		{"its campaign frozen for a rebuild", letter(12, poison, event(12, cold)), nil, "campaign cold is being rebuilt", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
