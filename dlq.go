@@ -280,9 +280,12 @@ func orderState(ctx context.Context, st orders, l deadLetter) (state string, don
 	case events.ErrorCode(err) == events.OrderNotFound && l.resolved:
 		// The compensator fails a dead-lettered order in the store, unless Redis holds it
 		// confirmed, refunded or expired and the store lost it (a restore): that one it leaves
-		// out, with a WARN. The store may also have lost a failed row since.
+		// out, with a WARN; or Redis holds its record malformed: that one it leaves pending, with
+		// an ERROR, for a person to mend. The store may also have lost a failed row since.
 		return "not in the store: the compensator left it out (confirmed, refunded or expired in Redis, lost by the store: " +
-			"see its WARN), or the store lost it since; put back what the store refused it for, then run seckill replay", true
+			"see its WARN; put back what the store refused it for, then run seckill replay), or left it pending as its " +
+			"reservation record in Redis is malformed (see its ERROR; mend the record, then run seckill compensate --order), " +
+			"or the store lost it since", true
 	case events.ErrorCode(err) == events.OrderNotFound:
 		return "not in the store yet (the compensator has not handled it)", false
 	case err != nil:
