@@ -23,3 +23,6 @@ const SweepParallel = sweepParallel
 // SetSweepPage sets how many orders a sweep takes of each of the store's lists, for a test to
 // fill a page with a few.
 func SetSweepPage(c *Compensator, n int) { c.page = n }
+
+// SetRebuilder replaces what the guard writes Redis through, for a test to fail a shard's calls.
+func SetRebuilder(c *Compensator, r Rebuilder) { c.rebuilder = r }

@@ -190,25 +190,28 @@ func (c *Compensator) rebuildLost(work, stop context.Context, lost []string) err
 // whose creation stopped between its two steps (an api that died, a Redis that did not answer).
 // Only those: a campaign that was on sale and is missing from Redis was lost with Redis's data,
 // and only a rebuild, behind its freeze, may put it back. Loading changes nothing where Redis
-// has the campaign. A campaign that has ended is left alone.
+// has the campaign. A campaign that has ended is left alone. One whose shard does not answer
+// is an error once the others are done: it must not keep them off sale while it is down.
 func (c *Compensator) reconcile(ctx context.Context, cs []store.Campaign, now time.Time) error {
+	var errs []error
 	for _, camp := range cs {
 		if camp.OnSale || camp.Over(now.UnixMilli()) {
 			continue
 		}
 		lc := RedisCampaign(camp)
 		loaded, err := c.rebuilder.LoadCampaign(ctx, lc)
-		if err != nil {
-			return err
+		if err == nil {
+			err = c.snapshots.MarkOnSale(ctx, camp.ID)
 		}
-		if err := c.snapshots.MarkOnSale(ctx, camp.ID); err != nil {
-			return err
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		if loaded {
 			c.cfg.Logger.Warn("campaign was in the store but never put on sale: put on sale", "campaign", camp.ID, "remaining", lc.Remaining)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // retired reports whether camp ended more than the retention ago: Redis holds nothing of it.
