@@ -17,6 +17,11 @@ type Snapshot struct {
 	Limit        int64
 	Reservations []Reservation
 	Buyers       map[string]int64
+	// Stock and Version are the campaign's stock and the store's version of it (its operators'
+	// changes) as Redis last took them (load.lua, sync.lua, restore.lua); HasStock is false when
+	// the meta holds no stock.
+	Stock, Version int64
+	HasStock       bool
 }
 
 // Snapshot reads campaign's state for the audit. It holds Redis for as long as the reservation
@@ -45,6 +50,11 @@ func (r *Redis) Snapshot(ctx context.Context, campaign string) (Snapshot, error)
 	_, s.Exists = m["limit"]
 	s.Limit, _ = strconv.ParseInt(m["limit"], 10, 64)
 	s.Remaining, _ = strconv.ParseInt(stock.Val(), 10, 64)
+	if v, ok := m["stock"]; ok {
+		s.Stock, _ = strconv.ParseInt(v, 10, 64)
+		s.HasStock = true
+	}
+	s.Version, _ = strconv.ParseInt(m["ver"], 10, 64)
 	for id, rec := range res.Val() {
 		rv, err := parseReservation(campaign, id, rec)
 		if err != nil {
