@@ -401,3 +401,40 @@ func TestAuditCampaignBeingCreated(t *testing.T) {
 		t.Errorf("audit of a campaign on sale missing from redis: ok %v, err %v; want a failure", rep.OK(), err)
 	}
 }
+
+// TestAuditRetiredCampaignChecksPayments: I6 reads the store alone (a confirmed order past its
+// pay_by plus a sweep interval, neither paid nor expired), and the sweeper expires such an
+// order whether or not its campaign's keys are still in Redis (store.ExpiringOrders reads every
+// campaign). A campaign whose keys left Redis, the retention after its end, while an order of
+// a payment window longer than that was still unpaid, must still have I6 checked: the audit
+// then checked the store's I2 to I4 only.
+func TestAuditRetiredCampaignChecksPayments(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Millisecond)
+	e.confirm(t, e.reserve(t, 1, time.Hour))
+	time.Sleep(20 * time.Millisecond) // past its pay_by; the sweeper never expires it
+	db := e.st.DB()
+	if _, err := db.ExecContext(e.ctx, db.Rebind(`UPDATE campaigns SET ends_at_ms = ? WHERE id = ?`),
+		time.Now().Add(-time.Hour).UnixMilli(), e.campaign); err != nil {
+		t.Fatal(err)
+	}
+	a := &compensator.Auditor{Store: e.st, Redis: e.r, Grace: time.Millisecond}
+	audit := func() (bool, string) {
+		t.Helper()
+		rep, err := a.Audit(e.ctx, e.campaign)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		rep.Print(&out)
+		return rep.OK(), out.String()
+	}
+	if ok, out := audit(); ok {
+		t.Fatalf("audit with the keys still in redis passes an order unpaid past its pay_by:\n%s", out)
+	}
+	if err := e.r.Client().Del(e.ctx, lua.KeysOf(e.campaign).All()...).Err(); err != nil { // drop.lua
+		t.Fatal(err)
+	}
+	if ok, out := audit(); ok || !strings.Contains(out, "I6") {
+		t.Errorf("audit of the retired campaign passes an order unpaid past its pay_by:\n%s", out)
+	}
+}
