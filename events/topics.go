@@ -182,8 +182,12 @@ func CheckTopics(ctx context.Context, adm *kadm.Client, t Topics, replication in
 	return problems, nil
 }
 
-// Key returns the record key of an OrderRequested event: one buyer's purchases in a campaign land
-// on one partition, so the store's per-user row is updated by one consumer at a time.
+// Key returns the record key of an event: its campaign and buyer. The results topic is
+// partitioned by it (an order's outcomes in one partition, in order); the requested topic is
+// not (see Partitioner), so two consumers may persist one buyer's orders at once: the store
+// serializes them, as a batch holds its campaigns' row locks. Dead letters keep it, which
+// tells their campaign (KeyCampaign) when the value cannot be read, and redrive holds a
+// corrected event to it.
 func Key(e Event) []byte { return []byte(e.CampaignID + "/" + e.UserID) }
 
 // KeyCampaign returns the campaign of a record key from Key, and false if key is not one: it
