@@ -531,14 +531,8 @@ func TestRetire(t *testing.T) {
 	if out, err := e.r.Release(e.ctx, evs[0].OrderID); err != nil || out.Changed {
 		t.Errorf("a release after the trim: %+v %v", out, err)
 	}
-	rep, err := (&compensator.Auditor{Store: e.st, Redis: e.r}).Audit(e.ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.Print(&out)
-	if !rep.OK() {
-		t.Errorf("audit after the retention:\n%s", out.String())
+	if rep, out := e.auditOf(t, ""); !rep.OK() {
+		t.Errorf("audit after the retention:\n%s", out)
 	}
 	for _, ev := range evs {
 		if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != events.Failed {
