@@ -90,6 +90,7 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 	}
 	notPoison := 0
 	sent := map[string]position{} // order id -> the dead letter it is sent from
+	frozen := map[string]bool{}   // campaign -> frozen for a rebuild, read once per plan
 	for _, l := range letters {
 		at := positionOf(l.rec)
 		if !strings.HasPrefix(l.reason, events.ReasonPoison) {
@@ -163,11 +164,15 @@ func planRedrive(ctx context.Context, src awaited, requested string, letters []d
 		// reservations still pending, this one's too. Sent now, the event would come after
 		// those the rebuild waits for, and the consumer would confirm an order whose units the
 		// rebuilt sale sells again.
-		sale, err := src.Sale(ctx, res.Campaign)
-		if err != nil {
-			return nil, 0, err
+		isFrozen, read := frozen[res.Campaign]
+		if !read {
+			sale, err := src.Sale(ctx, res.Campaign)
+			if err != nil {
+				return nil, 0, err
+			}
+			isFrozen, frozen[res.Campaign] = sale.Frozen, sale.Frozen
 		}
-		if sale.Frozen {
+		if isFrozen {
 			skip(l, "campaign "+res.Campaign+" is being rebuilt from the store after Redis lost data: "+
 				"the rebuild gives back its pending reservations, "+e.OrderID+"'s too, so nothing will wait for this event")
 			continue
