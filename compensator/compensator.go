@@ -124,7 +124,7 @@ type Compensator struct {
 	snapshots Snapshotter
 	verdicts  Verdicts
 	dropped   sync.Map // id → version of ended campaigns whose keys this process dropped
-	page      int      // how many orders a sweep reads at once of each of the store's lists (sweepPage)
+	page      int      // how many orders a sweep reads at once of each list: the store's, and a campaign's overdue reservations (sweepPage)
 
 	// The sweeper's place in the store's lists: where its next page of each starts (see
 	// nextPage). Kept by this process only: a new lease holder starts at the top, which costs

@@ -265,14 +265,16 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 	// run at the same record every time it was run again, and a cancel then refunded nobody.
 	var leftMu sync.Mutex
 	var left []error
-	leave := func(err error) bool {
+	// failed ends a worker's order on err: the run goes on past a malformed record, left and
+	// named, and stops at any other error.
+	failed := func(err error) (bool, error) {
 		if !errors.Is(err, lua.ErrMalformed) {
-			return false
+			return false, err
 		}
 		leftMu.Lock()
 		defer leftMu.Unlock()
 		left = append(left, err)
-		return true
+		return true, nil
 	}
 	end := func(err error) (Tally, error) {
 		if len(left) > 0 {
@@ -305,17 +307,11 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 			return true, nil
 		}
 		if err != nil {
-			if leave(err) {
-				return true, nil
-			}
-			return false, err
+			return failed(err)
 		}
 		ord, released, err := o.fail(ctx, reservationEvent(res), events.ReasonOperator, "operator", store.Fence{})
 		if err != nil {
-			if leave(err) {
-				return true, nil
-			}
-			return false, err
+			return failed(err)
 		}
 		switch {
 		case ord.Status == events.Failed && released:
@@ -378,10 +374,7 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 			refunded = got.Status == events.Refunded
 		}
 		if err != nil {
-			if leave(err) {
-				return true, nil
-			}
-			return false, err
+			return failed(err)
 		}
 		if refunded {
 			atomic.AddInt64(&t.Refunded, 1)
