@@ -477,7 +477,7 @@ type clusterOptions struct {
 	apis, consumers, compensators int
 	replication                   int           // of the topics the api creates; default 1
 	drainDelay                    time.Duration // the apis' --drain-delay; default 500ms
-	consumerArgs                  []string      // more flags for every consumer
+	apiArgs, consumerArgs         []string      // more flags for every api, every consumer
 }
 
 func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
@@ -553,9 +553,9 @@ func newCluster(t *testing.T, w where, o clusterOptions) *cluster {
 		base := "http://" + freeAddr(t)
 		c.bases = append(c.bases, base)
 		c.apis = append(c.apis, &role{name: name("api", i), c: c, args: func() []string {
-			return []string{"api", "--addr", strings.TrimPrefix(base, "http://"), "--metrics-addr", "127.0.0.1:0", "--admin-token", c.admin,
+			return append([]string{"api", "--addr", strings.TrimPrefix(base, "http://"), "--metrics-addr", "127.0.0.1:0", "--admin-token", c.admin,
 				"--insecure-user-header", "--user-rate", "0", "--ip-rate", "0", "--drain-delay", o.drainDelay.String(),
-				"--partitions", "3", "--replication", strconv.Itoa(o.replication), "--reservation-ttl", o.reservationTTL.String()}
+				"--partitions", "3", "--replication", strconv.Itoa(o.replication), "--reservation-ttl", o.reservationTTL.String()}, o.apiArgs...)
 		}})
 	}
 	for i := range o.consumers {

@@ -101,6 +101,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	adminToken := f.secret("admin-token", "bearer token of the admin endpoints (none: they are closed)")
 	paymentToken := f.secret("payment-token", "bearer token of the payment service, which may record payments and nothing else (the admin token may too)")
 	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
+	produceTimeout := f.duration("produce-timeout", 3*time.Second, false, "how long a purchase waits for Kafka's acknowledgement before it is cancelled with 503: raise it where the brokers pause for longer under load")
 	linger := f.duration("produce-linger", produceLinger, true, "how long the producer waits to fill a batch: a longer wait packs more purchases into each Kafka request and adds to each purchase's latency")
 	partitions := f.atLeast("partitions", 12, 1, "partitions of the topics the api creates at start")
 	replication := f.atLeast("replication", 3, 1, "replication factor of the topics the api creates at start")
@@ -126,8 +127,8 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "payment_token_set", *paymentToken != "", "reservation_ttl", *ttl, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
-	cfg := api.Config{DrainDelay: *drainDelay, AdminToken: *adminToken, PaymentToken: *paymentToken, Topics: c.topics(), ReservationTTL: *ttl, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
+	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "payment_token_set", *paymentToken != "", "reservation_ttl", *ttl, "produce_timeout", *produceTimeout, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
+	cfg := api.Config{DrainDelay: *drainDelay, AdminToken: *adminToken, PaymentToken: *paymentToken, Topics: c.topics(), ReservationTTL: *ttl, ProduceTimeout: *produceTimeout, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
 	}
