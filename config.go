@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/seckill/seckill/events"
@@ -521,9 +522,27 @@ func (c conn) openRedis(ctx context.Context) (*lua.Redis, error) {
 		r.Close()
 		// Named as the store's and Kafka's errors name theirs: "load scripts: dial tcp …"
 		// alone did not say which of three servers was down.
-		return nil, fmt.Errorf("open redis %s: %w", redact.URL(*c.redisURL), err)
+		err = fmt.Errorf("open redis %s: %w", redact.URL(*c.redisURL), err)
+		if redisRefused(err) {
+			return nil, events.Permanent(err)
+		}
+		return nil, err
 	}
 	return r, nil
+}
+
+// redisRefused reports whether err is Redis turning us away for a reason no wait mends: a wrong
+// password or user, a user without the permissions the scripts need, a database index the
+// server does not have. A server loading its data or a read-only replica (a failover under way)
+// is waited for. store.Open says the same of the store's refusals.
+func redisRefused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "NOPERM") ||
+		strings.HasPrefix(msg, "ERR DB index is out of range")
 }
 
 // createTopics creates the topics unless they exist.

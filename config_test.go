@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/lib/pq"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -417,26 +416,24 @@ type redisReply string
 func (e redisReply) Error() string { return string(e) }
 func (redisReply) RedisError()     {}
 
-// TestRefusedForGood: a server that refuses us for a reason no wait changes stops the role with
-// it; a server that is down, loading or read-only is waited out.
-func TestRefusedForGood(t *testing.T) {
+// TestRedisRefusedForGood: a Redis that refuses us for a reason no wait changes stops the role
+// with it; one that is down, loading or read-only is waited out. (store.Open says the same of
+// the store's refusals: TestOpenRefusedIsPermanent.)
+func TestRedisRefusedForGood(t *testing.T) {
 	for _, c := range []struct {
 		err  error
 		want bool
 	}{
-		{&pq.Error{Code: "28P01", Message: "password authentication failed"}, true},
-		{&pq.Error{Code: "3D000", Message: `database "nope" does not exist`}, true},
 		{fmt.Errorf("open redis: %w", redisReply("WRONGPASS invalid username-password pair")), true},
 		{redisReply("NOAUTH Authentication required."), true},
 		{fmt.Errorf("load scripts: %w", redisReply("NOPERM User seckill has no permissions to run the 'info' command")), true},
 		{redisReply("ERR DB index is out of range"), true},
-		{&pq.Error{Code: "57P03", Message: "the database system is starting up"}, false},
 		{redisReply("LOADING Redis is loading the dataset in memory"), false},
 		{redisReply("READONLY You can't write against a read only replica."), false},
 		{errors.New("dial tcp 127.0.0.1:6379: connect: connection refused"), false},
 	} {
-		if got := refused(c.err); got != c.want {
-			t.Errorf("refused(%v) = %v, want %v", c.err, got, c.want)
+		if got := redisRefused(c.err); got != c.want {
+			t.Errorf("redisRefused(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }

@@ -15,9 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lib/pq"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -51,33 +49,10 @@ func (c conn) openWaiting(ctx context.Context, log *slog.Logger) (deps, error) {
 	var d deps
 	err := events.Retry(ctx, log, "connect to the store and redis", func() error {
 		var err error
-		if d, err = c.open(ctx); refused(err) {
-			return events.Permanent(err)
-		}
+		d, err = c.open(ctx) // a refusal no wait mends comes marked events.Permanent
 		return err
 	})
 	return d, err
-}
-
-// refused reports whether err is a server that answered and turned us away for good: a wrong
-// password, a user or a database that does not exist. Waiting mends none of them, so the role
-// stops with the reason instead of retrying forever.
-func refused(err error) bool {
-	var pqe *pq.Error
-	if errors.As(err, &pqe) {
-		switch pqe.Code.Class() {
-		case "28", // invalid_authorization_specification, invalid_password
-			"3D": // invalid_catalog_name: no such database
-			return true
-		}
-	}
-	var re redis.Error
-	if errors.As(err, &re) {
-		msg := re.Error()
-		return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "NOPERM") ||
-			strings.HasPrefix(msg, "ERR DB index is out of range")
-	}
-	return false
 }
 
 func (c conn) open(ctx context.Context) (deps, error) {

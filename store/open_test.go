@@ -93,21 +93,33 @@ func TestOpenOfAnUnopenableSQLiteFileIsPermanent(t *testing.T) {
 	}
 }
 
-// TestOpenWithASettingPostgreSQLRefusesIsPermanent: a PostgreSQL URL whose query the server
-// refuses at the start (an SSL mode the server does not offer, a setting it does not know, a
-// value it does not take) is refused the same way on every try: the error stops a role's wait
-// for its store rather than being retried with a WARN every few seconds for ever.
-func TestOpenWithASettingPostgreSQLRefusesIsPermanent(t *testing.T) {
+// TestOpenRefusedIsPermanent: a PostgreSQL URL the server refuses at the start (a wrong
+// password or user, a database that does not exist, an SSL mode the server does not offer, a
+// setting of its query it does not know or a value it does not take) is refused the same way on
+// every try: the error stops a role's wait for its store rather than being retried with a WARN
+// every few seconds for ever.
+func TestOpenRefusedIsPermanent(t *testing.T) {
 	base := storetest.PostgresURL(t)
-	for _, setting := range []string{"sslmode=require", "statement_timeuot=5s", "statement_timeout=abc"} {
+	for _, change := range []string{"password=wrong-password", "user=nobody-here", "database=no_such_db",
+		"sslmode=require", "statement_timeuot=5s", "statement_timeout=abc"} {
 		u, err := url.Parse(base)
 		if err != nil {
 			t.Fatal(err)
 		}
-		q := u.Query()
-		k, v, _ := strings.Cut(setting, "=")
-		q.Set(k, v)
-		u.RawQuery = q.Encode()
+		k, v, _ := strings.Cut(change, "=")
+		switch k {
+		case "password":
+			u.User = url.UserPassword(u.User.Username(), v)
+		case "user":
+			p, _ := u.User.Password()
+			u.User = url.UserPassword(v, p)
+		case "database":
+			u.Path = "/" + v
+		default:
+			q := u.Query()
+			q.Set(k, v)
+			u.RawQuery = q.Encode()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		tries := 0
 		err = events.Retry(ctx, slog.New(slog.DiscardHandler), "open the store", func() error {
@@ -120,7 +132,7 @@ func TestOpenWithASettingPostgreSQLRefusesIsPermanent(t *testing.T) {
 		})
 		cancel()
 		if err == nil || tries != 1 {
-			t.Errorf("%s: opened %d times, then %v; want one failed try", setting, tries, err)
+			t.Errorf("%s: opened %d times, then %v; want one failed try", change, tries, err)
 		}
 	}
 }

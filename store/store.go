@@ -79,11 +79,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 // wait mends, and a role that waits for its store retried for ever (events.Permanent stops its
 // wait). On SQLite: a path it cannot open (a directory that does not exist or is not writable, a
 // directory named as the file) or a file that is not a database; a busy or locked database is
-// not one, as the other process lets go of it. On PostgreSQL: sslmode=require (or verify-*)
-// against a server without SSL, and a setting of the URL's query, which lib/pq sends the server
-// at the start, that the server does not know (a mistyped name: 42704) or whose value it
-// refuses (22023). A wrong password or database name is the caller's to tell (their
-// SQLSTATE classes 28 and 3D).
+// not one, as the other process lets go of it. On PostgreSQL: a wrong user or password (SQLSTATE
+// class 28) or a database that does not exist (3D), sslmode=require (or verify-*) against a
+// server without SSL, and a setting of the URL's query, which lib/pq sends the server at the
+// start, that the server does not know (a mistyped name: 42704) or whose value it refuses
+// (22023). A server starting up, shutting down or out of connections is waited for.
 func unopenable(err error) bool {
 	var e *sqlite.Error
 	if errors.As(err, &e) {
@@ -97,7 +97,14 @@ func unopenable(err error) bool {
 		return true
 	}
 	var pe *pq.Error
-	return errors.As(err, &pe) && (pe.Code == "42704" || pe.Code == "22023")
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code.Class() {
+	case "28", "3D":
+		return true
+	}
+	return pe.Code == "42704" || pe.Code == "22023"
 }
 
 // CheckURL says what is wrong with a store URL, before anything connects: postgres://… as lib/pq
