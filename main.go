@@ -100,7 +100,9 @@ func main() {
 		setGCPercent(os.Args[1], os.Getenv)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first signal starts a graceful stop; a second one, from someone who will not wait
+	// for the drain, ends the process as signals do by default.
+	context.AfterFunc(ctx, stop)
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 

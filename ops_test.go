@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -46,9 +47,12 @@ func TestAPIReadinessOnBothPorts(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var waitErr error
+	exited := make(chan struct{})
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	defer func() {
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 		if t.Failed() {
 			t.Logf("api log ends:\n%s", tail(logPath, 20))
 		}
@@ -73,5 +77,19 @@ func TestAPIReadinessOnBothPorts(t *testing.T) {
 	eventually(t, 10*time.Second, "the public port says draining", func() bool { code, _ := readyz(public); return code == http.StatusServiceUnavailable })
 	if code, body := readyz(ops); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
 		t.Errorf("a draining api's operators' port answers /readyz %d %q; want 503 draining, as its public port", code, body)
+	}
+	// A second signal is a person (or a supervisor) who will not wait for the drain: the
+	// process ends at once, by the signal, as any program does at a second Ctrl-C.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT {
+			t.Errorf("a draining api given a second signal ended with %v; want killed by that SIGINT", waitErr)
+		}
+	case <-time.After(30 * time.Second): // of an hour's drain
+		t.Errorf("a draining api given a second signal still drains 30s on; want it ended at once")
 	}
 }
