@@ -255,3 +255,35 @@ func (h countEvals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		return next(ctx, cmds)
 	}
 }
+
+// TestConfirmAllGoesOnPastAFailedCall: one call of the pipeline failing (a campaign's keys of the
+// wrong type) is ConfirmAll's error, and the other calls' answers still reach the caller. The
+// consumer moves on the orders ConfirmAll left (a refund or expiry that overtook the batch), and
+// lost those of every call after the failed one.
+func TestConfirmAllGoesOnPastAFailedCall(t *testing.T) {
+	ctx := t.Context()
+	b := openMiniredis(t)
+	broken, good := b.open(t, 10, 10), b.open(t, 10, 10)
+	if err := b.rdb.Del(ctx, lua.KeysOf(broken).Res).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rdb.Set(ctx, lua.KeysOf(broken).Res, "not a hash", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pending := reserve(t, b.r, good, "p", 1, time.Hour).OrderID
+	released := reserve(t, b.r, good, "r", 1, time.Hour).OrderID
+	if _, err := b.r.Release(ctx, released); err != nil {
+		t.Fatal(err)
+	}
+	// The broken campaign's call comes first.
+	left, err := b.r.ConfirmAll(ctx, []string{events.NewOrderID(broken), pending, released})
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("ConfirmAll over a campaign whose keys are of the wrong type: %v; want its WRONGTYPE", err)
+	}
+	if want := map[string]string{released: lua.StateReleased}; !maps.Equal(left, want) {
+		t.Errorf("ConfirmAll left %v; want %v, the call after the failed one's answer", left, want)
+	}
+	if out, err := b.r.Confirm(ctx, pending); err != nil || out.Changed || out.State != lua.StateConfirmed {
+		t.Errorf("the good campaign's pending order after ConfirmAll: %+v, %v; want confirmed by it", out, err)
+	}
+}

@@ -647,9 +647,12 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) (map[string]s
 		}
 	}
 	pipe.Exec(ctx) // each call carries its own error
-	// A reply lists only the orders its call did not confirm; the malformed ones are errors.
+	// A reply lists only the orders its call did not confirm; the malformed ones are errors. A
+	// failed call is the error, and the others' replies are read all the same: each call ran
+	// on its own, and the caller acts on every order left.
 	var (
 		left      map[string]string
+		failed    error
 		malformed error
 	)
 	for c, call := range calls {
@@ -667,12 +670,12 @@ func (r *Redis) ConfirmAll(ctx context.Context, orderIDs []string) (map[string]s
 				}
 			})
 		}
-		if err != nil {
-			return left, fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
+		if err != nil && failed == nil {
+			failed = err
 		}
 	}
-	if malformed != nil {
-		return left, fmt.Errorf("confirm %d orders: %w", len(orderIDs), malformed)
+	if err := cmp.Or(failed, malformed); err != nil {
+		return left, fmt.Errorf("confirm %d orders: %w", len(orderIDs), err)
 	}
 	return left, nil
 }
