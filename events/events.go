@@ -93,6 +93,14 @@ func Decode(b []byte) (Event, error) {
 	return e, nil
 }
 
+// writable reports whether t can be written back as RFC 3339, as Encode writes it. encoding/json
+// reads an offset of +24:00, which it then refuses to write: an event read that way could be
+// neither dead-lettered nor replayed with its time.
+func writable(t time.Time) bool {
+	_, off := t.Zone()
+	return t.Year() >= 0 && t.Year() <= 9999 && off > -24*3600 && off < 24*3600
+}
+
 // Validate reports whether the event is one this version can act on. It holds every field the
 // store keeps to the rules the api admits by (ValidUser, MaxUnits, the campaign's order ids):
 // an event the api could not have written is poison, dead-lettered by the consumer, rather
@@ -112,6 +120,8 @@ func (e Event) Validate() error {
 		return fmt.Errorf("event %s: user_id is not 1 to %d printable characters", e.EventID, MaxUserLen)
 	case e.Quantity < 1 || int64(e.Quantity) > MaxUnits:
 		return fmt.Errorf("event %s: quantity %d: want 1 to %d", e.EventID, e.Quantity, MaxUnits)
+	case !writable(e.OccurredAt) || !writable(e.Deadline):
+		return fmt.Errorf("event %s: occurred_at or deadline is outside RFC 3339 (a year of 0 to 9999, a zone within 24 hours)", e.EventID)
 	}
 	if c, ok := CampaignOf(e.OrderID); !ok || c != e.CampaignID {
 		return fmt.Errorf("event %s: order id %q does not belong to campaign %q", e.EventID, e.OrderID, e.CampaignID)

@@ -261,6 +261,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"null", []byte(`null`), "unknown type"},
 		{"wrong field type", valid(t, map[string]any{"quantity": "1"}), "decode event"},
 		{"bad time", valid(t, map[string]any{"occurred_at": "yesterday"}), "decode event"},
+		{"time zone of 24 hours", valid(t, map[string]any{"occurred_at": "2025-11-11T00:00:00+24:00"}), "RFC 3339"},
+		{"deadline zone of 24 hours", valid(t, map[string]any{"deadline": "2025-11-11T00:00:00-24:00"}), "RFC 3339"},
 		{"unknown type", valid(t, map[string]any{"type": "OrderShipped"}), "unknown type"},
 		{"type in other case", valid(t, map[string]any{"type": "orderrequested"}), "unknown type"},
 		{"missing type", valid(t, map[string]any{"type": nil}), "unknown type"},
@@ -496,6 +498,15 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"OrderRefunded","version":1,"order_id":"c.x","campaign_id":"c","user_id":"u","quantity":1,"occurred_at":"0000-01-01T00:00:00+01:00","deadline":"9999-12-31T23:59:59-23:59"}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
+	// The odd shapes a JSON reader trips on: padding, trailing data, duplicate keys, numbers
+	// written otherwise, escapes, one per line.
+	cases, err := os.ReadFile("testdata/decode_cases.txt")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(cases), "\n") {
+		f.Add([]byte(line))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := events.Decode(b)
 		if err != nil {
