@@ -51,3 +51,22 @@ func TestCreateTopicsWhereKafkaMayNotCreate(t *testing.T) {
 		t.Errorf("missing topics, where Kafka may not create topics: %v, want an error naming one missing and TOPIC_AUTHORIZATION_FAILED", err)
 	}
 }
+
+// TestCreateTopicsSaysWhyKafkaRefused: a replication factor past the brokers registered is
+// refused with INVALID_REPLICATION_FACTOR, which the api retries (brokers may still be joining)
+// with a warning each time. The code alone does not say how many brokers Kafka has; its message
+// does, and the error carries it.
+func TestCreateTopicsSaysWhyKafkaRefused(t *testing.T) {
+	brokers := kafkatest.Real(t)
+	adm := kadm.NewClient(mustClient(t, brokers))
+	meta, err := adm.BrokerMetadata(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	replication := int16(len(meta.Brokers) + 1)
+	err = events.CreateTopics(t.Context(), adm, events.NewTopics("t"+strings.ToLower(events.NewID())), 1, replication)
+	if !errors.Is(err, kerr.InvalidReplicationFactor) || !strings.Contains(err.Error(), "broker(s) are registered") {
+		t.Errorf("topics of %d replicas on %d brokers: %v; want INVALID_REPLICATION_FACTOR with Kafka's message of how many brokers it has",
+			replication, len(meta.Brokers), err)
+	}
+}

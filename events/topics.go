@@ -92,6 +92,12 @@ func CreateTopics(ctx context.Context, adm *kadm.Client, t Topics, partitions in
 		case errors.Is(r.Err, kerr.TopicAuthorizationFailed), errors.Is(r.Err, kerr.ClusterAuthorizationFailed),
 			errors.Is(r.Err, kerr.PolicyViolation):
 			refused[r.Topic] = r.Err
+		case r.ErrMessage != "":
+			// Kafka's message says what its code does not: INVALID_REPLICATION_FACTOR alone left
+			// the operator of a one-broker cluster to guess, retry after retry, what "The target
+			// replication factor of 3 cannot be reached because only 1 broker(s) are
+			// registered" says.
+			return fmt.Errorf("create topic %s: %w: %s", r.Topic, r.Err, r.ErrMessage)
 		default:
 			return fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
 		}
