@@ -44,7 +44,8 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		key := clientPrefix(c.RemoteAddr())
+		ap, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		key := clientPrefix(ap.Addr())
 		if reason := l.take(key); reason != "" {
 			c.Close()
 			refusedConns.WithLabelValues(reason).Inc()
@@ -102,14 +103,11 @@ func (c *limitedConn) CloseWrite() error {
 	return nil
 }
 
-// clientPrefix is what one client holds of the address space: an IPv4 address, or an IPv6 /64
-// (a host is given a whole /64 and picks any address in it).
-func clientPrefix(a net.Addr) netip.Prefix {
-	ap, err := netip.ParseAddrPort(a.String())
-	if err != nil {
-		return netip.Prefix{}
-	}
-	ip := ap.Addr().Unmap()
+// clientPrefix is what one client holds of the address space: an IPv4 address, however it is
+// written (::ffff:192.0.2.1 is 192.0.2.1), or an IPv6 /64 (a host is given a whole /64 and
+// picks any address in it). The zero Prefix for an address that is not an IP.
+func clientPrefix(ip netip.Addr) netip.Prefix {
+	ip = ip.Unmap()
 	bits := 32
 	if ip.Is6() {
 		bits = 64

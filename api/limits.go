@@ -163,15 +163,14 @@ func (s *Server) byAddress(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// clientKey is what the per-address limit counts by: an IPv4 address, or an IPv6 client's /64,
-// all of which one host may use.
+// clientKey is what the per-address limits count by: the client's prefix (clientPrefix), or
+// the address as given when it is not an IP.
 func clientKey(ip string) string {
 	a, err := netip.ParseAddr(ip)
-	if err != nil || !a.Unmap().Is6() {
+	if err != nil {
 		return ip
 	}
-	p, _ := a.Prefix(64)
-	return p.String()
+	return clientPrefix(a).String()
 }
 
 // soldOut remembers, for a short while, that a campaign has fewer units left than some

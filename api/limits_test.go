@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -65,6 +66,24 @@ func TestRateLimits(t *testing.T) {
 		}
 		h.fail(t, from("2001:db8:1:2:ffff:ffff:ffff:ffff"), 429, events.RateLimited)
 		h.do(t, from("2001:db8:1:3::1"), 200) // the next /64 is another client
+	})
+
+	t.Run("an IPv4 client written as IPv6 is the same client", func(t *testing.T) {
+		// A dual-stack listener, or a proxy's X-Forwarded-For, may write 198.51.100.20 as
+		// ::ffff:198.51.100.20: a client alternating the two had twice its burst.
+		from := func(addr string) *http.Request {
+			r := request("GET", "/v1/campaigns/rl", "")
+			r.RemoteAddr = "[" + addr + "]:1234"
+			if !strings.Contains(addr, ":") {
+				r.RemoteAddr = addr + ":1234"
+			}
+			return r
+		}
+		for i := range 7 {
+			h.do(t, from([]string{"198.51.100.20", "::ffff:198.51.100.20"}[i%2]), 200)
+		}
+		h.fail(t, from("::ffff:198.51.100.20"), 429, events.RateLimited)
+		h.fail(t, from("198.51.100.20"), 429, events.RateLimited)
 	})
 }
 
