@@ -98,10 +98,11 @@ type Auditor struct {
 // ErrNoKafka is the error of an audit that could not read the lag from Kafka.
 var ErrNoKafka = errors.New("cannot reach kafka")
 
-// Audit checks one campaign, or every campaign when campaign is "". When only Kafka cannot be
-// reached, Audit returns the whole report (its lag unknown) with an error that wraps ErrNoKafka:
-// no invariant reads Kafka, so the campaigns' verdicts stand, and a Kafka outage is when an
-// operator wants them most.
+// Audit checks one campaign, or every campaign when campaign is "". It returns the report of
+// every campaign it could check, and an error naming each one it could not (a Redis shard that
+// does not answer, a malformed record) and wrapping ErrNoKafka when Kafka could not tell the
+// lag: no invariant reads Kafka, and one shard says nothing of the others' campaigns, so the
+// verdicts it has stand, and an outage is when an operator wants them most.
 func (a *Auditor) Audit(ctx context.Context, campaign string) (AuditReport, error) {
 	var cs []store.Campaign
 	if campaign != "" {
@@ -117,18 +118,23 @@ func (a *Auditor) Audit(ctx context.Context, campaign string) (AuditReport, erro
 		}
 	}
 	var rep AuditReport
+	var unchecked []error
 	for _, c := range cs {
 		ca, err := a.auditCampaign(ctx, c)
 		if err != nil {
-			return rep, err
+			if ctx.Err() != nil {
+				return rep, err
+			}
+			unchecked = append(unchecked, fmt.Errorf("campaign %s not checked: %w", c.ID, err))
+			continue
 		}
 		rep.Campaigns = append(rep.Campaigns, ca)
 	}
 	var err error
 	if rep.Lag, err = a.lag(ctx); err != nil {
-		return rep, fmt.Errorf("%w: %w", ErrNoKafka, err)
+		unchecked = append(unchecked, fmt.Errorf("%w: %w", ErrNoKafka, err))
 	}
-	return rep, nil
+	return rep, errors.Join(unchecked...)
 }
 
 func (a *Auditor) lag(ctx context.Context) (Check, error) {

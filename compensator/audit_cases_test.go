@@ -452,3 +452,23 @@ func TestAuditRebuildOfALostRedisChecksTheStore(t *testing.T) {
 		t.Errorf("audit of an oversold store whose campaign's rebuild is running passes:\n%s", out)
 	}
 }
+
+// TestAuditGoesOnPastACampaignItCannotRead: a campaign the audit cannot read (a malformed
+// reservation record here; a Cluster shard that does not answer in production) is its error,
+// naming that campaign, and every other campaign is still checked: one bad shard stopped the
+// whole audit, and the healthy campaigns' verdicts with it.
+func TestAuditGoesOnPastACampaignItCannotRead(t *testing.T) {
+	e := newEnv(t, 10, 2)
+	healthy := e.addCampaign(t, 10, 2, 0)
+	bad := e.reserveAs(t, "u1")
+	e.redis(t, "HSET", lua.KeysOf(e.campaign).Res, bad.OrderID, "not a record")
+	rep, err := (&compensator.Auditor{Store: e.st, Redis: e.r}).Audit(e.ctx, "")
+	if err == nil || !strings.Contains(err.Error(), e.campaign) {
+		t.Errorf("audit with a campaign it cannot read: %v; want an error naming %s", err, e.campaign)
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	if len(rep.Campaigns) != 1 || rep.Campaigns[0].Campaign != healthy || !rep.OK() {
+		t.Errorf("audit with a campaign it cannot read reported:\n%s\nwant %s's checks, every one ok", out.String(), healthy)
+	}
+}

@@ -58,19 +58,27 @@ func newEnvOn(t testing.TB, rdb redis.UniversalClient, stock, limit int64, windo
 	e.st = storetest.MustOpen(t, storetest.PostgresURL(t))
 	e.brokers = kafkatest.Fake(t)
 	e.topics = kafkatest.Topics(t, e.brokers)
-	e.campaign = storetest.Name("comp")
+	e.campaign = e.addCampaign(t, stock, limit, window)
+	return e
+}
+
+// addCampaign creates a campaign on sale since an hour ago, in the store and in Redis, and
+// returns its id.
+func (e *env) addCampaign(t testing.TB, stock, limit int64, window time.Duration) string {
+	t.Helper()
+	id := storetest.Name("comp")
 	now := time.Now()
-	if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: e.campaign, Name: "c", Stock: stock, PerUserLimit: limit,
+	if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: id, Name: "c", Stock: stock, PerUserLimit: limit,
 		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli(), PaymentWindowMs: window.Milliseconds()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: e.campaign, Remaining: stock, Limit: limit, StartsAt: now.Add(-time.Hour)}); err != nil {
+	if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: id, Remaining: stock, Limit: limit, StartsAt: now.Add(-time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.st.MarkOnSale(e.ctx, e.campaign); err != nil { // as the api does once Redis has it
+	if err := e.st.MarkOnSale(e.ctx, id); err != nil { // as the api does once Redis has it
 		t.Fatal(err)
 	}
-	return e
+	return id
 }
 
 func (e *env) compensator(t testing.TB, cfg compensator.Config) *compensator.Compensator {
