@@ -65,7 +65,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 		*apiURL, *adminToken = cmp.Or(*apiURL, a.APIURL), cmp.Or(*adminToken, a.AdminToken)
 	}
 	base := strings.TrimSuffix(*apiURL, "/")
-	campaign := "demo-" + time.Now().UTC().Format("150405")
+	campaign := demoCampaign(time.Now())
 	body, _ := json.Marshal(map[string]any{"id": campaign, "name": "Demo flash sale", "stock": *stock, "per_user_limit": 2,
 		"ends_at": time.Now().Add(*duration + time.Minute).UTC().Format(time.RFC3339)})
 	code, answer, err := post(ctx, base+"/v1/campaigns", "Bearer "+*adminToken, "", body)
@@ -174,4 +174,12 @@ func post(ctx context.Context, url, auth, user string, body []byte) (int, []byte
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	return resp.StatusCode, b, err
+}
+
+// demoCampaign names a demo's campaign: its start time, to tell runs apart at a glance, and
+// four random characters, as two demos started in the same second (or at the same time of
+// day, on a dev that kept its data) would otherwise both create one campaign.
+func demoCampaign(now time.Time) string {
+	id := events.NewID() // its last characters are random
+	return "demo-" + now.UTC().Format("150405") + "-" + strings.ToLower(id[len(id)-4:])
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seckill/seckill/events"
 )
 
 // TestDemo runs make demo's command against a seckill dev it finds by its data directory: the
@@ -41,7 +43,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo exited %d:\n%s", code, demo.String())
 	}
 	t.Log(demo.String())
-	m := regexp.MustCompile(`campaign (demo-\d+)`).FindStringSubmatch(demo.String())
+	m := regexp.MustCompile(`campaign (demo-\d+-[0-9a-z]{4})`).FindStringSubmatch(demo.String())
 	sum := regexp.MustCompile(`demo: (\d+) purchases: (.*) \((\d+) units accepted\)`).FindStringSubmatch(demo.String())
 	if m == nil || sum == nil {
 		t.Fatalf("no campaign or no summary:\n%s", demo.String())
@@ -105,5 +107,16 @@ func TestDemoWhenTheAPIGoes(t *testing.T) {
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("the demo went on %s after its api had gone", took)
+	}
+}
+
+// TestDemoCampaignsDoNotClash: two demos started in the same second name two campaigns (the
+// second one's create answered 409 when the name was the time of day alone), each one a valid
+// campaign id.
+func TestDemoCampaignsDoNotClash(t *testing.T) {
+	now := time.Now()
+	a, b := demoCampaign(now), demoCampaign(now)
+	if a == b || !events.ValidCampaignID(a) || !events.ValidCampaignID(b) {
+		t.Errorf("two demos at %v: campaigns %q and %q; want two valid, different ids", now, a, b)
 	}
 }
