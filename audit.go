@@ -20,7 +20,7 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 	f := newFlags("audit", "Check the invariants I1-I6 (conservation, single resolution, per-user limit, no\noversell, no lost order, paid or expired) across Redis, the store and Kafka. Exits 1 on a violation.", stdout)
 	c := f.conn(usesStore | usesRedis | usesKafka)
 	campaign := f.campaignID("campaign", "audit only this campaign (default: all)")
-	grace := f.duration("grace", 5*time.Second, false, "how long past its deadline a reservation may stay pending (the sweep interval)")
+	grace := f.duration("grace", 5*time.Second, false, "how long the sweeper may take to act before its work counts as not done: a reservation pending past its deadline (I5), an order unpaid past its pay_by (I6), a refund or expiry the store has and Redis lacks (I2); the sweep interval")
 	if err := f.parse(args); err != nil {
 		return err
 	}

@@ -45,7 +45,9 @@ Operations:
   audit        check the invariants across Redis, the store and Kafka; exit 1 on a violation
   token        print a buyer's bearer token (a JWT signed with --jwt-secret)
 
-Every flag has an environment fallback, SECKILL_<FLAG> (--redis-url: SECKILL_REDIS_URL).
+Every flag has an environment fallback, SECKILL_<FLAG> (--redis-url: SECKILL_REDIS_URL), but
+those that pick what an operation changes (compensate --order, campaign --id, …): a command's
+--help names each flag's variable, or says "command line only".
 `
 
 var commands = map[string]func(ctx context.Context, args []string, stdout io.Writer) error{
