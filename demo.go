@@ -35,7 +35,7 @@ func runDemo(ctx context.Context, args []string, stdout io.Writer) error {
 	stock := f.Int64("stock", 1500, "units on sale")
 	duration := f.Duration("duration", 30*time.Second, "how long the crowd buys")
 	rate := f.Int("rate", 200, "purchases per second at the rush (it builds up from a tenth of that)")
-	dev := f.Bool("dev", true, "reach the seckill dev on --data-dir (the default; other flags override; with --dev=false, give --api-url and --admin-token)")
+	dev := f.Bool("dev", true, "reach the seckill dev on --data-dir (the default; other flags override; with --dev=false, give --api-url and --admin-token of an api that takes X-User-ID as the buyer, as the dev does: the buyers send no token)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
