@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -566,5 +567,57 @@ func TestTopicsWhoseSettingsCannotBeRead(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "min.insync.replicas") {
 		t.Errorf("logged %q, want a warning naming what to check by hand", logged.String())
+	}
+}
+
+// TestStartLineNamesEverySetting: a role's start line, "the configuration printed once at start"
+// (README, Configuration), has every setting its --help lists. The compensator's left out
+// --rebuild-grace and the api's --produce-linger, --partitions and --replication, and an
+// operator reading the log of a deployment could not tell what they were.
+func TestStartLineNamesEverySetting(t *testing.T) {
+	// The key of a flag in the start line where it is not the flag's name with '_' for '-': the
+	// servers by what they are, the secrets as set or not, and none for the flags that say only
+	// where to find the others (--dev) or how to write the line itself.
+	keys := map[string]string{
+		"redis-url": "redis", "postgres-url": "store", "kafka-brokers": "kafka", "topic-prefix": "topics",
+		"admin-token": "admin_token_set", "payment-token": "payment_token_set", "jwt-secret": "jwt_secret_set",
+		"order-id-secret": "order_id_secret_set", "dev": "", "data-dir": "", "log-format": "",
+	}
+	bin := seckillBinary(t, false)
+	for _, role := range []string{"api", "consumer", "compensator"} {
+		t.Run(role, func(t *testing.T) {
+			// Nothing answers at these addresses: the role logs its start line, then waits.
+			args := []string{role, "--redis-url", "redis://127.0.0.1:1/0", "--postgres-url", "postgres://x:y@127.0.0.1:1/x?sslmode=disable",
+				"--kafka-brokers", "127.0.0.1:1", "--metrics-addr", "127.0.0.1:0"}
+			if role == "api" {
+				args = append(args, "--addr", "127.0.0.1:0", "--insecure-user-header")
+			}
+			cmd := exec.Command(bin, args...)
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Wait()
+			defer cmd.Process.Kill()
+			var start map[string]any
+			for dec := json.NewDecoder(stderr); start["msg"] != "starting"; {
+				start = nil
+				if err := dec.Decode(&start); err != nil {
+					t.Fatalf("seckill %s: no start line: %v", role, err)
+				}
+			}
+			for name := range helpFlags(t, role) {
+				key, ok := keys[name]
+				if !ok {
+					key = strings.ReplaceAll(name, "-", "_")
+				}
+				if _, logged := start[key]; key != "" && !logged {
+					t.Errorf("seckill %s's start line has no %s (--%s)", role, key, name)
+				}
+			}
+		})
 	}
 }

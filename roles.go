@@ -102,7 +102,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "payment_token_set", *paymentToken != "", "reservation_ttl", *ttl, "produce_timeout", *produceTimeout, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
+	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "payment_token_set", *paymentToken != "", "reservation_ttl", *ttl, "produce_timeout", *produceTimeout, "produce_linger", *linger, "partitions", *partitions, "replication", *replication, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
 	cfg := api.Config{DrainDelay: *drainDelay, AdminToken: *adminToken, PaymentToken: *paymentToken, Topics: c.topics(), ReservationTTL: *ttl, ProduceTimeout: *produceTimeout, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
 		return err
@@ -181,7 +181,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "compensator", "sweep_interval", *sweep, "retention", *retention, "metrics_addr", *metricsAddr)
+	c.logStart(log, "compensator", "sweep_interval", *sweep, "retention", *retention, "rebuild_grace", *grace, "metrics_addr", *metricsAddr)
 	o, err := startOps(*metricsAddr)
 	if err != nil {
 		return err
