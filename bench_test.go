@@ -22,6 +22,22 @@ func TestBenchHelpFitsOnAScreen(t *testing.T) {
 	}
 }
 
+// TestBenchTakesItsWorkloadFromItsCommandLine: variables set for other commands (SECKILL_RATE
+// for seckill demo, SECKILL_BATCH_SIZE for the consumers) share names with bench's flags, and
+// turned a bench open-loop or changed its drain. Only its servers come from the environment:
+// here the malformed values would stop it with their names, and the unknown scenario is what it
+// reports instead.
+func TestBenchTakesItsWorkloadFromItsCommandLine(t *testing.T) {
+	t.Setenv("SECKILL_RATE", "fast")
+	t.Setenv("SECKILL_BATCH_SIZE", "many")
+	t.Setenv("SECKILL_ROUNDS", "0")
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--scenarios", "nope"}, &out, &out)
+	if code != 2 || !strings.Contains(out.String(), "nope") || strings.Contains(out.String(), "SECKILL_") {
+		t.Errorf("bench with SECKILL_RATE, SECKILL_BATCH_SIZE and SECKILL_ROUNDS set, and an unknown scenario: exit %d\n%s\nwant 2 for the scenario, the variables unread", code, out.String())
+	}
+}
+
 func TestBenchRoleNeedsARole(t *testing.T) {
 	var out bytes.Buffer
 	if code := run(context.Background(), []string{"bench", "role", "--pprof", "127.0.0.1:0", "nope"}, &out, &out); code != 2 {
