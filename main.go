@@ -33,9 +33,9 @@ Roles (long-running; SIGTERM drains in-flight work):
   compensator  release what will not become an order (dead letters, expired reservations,
                unpaid orders past pay_by) and rebuild Redis after it lost data
   dev          all three in one process on embedded Kafka, Redis and SQLite (make run)
-  demo         a small flash sale against a running dev, for the console to show (make demo)
 
 Operations:
+  demo         a small flash sale against a running dev, for the console to show (make demo)
   migrate      apply the database schema
   replay       re-consume OrderRequested from a time or offset into the store
   compensate   release or refund one order, or a campaign's orders in bulk (--campaign)
@@ -43,11 +43,12 @@ Operations:
   dlq          the dead letters: dlq list|show|stats|redrive, with what became of each order
   bench        measure seckill against its baselines on real services (make bench)
   audit        check the invariants across Redis, the store and Kafka; exit 1 on a violation
+               or on what it could not check
   token        print a buyer's bearer token (a JWT signed with --jwt-secret)
 
 Every flag has an environment fallback, SECKILL_<FLAG> (--redis-url: SECKILL_REDIS_URL), but
-those that pick what an operation changes (compensate --order, campaign --id, …): a command's
---help names each flag's variable, or says "command line only".
+those that pick what an operation changes (compensate --order, campaign --id, …) and bench's
+workload: a command's --help names each flag's variable, or says "command line only".
 `
 
 var commands = map[string]func(ctx context.Context, args []string, stdout io.Writer) error{
