@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/base32"
 	"encoding/hex"
 	"errors"
@@ -35,20 +34,6 @@ import (
 // Only answers that follow a reservation are remembered (202, and the 503 of an order that was
 // cancelled because it could not be queued): a refusal changed nothing, so a retry with the same
 // key simply runs again.
-
-//go:embed idempotency.lua
-var idempotencySrc string
-
-var idempotencyScript = redis.NewScript(idempotencySrc)
-
-// LoadScripts loads the api's own Redis script, so the first keyed purchase does not pay for
-// a NOSCRIPT reply. Serve calls it; without it the script is loaded on first use.
-func LoadScripts(ctx context.Context, rdb redis.Scripter) error {
-	if err := idempotencyScript.Load(ctx, rdb).Err(); err != nil {
-		return fmt.Errorf("load the idempotency script: %w", err)
-	}
-	return nil
-}
 
 // maxKeyLen bounds an Idempotency-Key, as Stripe does.
 const maxKeyLen = 255
@@ -161,7 +146,7 @@ func (r *idemRecord) begin(ctx context.Context, peek bool) (idemState, error) {
 	if peek {
 		op = "peek"
 	}
-	v, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key, r.res}, op, r.fp, r.lease.Milliseconds(), r.ttl.Milliseconds(), r.orderID, r.owner).Slice()
+	v, err := lua.Idempotency.Run(ctx, r.rdb, []string{r.key, r.res}, op, r.fp, r.lease.Milliseconds(), r.ttl.Milliseconds(), r.orderID, r.owner).Slice()
 	if err != nil {
 		return idemState{}, fmt.Errorf("idempotency record of %s: %w", r.orderID, err)
 	}
@@ -195,13 +180,13 @@ var errLeaseLost = errors.New("the Idempotency-Key's lease passed to a retry")
 
 // finish stores the answer, which every retry will get.
 func (r *idemRecord) finish(ctx context.Context, status int, ctype string, body []byte) error {
-	out, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key}, "finish", r.fp, status, ctype, body, r.owner).StringSlice()
+	out, err := lua.Idempotency.Run(ctx, r.rdb, []string{r.key}, "finish", r.fp, status, ctype, body, r.owner).StringSlice()
 	return r.held("store the answer", out, err)
 }
 
 // abort forgets a record that has no answer, so that a retry runs again.
 func (r *idemRecord) abort(ctx context.Context) error {
-	out, err := idempotencyScript.Run(ctx, r.rdb, []string{r.key}, "abort", r.fp, r.owner).StringSlice()
+	out, err := lua.Idempotency.Run(ctx, r.rdb, []string{r.key}, "abort", r.fp, r.owner).StringSlice()
 	return r.held("forget the key", out, err)
 }
 

@@ -169,7 +169,7 @@ func TestSoldOutFlag(t *testing.T) {
 	}
 
 	// A keyed retry of a purchase that succeeded is still replayed, at the cost of one read.
-	if err := api.LoadScripts(context.Background(), h.redis.Client()); err != nil {
+	if err := h.redis.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	before = h.commands.n.Load()

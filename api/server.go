@@ -365,11 +365,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	ln = limitConns(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerAddr)
 	srv.RegisterOnShutdown(s.stop)
-	if s.redis != nil {
-		if err := LoadScripts(ctx, s.redis.Client()); err != nil {
-			s.cfg.Logger.Warn("preload scripts; they load on first use", "err", err)
-		}
-	}
 	s.cfg.Logger.Info("api listening", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

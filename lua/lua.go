@@ -54,6 +54,8 @@ var (
 	lockReleaseSrc string
 	//go:embed now.lua
 	nowSrc string
+	//go:embed idempotency.lua
+	idempotencySrc string
 
 	reserveScript    = newScript(reserveSrc)
 	releaseScript    = newScript(releaseSrc)
@@ -73,6 +75,10 @@ var (
 	lockRenew        = newScript(lockRenewSrc)
 	lockRelease      = newScript(lockReleaseSrc)
 	nowScript        = newScript(nowSrc)
+
+	// Idempotency is the record of one Idempotency-Key, which the api keeps (api/idempotency.go):
+	// here with the other scripts, so Load loads it with them.
+	Idempotency = newScript(idempotencySrc)
 )
 
 // Keys are the Redis keys of one campaign.

@@ -1,4 +1,4 @@
--- idempotency: the record of one Idempotency-Key of one buyer (see api/idempotency.go). It lives
+-- idempotency: the record of one Idempotency-Key of one buyer (run by api/idempotency.go). It lives
 -- under its campaign's hash tag, so it runs in the slot of the campaign's other keys.
 -- KEYS: 1 the record, a hash: fp (the request's fingerprint), lease_ms and owner (while a
 --       request runs: until when, and which), then status, ctype and body (its answer, once it
