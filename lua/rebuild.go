@@ -107,16 +107,18 @@ func (r *Redis) primaryOf(ctx context.Context, key string) (*redis.Client, error
 	return nil, fmt.Errorf("unsupported redis client %T", r.rdb)
 }
 
-// runID returns the run id of a server, "" if it does not report one (miniredis). A user whose
-// ACL denies INFO (it is in @dangerous, which least-privilege users often lack) is an error, not
-// a server without run ids: the guard would record "" everywhere and never see a restart or a
-// failover that lost acknowledged writes.
+// runID returns the run id of a server, "" if it does not report one (miniredis). Any other
+// error reply is an error, not a server without run ids: a user whose ACL denies INFO (it is in
+// @dangerous, which least-privilege users often lack) or a server that disabled INFO
+// (rename-command) would record "" everywhere and never see a restart or a failover that lost
+// acknowledged writes; and a primary busy with a long script (BUSY) would look like one whose
+// run id changed, or that serves no slot.
 func runID(ctx context.Context, node *redis.Client) (string, error) {
 	info, err := node.Info(ctx, "server").Result()
 	if err != nil {
 		var re redis.Error
-		if errors.As(err, &re) && !strings.HasPrefix(re.Error(), "NOPERM") {
-			return "", nil // a server that does not know INFO server
+		if errors.As(err, &re) && re.Error() == "section (server) is not supported" {
+			return "", nil // miniredis, which knows no server section
 		}
 		return "", fmt.Errorf("redis info server (seckill tells a restart or a failover that lost writes from the run id; the Redis user needs +info): %w", err)
 	}
