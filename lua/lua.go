@@ -597,7 +597,7 @@ func (r *Redis) Remaining(ctx context.Context, campaign string) (int64, bool, er
 // Sale is what Redis knows of a campaign's sale.
 type Sale struct {
 	Remaining int64
-	Loaded    bool // Redis has the campaign
+	Loaded    bool // Redis has the campaign's sale (not so a frozen one whose stock it lost)
 	Frozen    bool // it is being rebuilt from the store and sells nothing
 }
 
@@ -615,6 +615,11 @@ func (r *Redis) Sale(ctx context.Context, campaign string) (Sale, error) {
 		return Sale{}, nil
 	}
 	n, err := stock.Int64()
+	if errors.Is(err, redis.Nil) && frozen.Val() {
+		// Frozen with no stock: its keys were lost (the meta holds the mark alone) or the
+		// restore has cleared them. Redis holds nothing of its sale; the store's figures stand.
+		return Sale{Frozen: true}, nil
+	}
 	if err != nil {
 		return Sale{}, fmt.Errorf("remaining of %s: %w", campaign, err)
 	}
