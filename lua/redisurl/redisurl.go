@@ -153,6 +153,9 @@ func parse(s string) (Options, error) {
 		// answers no MOVED while it is dead: a shard's campaigns were refused for a minute after
 		// its replica had taken over. A CLUSTER SLOTS a second is nothing to the cluster.
 		opt.ClusterStateReloadInterval = time.Second
+		if opt.ReadOnly || opt.RouteByLatency || opt.RouteRandomly {
+			return Options{}, errReplicaReads
+		}
 		return Options{Topology: Cluster, Cluster: opt}, nil
 	}
 	master, db, _ := strings.Cut(path, "/")
@@ -189,8 +192,18 @@ func parse(s string) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
+	if opt.ReplicaOnly || opt.RouteByLatency || opt.RouteRandomly {
+		return Options{}, errReplicaReads
+	}
 	return Options{Topology: Sentinel, Sentinel: opt}, nil
 }
+
+// errReplicaReads refuses the options that send commands to replicas. A replica's reads lag
+// its primary's writes (a reservation just made, a rebuild's frozen mark), which the
+// compensator decides on; the scripts' writes fail there with READONLY; and go-redis's Sentinel
+// client panics on route_by_latency and route_randomly when it is made.
+var errReplicaReads = errors.New("read_only, replica_only, route_by_latency and route_randomly send commands to replicas, " +
+	"whose reads lag the primary's writes: seckill reads and writes on the primaries only")
 
 func unknownScheme(scheme string) error {
 	return fmt.Errorf("unknown scheme %q: want redis://, rediss://, redis+sentinel:// or redis+cluster://", scheme)

@@ -31,6 +31,7 @@ func TestParse(t *testing.T) {
 		{url: "redis+cluster://n1:7000,n2:7001,n3:7002", topology: redisurl.Cluster, addrs: []string{"n1:7000", "n2:7001", "n3:7002"}},
 		{url: "redis+cluster://u:p@n1:7000/?pool_size=9", topology: redisurl.Cluster, addrs: []string{"n1:7000"}, user: "u", password: "p"},
 		{url: "rediss+cluster://n1,n2/0", topology: redisurl.Cluster, addrs: []string{"n1:6379", "n2:6379"}, tls: true},
+		{url: "redis+cluster://n1:7000?read_only=false", topology: redisurl.Cluster, addrs: []string{"n1:7000"}},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			o, err := redisurl.Parse(tc.url)
@@ -123,6 +124,16 @@ func TestParseRefuses(t *testing.T) {
 		"redis+cluster://u:hunter2?x@n1:7000",
 		"redis+cluster://u:1234/hunter2@n1:7000",
 		"redis+cluster://u:1234?hunter2@n1:7000",
+		// Options that route commands to replicas: go-redis panics on the Sentinel form's
+		// route_by_latency and route_randomly when the client is made, and a replica's reads
+		// lag (a reservation just made, a rebuild's frozen mark), while replica_only sends the
+		// scripts' writes where they fail with READONLY.
+		"redis+sentinel://s1/m/0?route_by_latency=true",
+		"redis+sentinel://s1/m/0?route_randomly=true",
+		"redis+sentinel://s1/m/0?replica_only=true",
+		"redis+cluster://n1:7000?read_only=true",
+		"redis+cluster://n1:7000?route_by_latency=true",
+		"redis+cluster://n1:7000?route_randomly=true",
 	} {
 		t.Run(url, func(t *testing.T) {
 			_, err := redisurl.Parse(url)
