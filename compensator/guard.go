@@ -262,9 +262,11 @@ var (
 // freeze's mark settles which one writes each campaign: the last to freeze, and only until it
 // restores (lua.ErrNotFrozenByThis for the other).
 func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
-	mark, err := c.rebuilder.Freeze(ctx, ids...)
-	if err != nil {
-		return err
+	// A freeze that failed for some campaigns froze the others with its mark, which only this
+	// rebuild may lift: they are restored, and the others are not this rebuild's.
+	mark, freezeErr := c.rebuilder.Freeze(ctx, ids...)
+	if mark == "" {
+		return freezeErr
 	}
 	// Purchases reserved before the loss may still be producing their events; once the grace
 	// has passed, each either reached Kafka or was failed in the store by the api.
@@ -284,7 +286,7 @@ func (c *Compensator) Rebuild(ctx context.Context, ids []string) error {
 	// others frozen: each holds this rebuild's mark until it is restored, and none but this
 	// rebuild may lift it, so returning at the first left the rest to a later round, which froze
 	// them again and waited out the grace and the consumer once more.
-	var errs []error
+	errs := []error{freezeErr}
 	for _, id := range ids {
 		// Redis trims an ended order's record a retention after it ended: those before are not
 		// restored.

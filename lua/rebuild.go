@@ -194,16 +194,27 @@ var ErrNotFrozenByThis = errors.New("not frozen by this rebuild: another rebuild
 // returns the rebuild's mark, new at each call, which the frozen field holds and Restore must
 // be given. A later Freeze of a campaign replaces the mark: from then on only the later
 // rebuild may write it, and its Restore starts by clearing whatever the earlier one wrote.
+//
+// The writes go in one pipeline, and each may fail on its own (on a Cluster, a shard that
+// refuses writes): the error then comes with the mark as long as one write went through, for
+// only a Restore with it puts those campaigns back on sale. Restore tells which did not take
+// it (ErrNotFrozenByThis).
 func (r *Redis) Freeze(ctx context.Context, campaigns ...string) (string, error) {
 	mark := events.NewID()
 	pipe := r.rdb.Pipeline()
-	for _, c := range campaigns {
-		pipe.HSet(ctx, KeysOf(c).Meta, "frozen", mark)
+	cmds := make([]*redis.IntCmd, len(campaigns))
+	for i, c := range campaigns {
+		cmds[i] = pipe.HSet(ctx, KeysOf(c).Meta, "frozen", mark)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return "", fmt.Errorf("freeze %d campaigns: %w", len(campaigns), err)
+	_, err := pipe.Exec(ctx)
+	if err == nil {
+		return mark, nil
 	}
-	return mark, nil
+	err = fmt.Errorf("freeze %d campaigns: %w", len(campaigns), err)
+	if slices.ContainsFunc(cmds, func(cmd *redis.IntCmd) bool { return cmd.Err() == nil }) {
+		return mark, err
+	}
+	return "", err
 }
 
 // Restore replaces a frozen campaign's Redis state with c (remaining, limits, holdings) and the
