@@ -157,14 +157,16 @@ func (c *Compensator) rebuildLost(work, stop context.Context, lost []string) err
 		return err
 	}
 	return lock.Hold(work, func(ctx context.Context) error {
-		// Another compensator may have rebuilt them between the check and the lock.
-		gens, err := c.rebuilder.Generations(ctx, lost)
-		if err != nil {
-			return err
-		}
-		lost = slices.DeleteFunc(lost, func(id string) bool { return !unsellable(gens[id]) })
+		// Another compensator may have rebuilt them between the check and the lock. One whose
+		// shard does not answer now is left to a later round, and its error returned once the
+		// others are rebuilt: they must not sell on from what their Redis lost meanwhile.
+		gens, genErr := c.rebuilder.Generations(ctx, lost)
+		lost = slices.DeleteFunc(lost, func(id string) bool {
+			g, ok := gens[id]
+			return !ok || !unsellable(g)
+		})
 		if len(lost) == 0 || stop.Err() != nil {
-			return nil
+			return genErr
 		}
 		switch g := gens[lost[0]]; {
 		case !g.Exists:
@@ -179,10 +181,10 @@ func (c *Compensator) rebuildLost(work, stop context.Context, lost []string) err
 		}
 		start := time.Now()
 		if err := c.Rebuild(ctx, lost); err != nil {
-			return err
+			return errors.Join(genErr, err)
 		}
 		c.cfg.Logger.Info("redis rebuilt from the store; campaigns back on sale", "campaigns", len(lost), "took", time.Since(start).Round(time.Millisecond))
-		return nil
+		return genErr
 	})
 }
 
