@@ -9,4 +9,14 @@
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
 end
+-- The same holder again: the client sent this call once more because its reply was lost (go-redis
+-- does after a read timeout), and the first run took the lock. No one has counted since.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local n = redis.call('GET', KEYS[2])
+  if not n then
+    return redis.call('INCR', KEYS[2])
+  end
+  return tonumber(n)
+end
 return 0
