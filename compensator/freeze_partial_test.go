@@ -7,8 +7,6 @@ import (
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/lua"
-	"github.com/seckill/seckill/store"
-	"github.com/seckill/seckill/store/storetest"
 )
 
 // refusingFreeze is a Redis on which the write of bad's frozen mark fails, as on a shard that
@@ -34,15 +32,7 @@ func (f refusingFreeze) Freeze(ctx context.Context, campaigns ...string) (string
 // later round froze it again and failed again as long as the first one's write failed.
 func TestRebuildRestoresWhatItFroze(t *testing.T) {
 	e := newEnv(t, 10, 5)
-	now := time.Now()
-	other := storetest.Name("comp")
-	if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: other, Name: "o", Stock: 10, PerUserLimit: 5,
-		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: other, Remaining: 10, Limit: 5, StartsAt: now.Add(-time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
+	other := e.addCampaign(t, 10, 5, 0)
 	c := e.compensator(t, compensator.Config{RebuildGrace: time.Millisecond})
 	compensator.SetRebuilder(c, refusingFreeze{Rebuilder: e.r, r: e.r, bad: e.campaign})
 	t.Cleanup(func() { e.r.Client().Del(context.Background(), lua.KeysOf(e.campaign).All()...) })

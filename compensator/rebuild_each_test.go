@@ -9,7 +9,6 @@ import (
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
-	"github.com/seckill/seckill/store/storetest"
 )
 
 // failingSnapshots does to campaign bad what failure says before the rebuild restores it.
@@ -53,15 +52,7 @@ func TestRebuildRestoresTheOthersPastOneNotItsOwn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 10, 5)
-			now := time.Now()
-			other := storetest.Name("comp")
-			if err := e.st.CreateCampaign(e.ctx, store.Campaign{ID: other, Name: "o", Stock: 10, PerUserLimit: 5,
-				StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.r.LoadCampaign(e.ctx, lua.Campaign{ID: other, Remaining: 10, Limit: 5, StartsAt: now.Add(-time.Hour)}); err != nil {
-				t.Fatal(err)
-			}
+			other := e.addCampaign(t, 10, 5, 0)
 			c := e.compensator(t, compensator.Config{RebuildGrace: time.Millisecond})
 			compensator.SetSnapshots(c, failingSnapshots{Snapshotter: e.st, bad: e.campaign, failure: tc.failure(e)})
 			if err := c.Rebuild(e.ctx, []string{e.campaign, other}); !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
