@@ -109,6 +109,9 @@ func parse(s string) (Options, error) {
 		if _, err := addresses(opt.Addr, "6379"); err != nil {
 			return Options{}, err
 		}
+		if u, err := url.Parse(s); err == nil && u.Query().Has("db") && strings.Trim(u.Path, "/") != "" {
+			return Options{}, errTwoDatabases
+		}
 		// go-redis takes a negative database too, and then selects none: the URL's /-1 would
 		// quietly share database 0 with whatever else lives there.
 		if opt.DB < 0 {
@@ -142,7 +145,7 @@ func parse(s string) (Options, error) {
 		query.Add("addr", a)
 	}
 	if topo == "cluster" {
-		if path != "" && path != "0" {
+		if path != "" && path != "0" || query.Has("db") {
 			return Options{}, fmt.Errorf("a cluster has only database 0, not %q", path)
 		}
 		opt, err := redis.ParseClusterURL(base + "://" + userinfo + addrs[0] + "?" + query.Encode())
@@ -163,6 +166,9 @@ func parse(s string) (Options, error) {
 		return Options{}, errors.New("want the primary's name after the sentinels: redis+sentinel://s1:26379,s2:26379/<master>/<db>")
 	}
 	if db != "" {
+		if query.Has("db") {
+			return Options{}, errTwoDatabases
+		}
 		if n, err := strconv.Atoi(db); err != nil || n < 0 {
 			return Options{}, fmt.Errorf("database %q is not a number from 0", db)
 		}
@@ -197,6 +203,10 @@ func parse(s string) (Options, error) {
 	}
 	return Options{Topology: Sentinel, Sentinel: opt}, nil
 }
+
+// errTwoDatabases refuses a URL that names its database in the path and as db=, of which
+// go-redis silently takes the option: redis://host/2?db=3 used database 3.
+var errTwoDatabases = errors.New("the database is named twice, in the path and as db=: name it once, in the path")
 
 // errReplicaReads refuses the options that send commands to replicas. A replica's reads lag
 // its primary's writes (a reservation just made, a rebuild's frozen mark), which the

@@ -115,6 +115,10 @@ func TestParseRefuses(t *testing.T) {
 		"redis+sentinel://s1/mymaster#primary",
 		"redis+sentinel://s1,s2:26380/m/0?sentinel_password=a#b",
 		"redis+cluster://n1:7000#x",
+		// A database in the path and as db=: go-redis took the option's, silently.
+		"redis://127.0.0.1:6379/2?db=3",
+		"redis+sentinel://s1/m/2?db=3",
+		"redis+cluster://n1:7000?db=3",
 		// A password that holds '/', '?' or '#' unencoded ends the host early: what follows
 		// it is read as the host, port or database, which the errors must not quote.
 		"redis://u:hunter2/x@127.0.0.1:6379/0",
