@@ -3,9 +3,11 @@ package validate
 import (
 	"bytes"
 	"context"
+	"go/version"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -69,9 +71,10 @@ func parseDockerfile(src []byte) ([]stage, problems, error) {
 	return stages, probs, nil
 }
 
-// checkDockerfile checks that the build is static and stripped and that the final
-// image runs /seckill as a non-root user from distroless.
-func checkDockerfile(src []byte) problems {
+// checkDockerfile checks that the build is static and stripped, on a Go at least as new as
+// goVersion (go.mod's go line), and that the final image runs /seckill as a non-root user
+// from distroless.
+func checkDockerfile(src []byte, goVersion string) problems {
 	stages, probs, err := parseDockerfile(src)
 	if err != nil {
 		probs.addf("Dockerfile: %v", err)
@@ -117,9 +120,7 @@ func checkDockerfile(src []byte) problems {
 	}
 
 	build := stages[0]
-	if build.base != "golang:1.26" {
-		probs.addf("Dockerfile: build stage FROM %s, want golang:1.26", build.base)
-	}
+	probs = append(probs, checkGoImage(build.base, goVersion)...)
 	if build.name == "" || !slices.ContainsFunc(final.ins, func(in instruction) bool {
 		return in.cmd == "COPY" && slices.Contains(in.flags, "--from="+build.name) && slices.Contains(in.args, "/seckill")
 	}) {
@@ -157,6 +158,44 @@ func checkDockerfile(src []byte) problems {
 	return probs
 }
 
+// checkGoImage checks the build stage's base against go.mod's go line. The official golang
+// images set GOTOOLCHAIN=local, so one older than that line fails at `go mod download` ("go.mod
+// requires go >= 1.26.8 (running go 1.26.3; GOTOOLCHAIN=local)"), and a tag without the patch
+// (golang:1.26) is whichever patch release the builder pulled last: an old one cached on a build
+// host breaks the build the day go.mod moves, and two hosts build with different compilers.
+func checkGoImage(base, goVersion string) problems {
+	var probs problems
+	tag, ok := strings.CutPrefix(base, "golang:")
+	tag, _, _ = strings.Cut(tag, "@")
+	tag, _, _ = strings.Cut(tag, "-") // golang:1.26.8-bookworm
+	switch {
+	case !ok:
+		probs.addf("Dockerfile: build stage FROM %s, want golang:%s (go.mod's go line)", base, goVersion)
+	case strings.Count(tag, ".") != 2 || !version.IsValid("go"+tag):
+		probs.addf("Dockerfile: build stage FROM %s names no patch release: whichever the builder pulled last builds it (GOTOOLCHAIN=local in the golang images); want golang:%s (go.mod's go line)", base, goVersion)
+	case version.Compare("go"+tag, "go"+goVersion) < 0:
+		probs.addf("Dockerfile: build stage FROM %s is older than go.mod's go %s: with GOTOOLCHAIN=local (the golang images') `go mod download` fails", base, goVersion)
+	}
+	return probs
+}
+
+// goLine matches go.mod's go directive.
+var goLine = regexp.MustCompile(`(?m)^go ([0-9][^\s]*)\s*$`)
+
+// modGoVersion returns the go line of the seckill module's go.mod.
+func modGoVersion(tb testing.TB) string {
+	tb.Helper()
+	mod, err := os.ReadFile(filepath.Join(deployDir(tb), "..", "go.mod"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := goLine.FindSubmatch(mod)
+	if m == nil {
+		tb.Fatal("go.mod: no go line")
+	}
+	return string(m[1])
+}
+
 // finalFiles returns the paths the final stage copies in.
 func finalFiles(src []byte) []string {
 	stages, _, err := parseDockerfile(src)
@@ -189,7 +228,7 @@ func heredoc(src []byte, dest string) (string, bool) {
 }
 
 func TestDockerfile(t *testing.T) {
-	checkDockerfile(readDeployFile(t, "Dockerfile")).report(t)
+	checkDockerfile(readDeployFile(t, "Dockerfile"), modGoVersion(t)).report(t)
 }
 
 // TestDockerfileHealthcheckProbe vets the probe program the Dockerfile builds for

@@ -173,11 +173,15 @@ func TestDockerfileRejects(t *testing.T) {
 		{"not trimmed", `go build -trimpath -ldflags "-s -w" -o /out/seckill`, `go build -o /out/seckill`, "-trimpath"},
 		{"metrics port not exposed", "EXPOSE 8080 9090", "EXPOSE 8080", "does not EXPOSE 9090"},
 		{"binary not copied", "COPY --from=build /out/seckill /seckill", "COPY --from=build /out/seckill /usr/bin/seckill", "must COPY /seckill"},
+		{"Go without its patch release", "golang:1.26.8 AS build", "golang:1.26 AS build", "names no patch release"},
+		{"Go older than go.mod", "golang:1.26.8 AS build", "golang:1.26.3 AS build", "older than go.mod's go 1.26.8"},
+		{"no Go image", "golang:1.26.8 AS build", "debian:12 AS build", "want golang:1.26.8"},
 	}
+	goVersion := modGoVersion(t)
 	src := string(readDeployFile(t, "Dockerfile"))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			expectProblem(t, checkDockerfile([]byte(mustReplace(t, src, tt.old, tt.new))), tt.want)
+			expectProblem(t, checkDockerfile([]byte(mustReplace(t, src, tt.old, tt.new)), goVersion), tt.want)
 		})
 	}
 }
