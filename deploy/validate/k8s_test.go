@@ -75,6 +75,11 @@ const readyzSeconds = 2
 // nothing else: without it that service would have to be given the admin token.
 var apiSecrets = []string{"SECKILL_ADMIN_TOKEN", "SECKILL_PAYMENT_TOKEN", "SECKILL_JWT_SECRET", "SECKILL_ORDER_ID_SECRET"}
 
+// credentialURLs are the variables whose URL carries a server's password: PostgreSQL's, and
+// Redis's (AUTH or an ACL user, as every managed Redis asks; the Sentinels' in the query).
+// seckill reads no password of either from anywhere else, so each URL comes from a Secret.
+var credentialURLs = []string{"SECKILL_POSTGRES_URL", "SECKILL_REDIS_URL"}
+
 // migrateEnv is what `seckill migrate` reads (roles.go runMigrate: f.conn(usesStore)): the
 // order database and nothing else.
 var migrateEnv = []string{"SECKILL_POSTGRES_URL"}
@@ -169,9 +174,14 @@ func checkBundle(b *bundle) problems {
 
 	// Every key is read by someone: dead configuration misleads whoever edits it.
 	for _, m := range b.find("v1/ConfigMap") {
-		for key := range m.obj.(*corev1.ConfigMap).Data {
+		for key, v := range m.obj.(*corev1.ConfigMap).Data {
 			if !used["ConfigMap/"+m.obj.GetName()+"/"+key] {
 				probs.addf("%s: key %s is read by no container", m, key)
+			}
+			// A ConfigMap is readable by whoever may read the namespace's configuration, is
+			// printed by kubectl describe, and is not encrypted at rest as Secrets can be.
+			if urlHasPassword(v) {
+				probs.addf("%s: %s is a URL with a password: credentials go in a Secret", m, key)
 			}
 		}
 	}
@@ -449,6 +459,12 @@ func checkRoles(b *bundle) problems {
 				probs.addf("%s: lacks env %s", m, key)
 			}
 		}
+		for _, key := range credentialURLs {
+			i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == key })
+			if i >= 0 && (c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.SecretKeyRef == nil) {
+				probs.addf("%s: %s must come from a Secret (secretKeyRef): the URL carries the server's password", m, key)
+			}
+		}
 		if job, ok := m.obj.(*batchv1.Job); ok {
 			// A Job's pod template is immutable: until the finished Job is gone, an apply
 			// with a new image fails with "field is immutable".
@@ -663,6 +679,7 @@ func checkInfra(app, infra *bundle) problems {
 
 	if u, err := url.Parse(value("SECKILL_REDIS_URL")); err == nil {
 		reaches("SECKILL_REDIS_URL", u.Host)
+		probs = append(probs, checkInfraRedis(infra, u)...)
 	}
 	for _, broker := range strings.Split(value("SECKILL_KAFKA_BROKERS"), ",") {
 		reaches("SECKILL_KAFKA_BROKERS", broker)
@@ -700,6 +717,31 @@ func checkInfra(app, infra *bundle) problems {
 		if v != want.got {
 			probs.addf("k8s: SECKILL_POSTGRES_URL's %s does not match infra/ postgres %s", strings.ToLower(strings.TrimPrefix(want.env, "POSTGRES_")), want.env)
 		}
+	}
+	return probs
+}
+
+// checkInfraRedis checks that infra/'s Redis asks for a password, REDIS_PASSWORD from its
+// Secret, and that the roles' SECKILL_REDIS_URL (u) sends that one.
+func checkInfraRedis(infra *bundle, u *url.URL) problems {
+	var probs problems
+	sts, _ := infra.get("apps/v1/StatefulSet", "redis").(*appsv1.StatefulSet)
+	if sts == nil || len(sts.Spec.Template.Spec.Containers) == 0 {
+		probs.addf("infra: no StatefulSet redis")
+		return probs
+	}
+	c := sts.Spec.Template.Spec.Containers[0]
+	args := slices.Concat(c.Command, c.Args)
+	if i := slices.Index(args, "--requirepass"); i < 0 || i+1 == len(args) || args[i+1] != "$(REDIS_PASSWORD)" {
+		probs.addf("infra: redis runs without --requirepass $(REDIS_PASSWORD): any pod of the cluster could use it")
+	}
+	want, ok := envValue(infra, c, "REDIS_PASSWORD")
+	if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "REDIS_PASSWORD" }); !ok || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.SecretKeyRef == nil {
+		probs.addf("infra: redis lacks REDIS_PASSWORD from a Secret")
+		return probs
+	}
+	if got, _ := u.User.Password(); got != want {
+		probs.addf("k8s: SECKILL_REDIS_URL's password does not match infra/ redis REDIS_PASSWORD")
 	}
 	return probs
 }
@@ -780,6 +822,24 @@ func configValue(b *bundle, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// urlHasPassword reports whether v is a URL whose user info or query carries a password
+// (redis://:pass@host, redis+sentinel://…?sentinel_password=pass).
+func urlHasPassword(v string) bool {
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme == "" {
+		return false
+	}
+	if _, ok := u.User.Password(); ok {
+		return true
+	}
+	for key, vals := range u.Query() {
+		if strings.Contains(strings.ToLower(key), "password") && slices.ContainsFunc(vals, func(s string) bool { return s != "" }) {
+			return true
+		}
+	}
+	return false
 }
 
 // secretData merges a Secret's data and stringData, as the API server does.

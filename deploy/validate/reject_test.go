@@ -101,6 +101,20 @@ func TestK8sRejects(t *testing.T) {
 		{"migrate Job kept forever", edit("migrate-job.yaml", "  ttlSecondsAfterFinished: 60\n", ""), "ttlSecondsAfterFinished must be set and at most 60"},
 		{"privilege escalation", edit("migrate-job.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true"), "allowPrivilegeEscalation is not false"},
 		{"broker not in infra", edit("configmap.yaml", "SECKILL_KAFKA_BROKERS: kafka:9092", "SECKILL_KAFKA_BROKERS: kafka:9094"), "points at kafka:9094"},
+		{"Redis password in the ConfigMap", func(tb testing.TB, fsys fstest.MapFS) {
+			edit("secret.yaml", "  SECKILL_REDIS_URL: redis://:REPLACE_ME@redis:6379/0\n", "")(tb, fsys)
+			edit("configmap.yaml", "  SECKILL_KAFKA_BROKERS: kafka:9092\n", "  SECKILL_KAFKA_BROKERS: kafka:9092\n  SECKILL_REDIS_URL: redis://:REPLACE_ME@redis:6379/0\n")(tb, fsys)
+			for _, f := range []string{"api-deployment.yaml", "consumer-deployment.yaml", "compensator-deployment.yaml"} {
+				edit(f, "                secretKeyRef:\n                  name: seckill-secrets\n                  key: SECKILL_REDIS_URL", "                configMapKeyRef:\n                  name: seckill-config\n                  key: SECKILL_REDIS_URL")(tb, fsys)
+			}
+		}, "SECKILL_REDIS_URL is a URL with a password: credentials go in a Secret"},
+		{"Sentinel password in the ConfigMap", edit("configmap.yaml", "  SECKILL_KAFKA_BROKERS: kafka:9092\n", "  SECKILL_KAFKA_BROKERS: kafka:9092\n  SECKILL_SENTINELS: redis+sentinel://s1:26379/m/0?sentinel_password=x\n"), "SECKILL_SENTINELS is a URL with a password"},
+		{"role reads the Redis URL from a ConfigMap", func(tb testing.TB, fsys fstest.MapFS) {
+			edit("configmap.yaml", "  SECKILL_KAFKA_BROKERS: kafka:9092\n", "  SECKILL_KAFKA_BROKERS: kafka:9092\n  SECKILL_REDIS_URL: redis://redis:6379/0\n")(tb, fsys)
+			edit("consumer-deployment.yaml", "                secretKeyRef:\n                  name: seckill-secrets\n                  key: SECKILL_REDIS_URL", "                configMapKeyRef:\n                  name: seckill-config\n                  key: SECKILL_REDIS_URL")(tb, fsys)
+		}, "seckill-consumer: SECKILL_REDIS_URL must come from a Secret"},
+		{"Redis password mismatch", edit("infra/redis-secret.yaml", "REDIS_PASSWORD: REPLACE_ME", "REDIS_PASSWORD: REPLACE_ME-too"), "SECKILL_REDIS_URL's password does not match"},
+		{"infra Redis open to the cluster", edit("infra/redis.yaml", `, "--requirepass", "$(REDIS_PASSWORD)"]`, "]"), "redis runs without --requirepass"},
 		{"PostgreSQL password mismatch", edit("infra/postgres-secret.yaml", "POSTGRES_PASSWORD: REPLACE_ME", "POSTGRES_PASSWORD: REPLACE_ME-too"), "password does not match"},
 		{"infra PostgreSQL at its default max_connections", edit("infra/postgres.yaml", "          args: [\"-c\", \"max_connections=300\"]\n", ""), "need 220, but max_connections 100 leaves 97"},
 		{"more consumers than PostgreSQL admits", edit("consumer-deployment.yaml", "replicas: 2", "replicas: 12"), "need 460, but max_connections 300 leaves 297"},
