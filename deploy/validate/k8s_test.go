@@ -213,6 +213,11 @@ func checkPod(m manifest, tmpl *corev1.PodTemplateSpec, b *bundle, used map[stri
 	if len(spec.Containers) == 0 {
 		probs.addf("%s: no containers", m)
 	}
+	// No pod here calls the Kubernetes API. Mounted (the default), the service account's
+	// token is one file read away from whoever gets code to run in the pod.
+	if a := spec.AutomountServiceAccountToken; a == nil || *a {
+		probs.addf("%s: automountServiceAccountToken is not false: no pod here talks to the Kubernetes API, so none needs the token", m)
+	}
 
 	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
 		where := fmt.Sprintf("%s container %s", m, c.Name)

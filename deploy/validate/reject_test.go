@@ -99,6 +99,8 @@ func TestK8sRejects(t *testing.T) {
 		{"api connections capped by open files only", edit("api-deployment.yaml", "            - name: SECKILL_MAX_CONNS\n              value: \"10000\"\n", ""), "no SECKILL_MAX_CONNS"},
 		{"migrate Job kept for 10 minutes", edit("migrate-job.yaml", "ttlSecondsAfterFinished: 60", "ttlSecondsAfterFinished: 600"), "ttlSecondsAfterFinished must be set and at most 60"},
 		{"migrate Job kept forever", edit("migrate-job.yaml", "  ttlSecondsAfterFinished: 60\n", ""), "ttlSecondsAfterFinished must be set and at most 60"},
+		{"service account token mounted", edit("consumer-deployment.yaml", "      automountServiceAccountToken: false\n", ""), "seckill-consumer: automountServiceAccountToken is not false"},
+		{"infra service account token mounted", edit("infra/redis.yaml", "automountServiceAccountToken: false", "automountServiceAccountToken: true"), "StatefulSet redis: automountServiceAccountToken is not false"},
 		{"privilege escalation", edit("migrate-job.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true"), "allowPrivilegeEscalation is not false"},
 		{"broker not in infra", edit("configmap.yaml", "SECKILL_KAFKA_BROKERS: kafka:9092", "SECKILL_KAFKA_BROKERS: kafka:9094"), "points at kafka:9094"},
 		{"Redis password in the ConfigMap", func(tb testing.TB, fsys fstest.MapFS) {
