@@ -125,6 +125,12 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 		if !slices.Equal([]string(s.Command), []string{name}) {
 			probs.addf("compose: %s command is %q, want [%s]", name, s.Command, name)
 		}
+		// As the k8s securityContext: seckill writes no file and needs no capability.
+		if !s.ReadOnly || !slices.Contains(s.CapDrop, "ALL") || !slices.ContainsFunc(s.SecurityOpt, func(o string) bool {
+			return o == "no-new-privileges" || o == "no-new-privileges:true"
+		}) {
+			probs.addf("compose: %s wants read_only: true, cap_drop: [ALL] and security_opt: [no-new-privileges:true], as its k8s securityContext (got read_only %t, cap_drop %v, security_opt %v)", name, s.ReadOnly, s.CapDrop, s.SecurityOpt)
+		}
 		for _, key := range commonEnv {
 			if v := s.Environment[key]; v == nil || *v == "" {
 				probs.addf("compose: %s lacks %s", name, key)

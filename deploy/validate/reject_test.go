@@ -150,6 +150,8 @@ func TestComposeRejects(t *testing.T) {
 		{"payment token too short", "compose-payment-token-change-me-32b}", "short}", "api lacks SECKILL_PAYMENT_TOKEN of at least 32 bytes"},
 		{"PostgreSQL at its default max_connections", "    command: [\"postgres\", \"-c\", \"max_connections=300\"]\n", "", "need 140, but max_connections 100 leaves 97"},
 		{"api connections capped by open files only", "      SECKILL_MAX_CONNS: \"10000\"\n", "", "compose: api: no SECKILL_MAX_CONNS"},
+		{"seckill with a writable root", "  read_only: true\n", "", "compose: api wants read_only: true"},
+		{"seckill keeps its capabilities", "  cap_drop: [ALL]\n", "", "compose: migrate wants read_only: true, cap_drop: [ALL]"},
 		{"migrate restarts", "    restart: \"no\"\n", "", "migrate restart"},
 		{"PostgreSQL password mismatch", "seckill:seckill@postgres", "seckill:other@postgres", "does not match the postgres service"},
 		{"Redis fsync off", `"--appendfsync", "everysec"`, `"--appendfsync", "no"`, "--appendfsync everysec"},
