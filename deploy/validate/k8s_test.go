@@ -2,6 +2,7 @@ package validate
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -37,8 +39,14 @@ const minSecretLen = 32
 // (at most 15 s) and the producer's flush of queued orders (at most 10 s).
 var terminationGrace = map[string]int64{"api": 40, "consumer": 30, "compensator": 30}
 
-// apiStopSeconds is what the api spends after SIGTERM: drain delay, shutdown, flush.
-const apiStopSeconds = 5 + 15 + 10
+// apiStopSeconds is what the api spends after SIGTERM besides its drain delay: the shutdown
+// of the requests in flight (api.Config.ShutdownTimeout, 15 s) and the producer's flush
+// (events.FlushAndClose, 10 s).
+const apiStopSeconds = 15 + 10
+
+// defaultDrainDelay is the api's --drain-delay (SECKILL_DRAIN_DELAY) when it is not set
+// (roles.go runAPI).
+const defaultDrainDelay = 5 * time.Second
 
 // minReplicas is the fewest pods of each Deployment role: the api serves from three;
 // two consumers share the partitions; two compensators, one sweeping under the lease
@@ -483,8 +491,22 @@ func checkRoles(b *bundle) problems {
 
 		if g := spec.TerminationGracePeriodSeconds; g == nil || *g != terminationGrace[role] {
 			probs.addf("%s: terminationGracePeriodSeconds must be %d (SIGTERM drains in-flight work)", m, terminationGrace[role])
-		} else if pre := preStopSeconds(c); role == "api" && *g < pre+apiStopSeconds {
-			probs.addf("%s: terminationGracePeriodSeconds %d < preStop %d s + drain delay 5 s + shutdown 15 s + producer flush 10 s", m, *g, pre)
+		} else if role == "api" {
+			// The drain delay is the operator's to set: a longer one must still end before
+			// the kubelet's SIGKILL, or the purchases in flight and the orders the producer
+			// holds die with the process.
+			delay := defaultDrainDelay
+			if v, ok := envValue(b, c, "SECKILL_DRAIN_DELAY"); ok {
+				if d, err := time.ParseDuration(v); err != nil || d < 0 {
+					probs.addf("%s: SECKILL_DRAIN_DELAY=%q is not a duration", m, v)
+				} else {
+					delay = d
+				}
+			}
+			pre := preStopSeconds(c)
+			if need := pre + int64(math.Ceil(delay.Seconds())) + apiStopSeconds; *g < need {
+				probs.addf("%s: terminationGracePeriodSeconds %d < preStop %d s + drain delay %s + shutdown 15 s + producer flush 10 s = %d s", m, *g, pre, delay, need)
+			}
 		}
 		d := m.obj.(*appsv1.Deployment)
 		if d.Spec.Replicas == nil || *d.Spec.Replicas < minReplicas[role] {
