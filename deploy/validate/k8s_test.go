@@ -762,6 +762,7 @@ func checkInfraRedis(infra *bundle, u *url.URL) problems {
 	if i := slices.Index(args, "--requirepass"); i < 0 || i+1 == len(args) || args[i+1] != "$(REDIS_PASSWORD)" {
 		probs.addf("infra: redis runs without --requirepass $(REDIS_PASSWORD): any pod of the cluster could use it")
 	}
+	probs = append(probs, checkRedisMemory(c, args)...)
 	want, ok := envValue(infra, c, "REDIS_PASSWORD")
 	if i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "REDIS_PASSWORD" }); !ok || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.SecretKeyRef == nil {
 		probs.addf("infra: redis lacks REDIS_PASSWORD from a Secret")
@@ -771,6 +772,55 @@ func checkInfraRedis(infra *bundle, u *url.URL) problems {
 		probs.addf("k8s: SECKILL_REDIS_URL's password does not match infra/ redis REDIS_PASSWORD")
 	}
 	return probs
+}
+
+// checkRedisMemory checks that a Redis server refuses writes before it outgrows its memory
+// limit and never evicts. Without maxmemory it grows until the kernel's OOM killer ends it,
+// losing the last second of its AOF and freezing every campaign until the compensator rebuilds
+// them; an eviction policy drops a reservation, an idempotency record or a campaign's stock
+// key when memory runs short, and the sale's invariants with it. At maxmemory with noeviction
+// Redis refuses the next reserve (a 503 the buyer retries) and keeps what it holds.
+func checkRedisMemory(c corev1.Container, args []string) problems {
+	var probs problems
+	arg := func(name string) (string, bool) {
+		i := slices.Index(args, name)
+		if i < 0 || i+1 == len(args) {
+			return "", false
+		}
+		return args[i+1], true
+	}
+	if p, _ := arg("--maxmemory-policy"); p != "noeviction" {
+		probs.addf("infra: redis --maxmemory-policy %q, want noeviction: an evicted reservation, idempotency record or stock key breaks the sale", p)
+	}
+	limit, hasLimit := c.Resources.Limits[corev1.ResourceMemory]
+	v, ok := arg("--maxmemory")
+	n, err := redisBytes(v)
+	switch {
+	case !ok:
+		probs.addf("infra: redis runs without --maxmemory: it grows until the OOM killer ends it")
+	case err != nil:
+		probs.addf("infra: redis --maxmemory %q: %v", v, err)
+	case !hasLimit || n <= 0 || n > limit.Value()*60/100:
+		// An AOF rewrite forks, and the child's copy-on-write pages count against the limit.
+		probs.addf("infra: redis --maxmemory %s, want more than 0 and at most 60%% of its memory limit %s: an AOF rewrite's fork needs the rest", v, limit.String())
+	}
+	return probs
+}
+
+// redisBytes parses a Redis memory size: a number with an optional k, kb, m, mb, g or gb
+// (k is 1000, kb 1024), as redis.conf reads it.
+func redisBytes(v string) (int64, error) {
+	v = strings.ToLower(v)
+	for _, u := range []struct {
+		suffix string
+		mul    int64
+	}{{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}, {"g", 1e9}, {"m", 1e6}, {"k", 1e3}, {"b", 1}} {
+		if num, ok := strings.CutSuffix(v, u.suffix); ok {
+			n, err := strconv.ParseInt(num, 10, 64)
+			return n * u.mul, err
+		}
+	}
+	return strconv.ParseInt(v, 10, 64)
 }
 
 // selects reports whether a non-empty selector matches a set of labels.

@@ -117,7 +117,10 @@ func TestK8sRejects(t *testing.T) {
 			edit("consumer-deployment.yaml", "                secretKeyRef:\n                  name: seckill-secrets\n                  key: SECKILL_REDIS_URL", "                configMapKeyRef:\n                  name: seckill-config\n                  key: SECKILL_REDIS_URL")(tb, fsys)
 		}, "seckill-consumer: SECKILL_REDIS_URL must come from a Secret"},
 		{"Redis password mismatch", edit("infra/redis-secret.yaml", "REDIS_PASSWORD: REPLACE_ME", "REDIS_PASSWORD: REPLACE_ME-too"), "SECKILL_REDIS_URL's password does not match"},
-		{"infra Redis open to the cluster", edit("infra/redis.yaml", `, "--requirepass", "$(REDIS_PASSWORD)"]`, "]"), "redis runs without --requirepass"},
+		{"infra Redis open to the cluster", edit("infra/redis.yaml", `, "--requirepass", "$(REDIS_PASSWORD)",`, ","), "redis runs without --requirepass"},
+		{"infra Redis grows until killed", edit("infra/redis.yaml", `"--maxmemory", "512mb", `, ""), "redis runs without --maxmemory"},
+		{"infra Redis maxmemory at its limit", edit("infra/redis.yaml", `"--maxmemory", "512mb"`, `"--maxmemory", "1gb"`), "redis --maxmemory 1gb, want more than 0 and at most 60% of its memory limit 1Gi"},
+		{"infra Redis evicts", edit("infra/redis.yaml", `"--maxmemory-policy", "noeviction"`, `"--maxmemory-policy", "volatile-lru"`), `redis --maxmemory-policy "volatile-lru", want noeviction`},
 		{"PostgreSQL password mismatch", edit("infra/postgres-secret.yaml", "POSTGRES_PASSWORD: REPLACE_ME", "POSTGRES_PASSWORD: REPLACE_ME-too"), "password does not match"},
 		{"infra PostgreSQL at its default max_connections", edit("infra/postgres.yaml", "          args: [\"-c\", \"max_connections=300\"]\n", ""), "need 220, but max_connections 100 leaves 97"},
 		{"more consumers than PostgreSQL admits", edit("consumer-deployment.yaml", "replicas: 2", "replicas: 12"), "need 460, but max_connections 300 leaves 297"},
