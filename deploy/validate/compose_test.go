@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"net/url"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -217,8 +218,43 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 		}
 	}
 
+	for _, s := range p.Services {
+		if s.HealthCheck != nil && pgIsReadyOverSocket(s.HealthCheck.Test) {
+			probs.addf("compose: %s healthcheck runs pg_isready without -h 127.0.0.1: on a fresh volume it finds the entrypoint's socket-only server ready before PostgreSQL listens on TCP, and migrate, started then, fails", s.Name)
+		}
+	}
+
 	probs = append(probs, checkComposeInfra(p)...)
 	return probs
+}
+
+// pgIsReadyOverSocket reports whether cmd runs pg_isready without a TCP host. On a fresh
+// volume the postgres image's entrypoint creates the database on a temporary server that
+// listens on its Unix socket only (listen_addresses=”); pg_isready without -h asks that
+// socket and answers ready, and whatever starts then (compose's migrate, which does not
+// retry; a Service's clients) finds nothing on port 5432 until the real server is up
+// (docker-library/postgres#880).
+func pgIsReadyOverSocket(cmd []string) bool {
+	f := strings.Fields(strings.Join(cmd, " "))
+	i := slices.IndexFunc(f, func(a string) bool { return path.Base(a) == "pg_isready" })
+	if i < 0 {
+		return false
+	}
+	for j := i + 1; j < len(f); j++ {
+		var host string
+		switch a := f[j]; {
+		case (a == "-h" || a == "--host") && j+1 < len(f):
+			host = f[j+1]
+		case strings.HasPrefix(a, "--host="):
+			host = strings.TrimPrefix(a, "--host=")
+		case strings.HasPrefix(a, "-h") && len(a) > 2:
+			host = a[2:]
+		}
+		if host != "" && !strings.HasPrefix(host, "/") {
+			return false
+		}
+	}
+	return true
 }
 
 // checkComposeInfra checks that the seckill services' URLs point at the

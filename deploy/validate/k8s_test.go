@@ -270,6 +270,9 @@ func checkPod(m manifest, tmpl *corev1.PodTemplateSpec, b *bundle, used map[stri
 			if p == nil {
 				continue
 			}
+			if p.Exec != nil && pgIsReadyOverSocket(p.Exec.Command) {
+				probs.addf("%s: %s probe runs pg_isready without -h 127.0.0.1: on a fresh volume it finds the entrypoint's socket-only server ready before PostgreSQL listens on TCP", where, name)
+			}
 			if port, ok := probePort(p); ok {
 				if _, found := resolvePort(c, port); !found {
 					probs.addf("%s: %s probe port %s is not a declared container port", where, name, port.String())
