@@ -487,6 +487,13 @@ func checkRoles(b *bundle) problems {
 			if ttl := job.Spec.TTLSecondsAfterFinished; ttl == nil || *ttl > 60 {
 				probs.addf("%s: ttlSecondsAfterFinished must be set and at most 60, or the next apply with a new image fails (field is immutable) until the Job is gone", m)
 			}
+			// With OnFailure the kubelet retries in the one pod, and the Job controller
+			// terminates that pod when the Job fails: the failed run's log goes with it, in
+			// the very minute the README gives for reading it. With Never each try is a pod of
+			// its own, kept, with its log, until the Job's TTL removes the Job.
+			if p := job.Spec.Template.Spec.RestartPolicy; p != corev1.RestartPolicyNever {
+				probs.addf("%s: restartPolicy %q, want Never: with OnFailure the Job's failure terminates its pod, and the log of the failed migration with it", m, p)
+			}
 		}
 		if kind != "apps/v1/Deployment" {
 			continue

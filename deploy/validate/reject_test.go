@@ -102,6 +102,7 @@ func TestK8sRejects(t *testing.T) {
 		{"migrate Job kept forever", edit("migrate-job.yaml", "  ttlSecondsAfterFinished: 60\n", ""), "ttlSecondsAfterFinished must be set and at most 60"},
 		{"service account token mounted", edit("consumer-deployment.yaml", "      automountServiceAccountToken: false\n", ""), "seckill-consumer: automountServiceAccountToken is not false"},
 		{"infra service account token mounted", edit("infra/redis.yaml", "automountServiceAccountToken: false", "automountServiceAccountToken: true"), "StatefulSet redis: automountServiceAccountToken is not false"},
+		{"migrate Job loses its failed log", edit("migrate-job.yaml", "restartPolicy: Never", "restartPolicy: OnFailure"), `seckill-migrate: restartPolicy "OnFailure", want Never`},
 		{"privilege escalation", edit("migrate-job.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true"), "allowPrivilegeEscalation is not false"},
 		{"broker not in infra", edit("configmap.yaml", "SECKILL_KAFKA_BROKERS: kafka:9092", "SECKILL_KAFKA_BROKERS: kafka:9094"), "points at kafka:9094"},
 		{"Redis password in the ConfigMap", func(tb testing.TB, fsys fstest.MapFS) {
