@@ -266,6 +266,13 @@ func checkPod(m manifest, tmpl *corev1.PodTemplateSpec, b *bundle, used map[stri
 		if !isJob && (c.ReadinessProbe == nil || c.LivenessProbe == nil) {
 			probs.addf("%s: a long-running container needs a readiness and a liveness probe", where)
 		}
+		// A liveness probe that runs from the start kills a first start that takes longer than
+		// it allows: PostgreSQL's, whose entrypoint creates the database on a server without
+		// TCP, restarted in the middle of initdb, comes back to a half-made data directory it
+		// takes for a made one.
+		if c.LivenessProbe != nil && c.StartupProbe == nil {
+			probs.addf("%s: a liveness probe without a startup probe: a slow first start is killed in a loop", where)
+		}
 		for name, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
 			if p == nil {
 				continue

@@ -122,6 +122,7 @@ func TestK8sRejects(t *testing.T) {
 		{"infra Redis grows until killed", edit("infra/redis.yaml", `"--maxmemory", "512mb", `, ""), "redis runs without --maxmemory"},
 		{"infra Redis maxmemory at its limit", edit("infra/redis.yaml", `"--maxmemory", "512mb"`, `"--maxmemory", "1gb"`), "redis --maxmemory 1gb, want more than 0 and at most 60% of its memory limit 1Gi"},
 		{"infra Redis evicts", edit("infra/redis.yaml", `"--maxmemory-policy", "noeviction"`, `"--maxmemory-policy", "volatile-lru"`), `redis --maxmemory-policy "volatile-lru", want noeviction`},
+		{"infra PostgreSQL killed in its initdb", edit("infra/postgres.yaml", "          startupProbe:\n            tcpSocket:\n              port: postgres\n            periodSeconds: 5\n            failureThreshold: 60\n", ""), "postgres container postgres: a liveness probe without a startup probe"},
 		{"infra PostgreSQL ready on its init socket", edit("infra/postgres.yaml", `["pg_isready", "-h", "127.0.0.1", `, `["pg_isready", `), "readiness probe runs pg_isready without -h 127.0.0.1"},
 		{"PostgreSQL password mismatch", edit("infra/postgres-secret.yaml", "POSTGRES_PASSWORD: REPLACE_ME", "POSTGRES_PASSWORD: REPLACE_ME-too"), "password does not match"},
 		{"infra PostgreSQL at its default max_connections", edit("infra/postgres.yaml", "          args: [\"-c\", \"max_connections=300\"]\n", ""), "need 220, but max_connections 100 leaves 97"},
