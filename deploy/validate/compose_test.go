@@ -126,6 +126,13 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 		if !slices.Equal([]string(s.Command), []string{name}) {
 			probs.addf("compose: %s command is %q, want [%s]", name, s.Command, name)
 		}
+		// As checkMemLimit in k8s/: GOMEMLIMIT 75-95% of the memory limit, so the garbage
+		// collector, at GOGC=400, works harder before the kernel's OOM killer acts.
+		if v := s.Environment["GOMEMLIMIT"]; v == nil || s.MemLimit <= 0 {
+			probs.addf("compose: %s wants mem_limit and GOMEMLIMIT", name)
+		} else if n, err := goMemLimit(*v); err != nil || n < int64(s.MemLimit)*75/100 || n > int64(s.MemLimit)*95/100 {
+			probs.addf("compose: %s GOMEMLIMIT %q is not 75-95%% of mem_limit (%d bytes)", name, *v, s.MemLimit)
+		}
 		// As the k8s securityContext: seckill writes no file and needs no capability.
 		if !s.ReadOnly || !slices.Contains(s.CapDrop, "ALL") || !slices.ContainsFunc(s.SecurityOpt, func(o string) bool {
 			return o == "no-new-privileges" || o == "no-new-privileges:true"

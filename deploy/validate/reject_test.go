@@ -160,6 +160,7 @@ func TestComposeRejects(t *testing.T) {
 		{"seckill with a writable root", "  read_only: true\n", "", "compose: api wants read_only: true"},
 		{"seckill keeps its capabilities", "  cap_drop: [ALL]\n", "", "compose: migrate wants read_only: true, cap_drop: [ALL]"},
 		{"PostgreSQL healthy on its init socket", `"pg_isready", "-h", "127.0.0.1", `, `"pg_isready", `, "compose: postgres healthcheck runs pg_isready without -h 127.0.0.1"},
+		{"GOMEMLIMIT past mem_limit", "  mem_limit: 512m\n", "  mem_limit: 256m\n", `compose: api GOMEMLIMIT "460MiB" is not 75-95% of mem_limit`},
 		{"migrate restarts", "    restart: \"no\"\n", "", "migrate restart"},
 		{"PostgreSQL password mismatch", "seckill:seckill@postgres", "seckill:other@postgres", "does not match the postgres service"},
 		{"Redis fsync off", `"--appendfsync", "everysec"`, `"--appendfsync", "no"`, "--appendfsync everysec"},
