@@ -210,6 +210,15 @@ func checkCompose(p *types.Project, repoRoot string) problems {
 			if !published {
 				probs.addf("compose: api must publish %s:%s, got %+v", public, public, s.Ports)
 			}
+			// The admin and payment tokens and the JWT secret default to values public in this
+			// repository: published on every interface (Docker's default, past the host's
+			// firewall), anyone on the network could mint buyers' tokens and run the admin
+			// endpoints of a developer's stack.
+			for _, pc := range s.Ports {
+				if pc.HostIP != "127.0.0.1" {
+					probs.addf("compose: api publishes %s on %q, want 127.0.0.1: its secrets default to values public in this repository", pc.Published, pc.HostIP)
+				}
+			}
 		}
 	}
 

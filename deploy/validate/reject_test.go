@@ -148,7 +148,8 @@ func TestComposeRejects(t *testing.T) {
 	}{
 		{"misspelled key", "    healthcheck:\n      test: [\"CMD\", \"redis-cli\"", "    healthchek:\n      test: [\"CMD\", \"redis-cli\"", "healthchek"},
 		{"migrate not awaited", "      condition: service_completed_successfully", "      condition: service_started", "depends_on"},
-		{"api port not published", `"8080:8080"`, `"18080:8080"`, "api must publish 8080:8080"},
+		{"api port not published", `"127.0.0.1:8080:8080"`, `"127.0.0.1:18080:8080"`, "api must publish 8080:8080"},
+		{"api published on every interface", `"127.0.0.1:8080:8080"`, `"8080:8080"`, `compose: api publishes 8080 on "", want 127.0.0.1`},
 		{"role without Kafka", `SECKILL_BATCH_SIZE: "500"`, "SECKILL_BATCH_SIZE: \"500\"\n      SECKILL_KAFKA_BROKERS: \"\"", "consumer lacks SECKILL_KAFKA_BROKERS"},
 		{"role from another Dockerfile", `command: ["api"]`, "command: [\"api\"]\n    build:\n      context: ..\n      dockerfile: deploy/api.Dockerfile", `api builds "deploy/api.Dockerfile"`},
 		{"wrong role", `command: ["compensator"]`, `command: ["consumer"]`, "compensator command"},
