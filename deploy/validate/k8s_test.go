@@ -647,6 +647,15 @@ func checkReplicated(m manifest, d *appsv1.Deployment, b *bundle) problems {
 		ok, _ := selects(t.LabelSelector, own)
 		return ok && t.TopologyKey == "kubernetes.io/hostname" && t.MaxSkew == 1
 	})
+	// Without pod-template-hash the skew of a rolling update's new pod counts the old pods
+	// that are about to go: on two nodes the second new compensator sees one pod on each and
+	// may join the first, and once the old ones are gone both are on one node, whose death
+	// stops the sweeper. With it, each revision is spread on its own.
+	for _, t := range d.Spec.Template.Spec.TopologySpreadConstraints {
+		if ok, _ := selects(t.LabelSelector, own); ok && !slices.Contains(t.MatchLabelKeys, "pod-template-hash") {
+			probs.addf("%s: topologySpreadConstraint on %s without matchLabelKeys [pod-template-hash]: a rolling update spreads its new pods around the old ones, and may leave them on one node", m, t.TopologyKey)
+		}
+	}
 	if a := d.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
 		terms := a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 		for _, w := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
