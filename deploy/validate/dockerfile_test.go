@@ -6,6 +6,7 @@ import (
 	"go/version"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -225,6 +226,76 @@ func heredoc(src []byte, dest string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// contextSecrets are paths of the build context that hold, or may hold, real secrets: the
+// Secret the k8s README has operators fill in place, and the .env the deploy README suggests
+// for compose's (found in deploy/, the compose file's directory, or beside the command).
+var contextSecrets = []string{"deploy/k8s/secret.yaml", "deploy/k8s/infra/postgres-secret.yaml", "deploy/k8s/infra/redis-secret.yaml", "deploy/.env", ".env"}
+
+// contextSources are paths the build needs.
+var contextSources = []string{"go.mod", "go.sum", "main.go", "lua/reserve.lua", "api/openapi.yaml"}
+
+// checkDockerignore checks that the build context (the repository root, `COPY . .` in the
+// build stage) leaves out every file that may hold a real secret and keeps the sources. A
+// build stage is not the final image, but its layers are: in the builder's cache, and in a
+// registry wherever CI exports the cache (--cache-to …,mode=max), secrets and all.
+func checkDockerignore(ignore string) problems {
+	var probs problems
+	var patterns []string
+	for _, line := range strings.Split(ignore, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, line)
+		}
+	}
+	for _, p := range contextSecrets {
+		if !dockerIgnored(patterns, p) {
+			probs.addf(".dockerignore: %s is in the build context, and its layer in every cache of the build stage: leave it out", p)
+		}
+	}
+	for _, p := range contextSources {
+		if dockerIgnored(patterns, p) {
+			probs.addf(".dockerignore: leaves out %s, which the build needs", p)
+		}
+	}
+	return probs
+}
+
+// dockerIgnored reports whether .dockerignore's patterns leave name out: the last pattern that
+// matches it or one of its parent directories decides, and a leading ! keeps it. Enough of
+// Docker's rules (path.Match, a leading **/ for any depth) for the patterns used here.
+func dockerIgnored(patterns []string, name string) bool {
+	ignored := false
+	for _, p := range patterns {
+		keep := strings.HasPrefix(p, "!")
+		p = strings.Trim(strings.TrimPrefix(p, "!"), "/")
+		for dir := name; dir != "."; dir = path.Dir(dir) {
+			m, _ := path.Match(p, dir)
+			if rest, ok := strings.CutPrefix(p, "**/"); ok {
+				for sub := dir; !m; {
+					m, _ = path.Match(rest, sub)
+					i := strings.Index(sub, "/")
+					if i < 0 {
+						break
+					}
+					sub = sub[i+1:]
+				}
+			}
+			if m {
+				ignored = !keep
+				break
+			}
+		}
+	}
+	return ignored
+}
+
+func TestDockerignore(t *testing.T) {
+	ignore, err := os.ReadFile(filepath.Join(deployDir(t), "..", ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkDockerignore(string(ignore)).report(t)
 }
 
 func TestDockerfile(t *testing.T) {

@@ -189,6 +189,23 @@ func TestComposeRejects(t *testing.T) {
 	}
 }
 
+func TestDockerignoreRejects(t *testing.T) {
+	ok := ".git\ndeploy/\n**/.env\n"
+	for _, tc := range []struct{ name, ignore, want string }{
+		{"deploy in the context", ".git\n**/.env\n", "deploy/k8s/secret.yaml is in the build context"},
+		{"compose's .env in the context", ".git\ndeploy/validate/\n", "deploy/.env is in the build context"},
+		{"root .env in the context", ".git\ndeploy/\n", ".env is in the build context"},
+		{"secret kept by a negation", ok + "!deploy/k8s/secret.yaml\n", "deploy/k8s/secret.yaml is in the build context"},
+		{"sources left out", ok + "*.go\n", "leaves out main.go"},
+		{"embedded files left out", ok + "**/*.lua\n", "leaves out lua/reserve.lua"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { expectProblem(t, checkDockerignore(tc.ignore), tc.want) })
+	}
+	if probs := checkDockerignore(ok); len(probs) > 0 {
+		t.Errorf("a .dockerignore that leaves out deploy/ and every .env: %v", probs)
+	}
+}
+
 func TestDockerfileRejects(t *testing.T) {
 	tests := []struct {
 		name, old, new, want string
