@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	promql "github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
@@ -384,6 +385,7 @@ func readMonitoringFiles(tb testing.TB) monitoringFiles {
 }
 
 var (
+	fixedWindow     = regexp.MustCompile(`\[([0-9]+[smh])\]`)
 	annotationLabel = regexp.MustCompile(`\$labels\.([A-Za-z_][A-Za-z0-9_]*)`)
 	legendLabel     = regexp.MustCompile(`\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
 	heading         = regexp.MustCompile(`(?m)^#+ +(.+?) *$`)
@@ -531,8 +533,16 @@ func checkMonitoring(metrics map[string]metric, f monitoringFiles) problems {
 			if q.Datasource == nil || q.Datasource.UID != "${datasource}" {
 				ps.addf("%s: its datasource is not ${datasource}", at)
 			}
+			// Grafana widens $__rate_interval to four scrape intervals at least; a fixed [$__rate_interval] holds
+			// two samples at a 30 s scrape interval (none once one is missed) and at most one at
+			// Prometheus's default of 1 m, so the panel shows gaps or nothing.
+			for _, m := range fixedWindow.FindAllStringSubmatch(q.Expr, -1) {
+				if d, err := time.ParseDuration(m[1]); err == nil && d < 4*time.Minute {
+					ps.addf("%s: window [%s] is fixed and short: at a 30 s or 1 m scrape interval it holds two samples or fewer; use [$__rate_interval]", at, m[1])
+				}
+			}
 			r.read = map[string]bool{}
-			labels, more := r.check(at, q.Expr)
+			labels, more := r.check(at, strings.ReplaceAll(q.Expr, "$__rate_interval", "1m"))
 			ps = append(ps, more...)
 			for name := range r.read {
 				read[name] = true
@@ -596,17 +606,18 @@ func TestMonitoringRejects(t *testing.T) {
 		{"runbook to no section", rules("runbook: README.md#commands", "runbook: README.md#command"), "runbook README.md#command is no section"},
 		{"an alert no test fires", tests("alertname: SeckillAuditViolation\n        exp_alerts:", "alertname: SeckillAuditViolation\n        exp_alertz:"), "SeckillAuditViolation: no test in alerts_test.yml expects it to fire"},
 		{"a test of no alert", tests("alertname: SeckillBreakerOpen", "alertname: SeckillBreakerOpened"), "tests SeckillBreakerOpened, which alerts.yml does not have"},
-		{"group by a missing label", board("sum by (outcome) (rate(seckill_reservations_total[1m]))", "sum by (result) (rate(seckill_reservations_total[1m]))"), "by result, a label of none"},
-		{"rate of a gauge", board("max(seckill_campaigns_frozen)", "sum(rate(seckill_campaigns_frozen[1m]))"), "rate of seckill_campaigns_frozen, a gauge"},
-		{"quantile without le", board("histogram_quantile(0.99, sum by (le) (rate(seckill_produce_seconds_bucket[1m])))", "histogram_quantile(0.99, sum(rate(seckill_produce_seconds_bucket[1m])))"), "histogram_quantile over series without le"},
-		{"bare name of a histogram", board("rate(seckill_produce_seconds_bucket[1m])", "rate(seckill_produce_seconds[1m])"), "reads the histogram seckill_produce_seconds by its bare name"},
-		{"bucket of a counter", board("seckill_http_refused_connections_total[1m]", "seckill_http_refused_connections_total_bucket[1m]"), "reads seckill_http_refused_connections_total_bucket"},
+		{"group by a missing label", board("sum by (outcome) (rate(seckill_reservations_total[$__rate_interval]))", "sum by (result) (rate(seckill_reservations_total[$__rate_interval]))"), "by result, a label of none"},
+		{"rate of a gauge", board("max(seckill_campaigns_frozen)", "sum(rate(seckill_campaigns_frozen[$__rate_interval]))"), "rate of seckill_campaigns_frozen, a gauge"},
+		{"quantile without le", board("histogram_quantile(0.99, sum by (le) (rate(seckill_produce_seconds_bucket[$__rate_interval])))", "histogram_quantile(0.99, sum(rate(seckill_produce_seconds_bucket[$__rate_interval])))"), "histogram_quantile over series without le"},
+		{"bare name of a histogram", board("rate(seckill_produce_seconds_bucket[$__rate_interval])", "rate(seckill_produce_seconds[$__rate_interval])"), "reads the histogram seckill_produce_seconds by its bare name"},
+		{"bucket of a counter", board("seckill_http_refused_connections_total[$__rate_interval]", "seckill_http_refused_connections_total_bucket[$__rate_interval]"), "reads seckill_http_refused_connections_total_bucket"},
 		{"legend of a dropped label", board(`"legendFormat": "{{reason}}"`, `"legendFormat": "{{campaign}}"`), "legend {{campaign}}"},
 		{"no legend", board(`"legendFormat": "p50"`, `"legendFormat": ""`), "has no legendFormat"},
-		{"a metric on no panel", board("rate(seckill_http_refused_connections_total[1m])", "rate(seckill_http_requests_total[1m])"), "seckill_http_refused_connections_total is on no panel"},
+		{"a metric on no panel", board("rate(seckill_http_refused_connections_total[$__rate_interval])", "rate(seckill_http_requests_total[$__rate_interval])"), "seckill_http_refused_connections_total is on no panel"},
 		{"panels overlap", board(`"x": 12,`, `"x": 6,`), "overlaps panel"},
 		{"fixed data source", board(`"uid": "${datasource}"`, `"uid": "prom-1"`), "its datasource is not ${datasource}"},
 		{"dashboard reads a recording rule", board("sum(max by (partition) (seckill_consumer_lag))", "seckill:consumer_lag:sum"), "reads the recording rule seckill:consumer_lag:sum"},
+		{"fixed one-minute window", board("rate(seckill_produce_seconds_bucket[$__rate_interval])", "rate(seckill_produce_seconds_bucket[1m])"), "window [1m] is fixed and short"},
 		{"not JSON", board(`"panels": [`, `"panels": [,`), "the dashboard is not JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
