@@ -289,7 +289,9 @@ func (c *Compensator) sweep(ctx context.Context) error {
 		lock, err := c.locker.TryLock(ctx, name, lease)
 		switch {
 		case err == nil:
+			sweeperLeaseHeld.Inc()
 			err = lock.Hold(ctx, func(held context.Context) error { return c.sweepFenced(held, lock, name) })
+			sweeperLeaseHeld.Dec()
 			reservationsOverdue.Set(0) // the next holder reports them: a standby's figure would be stale
 			if ctx.Err() == nil {
 				c.cfg.Logger.Warn("sweeper lease ended", "err", err)

@@ -1,5 +1,7 @@
 package compensator
 
+import "github.com/prometheus/client_golang/prometheus/testutil"
+
 // SweeperLease is sweeperLease, for the tests.
 var SweeperLease = sweeperLease
 
@@ -26,3 +28,6 @@ func SetSweepPage(c *Compensator, n int) { c.page = n }
 
 // SetRebuilder replaces what the guard writes Redis through, for a test to fail a shard's calls.
 func SetRebuilder(c *Compensator, r Rebuilder) { c.rebuilder = r }
+
+// SweeperLeaseHeld reads seckill_sweeper_lease_held.
+func SweeperLeaseHeld() float64 { return testutil.ToFloat64(sweeperLeaseHeld) }

@@ -104,3 +104,28 @@ type fencerFunc func(ctx context.Context, name string, floor int64) (store.Fence
 func (f fencerFunc) IssueFence(ctx context.Context, name string, floor int64) (store.Fence, error) {
 	return f(ctx, name, floor)
 }
+
+// TestSweeperLeaseHeldIsExported: the lease holder says so in seckill_sweeper_lease_held, and
+// lets go of it when it stops. Every role exports the compensator's gauges (one binary), so
+// seckill_reservations_overdue reads 0 on the apis and consumers with every compensator
+// down, and nothing paged while no sweep ran: SeckillNoSweeper alerts on this sum instead.
+func TestSweeperLeaseHeldIsExported(t *testing.T) {
+	e := newEnv(t, 10, 2)
+	before := compensator.SweeperLeaseHeld()
+	ctx, cancel := context.WithCancel(e.ctx)
+	c := e.compensator(t, compensator.Config{SweepInterval: 200 * time.Millisecond, GuardInterval: time.Hour})
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); compensator.SweeperLeaseHeld() != before+1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("seckill_sweeper_lease_held 10s after the only compensator started: %v; want %v", compensator.SweeperLeaseHeld(), before+1)
+		}
+	}
+	cancel()
+	<-done
+	if got := compensator.SweeperLeaseHeld(); got != before {
+		t.Errorf("seckill_sweeper_lease_held after the compensator stopped: %v; want %v", got, before)
+	}
+}

@@ -24,3 +24,8 @@ var reservationsOverdue = promauto.NewGauge(prometheus.GaugeOpts{
 	Name: "seckill_reservations_overdue",
 	Help: "Pending reservations past their deadline that the sweeper's last round found (it releases them as it goes); stuck above 0, the sweeper cannot keep up or cannot resolve them.",
 })
+
+var sweeperLeaseHeld = promauto.NewGauge(prometheus.GaugeOpts{
+	Name: "seckill_sweeper_lease_held",
+	Help: "Sweeper leases this process holds (1 on the compensator that sweeps, 0 elsewhere): summed over a deployment, 0 for long means nobody releases reservations past their deadline or expires unpaid orders.",
+})
