@@ -85,6 +85,11 @@ func (w *dialWarner) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _
 // configured lower lets the consumer ask for less (seckill consumer --session-timeout).
 const DefaultSessionTimeout = 6 * time.Second
 
+// GroupMetadataMaxAge is how often a group client (NewGroupClient) asks Kafka for its topic's
+// partitions, and so the longest a partition added while it runs waits to be consumed (plus a
+// rebalance). A metadata request every 10 s per member costs Kafka nothing worth counting.
+const GroupMetadataMaxAge = 10 * time.Second
+
 // NewGroupClient returns a client consuming topic in group the way every role here does:
 // offsets committed by hand after the work is durable (ConsumeLoop), no rebalance while a batch
 // is in hand, partitions handed on only once the batch being finished is committed, and a new
@@ -120,6 +125,11 @@ func NewGroupClient(brokers []string, group, topic string, session time.Duration
 		kgo.HeartbeatInterval(session / 8),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(250 * time.Millisecond),
+		// The group learns of partitions added to its topic from a metadata refresh, which
+		// nothing else triggers: at franz-go's 5 minutes, purchases an api placed on a new
+		// partition waited up to that long, past a reservation's 2, and the sweeper failed
+		// orders answered 202.
+		kgo.MetadataMaxAge(GroupMetadataMaxAge),
 	}
 	return NewClient(brokers, append(base, opts...)...)
 }
