@@ -122,6 +122,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"api", "--partitions", "0"}, "", "--partitions: want at least 1"},
 		{[]string{"api", "--produce-linger", "-1ms"}, "", "--produce-linger: want a duration of 0 or more"},
 		{[]string{"api", "--produce-timeout", "0s"}, "", "--produce-timeout: want a positive duration"},
+		// Every purchase of a quiet sale would wait the linger in the producer, and time out.
+		{pointedNowhere("api", "--insecure-user-header", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--produce-linger", "3s"), "", "--produce-linger 3s: want below --produce-timeout (3s)"},
 		{[]string{"api", "--idempotency-ttl", "-1h"}, "", "--idempotency-ttl: want a positive duration"},
 		{[]string{"api", "--insecure-user-header", "--max-conns", "1000", "--max-streams", "1000"}, "", "--max-streams 1000: want below --max-conns (1000)"},
 		{pointedNowhere("api", "--insecure-user-header", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--max-conns", "1000"), "SECKILL_MAX_STREAMS=1000", "--max-streams 1000: want below --max-conns (1000)"},

@@ -90,6 +90,11 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		if *maxConns > 0 && *guards.streams >= *maxConns {
 			return f.usagef("--max-streams %d: want below --max-conns (%d): every stream holds a connection, and purchases need the others", *guards.streams, *maxConns)
 		}
+		if *linger >= *produceTimeout {
+			// A batch that does not fill waits the linger before it is sent: every purchase of a
+			// quiet sale would run out of its produce timeout, and be cancelled with 503.
+			return f.usagef("--produce-linger %v: want below --produce-timeout (%v): a purchase waits for the linger before Kafka sees it", *linger, *produceTimeout)
+		}
 		if *paymentToken != "" && *paymentToken == *adminToken {
 			// The payment service could then do all an admin can.
 			return f.usagef("--payment-token: want another value than --admin-token's: the payment service's token may record payments and nothing else")
