@@ -43,7 +43,10 @@ func newHub(brokers []string, topic string, giveBack func(campaign string), log 
 		// Results come a few per produce batch; waiting for a fuller fetch saves the broker a
 		// round trip per batch for each api, and a stream or a sold-out flag hears of a change
 		// at most this much later.
-		kgo.FetchMinBytes(64<<10), kgo.FetchMaxWait(100*time.Millisecond))
+		kgo.FetchMinBytes(64<<10), kgo.FetchMaxWait(100*time.Millisecond),
+		// A partition added to the results topic while the api runs: read within seconds, not
+		// at franz-go's 5-minute refresh, or the sold-out flags wait that long for its events.
+		kgo.MetadataMaxAge(events.ConsumerMetadataMaxAge))
 	if err != nil {
 		return nil, err
 	}

@@ -85,10 +85,12 @@ func (w *dialWarner) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _
 // configured lower lets the consumer ask for less (seckill consumer --session-timeout).
 const DefaultSessionTimeout = 6 * time.Second
 
-// GroupMetadataMaxAge is how often a group client (NewGroupClient) asks Kafka for its topic's
-// partitions, and so the longest a partition added while it runs waits to be consumed (plus a
-// rebalance). A metadata request every 10 s per member costs Kafka nothing worth counting.
-const GroupMetadataMaxAge = 10 * time.Second
+// ConsumerMetadataMaxAge is how often a client that follows a topic as it is written (a group
+// client of NewGroupClient, the api's reader of the results) asks Kafka for the topic's
+// partitions (kgo.MetadataMaxAge), and so the longest a partition added while it runs waits to
+// be consumed (plus a rebalance, in a group). franz-go's default is 5 minutes; a metadata
+// request every 10 s per client costs Kafka nothing worth counting.
+const ConsumerMetadataMaxAge = 10 * time.Second
 
 // NewGroupClient returns a client consuming topic in group the way every role here does:
 // offsets committed by hand after the work is durable (ConsumeLoop), no rebalance while a batch
@@ -129,7 +131,7 @@ func NewGroupClient(brokers []string, group, topic string, session time.Duration
 		// nothing else triggers: at franz-go's 5 minutes, purchases an api placed on a new
 		// partition waited up to that long, past a reservation's 2, and the sweeper failed
 		// orders answered 202.
-		kgo.MetadataMaxAge(GroupMetadataMaxAge),
+		kgo.MetadataMaxAge(ConsumerMetadataMaxAge),
 	}
 	return NewClient(brokers, append(base, opts...)...)
 }
