@@ -136,9 +136,14 @@ func DeleteTopics(ctx context.Context, adm *kadm.Client, topics ...string) error
 // TopicConfigs are the settings seckill creates its topics with, for a replication factor:
 // never elect a replica that missed acknowledged writes, and with 3 replicas or more, ack a
 // produce (acks=all) only once 2 of them have it, so one broker's loss loses no acknowledged
-// order and stops no sale.
+// order and stops no sale. Records are deleted by retention only, never compacted, whatever
+// the brokers' log.cleanup.policy: a buyer's orders of a campaign share a key (Key), and
+// compaction keeps a key's last record only.
 func TopicConfigs(replication int16) map[string]*string {
-	configs := map[string]*string{"unclean.leader.election.enable": kadm.StringPtr("false")}
+	configs := map[string]*string{
+		"unclean.leader.election.enable": kadm.StringPtr("false"),
+		"cleanup.policy":                 kadm.StringPtr("delete"),
+	}
 	if replication >= 3 {
 		configs["min.insync.replicas"] = kadm.StringPtr(strconv.Itoa(int(replication) - 1))
 	}
@@ -146,7 +151,8 @@ func TopicConfigs(replication int16) map[string]*string {
 }
 
 // CheckTopics reports what makes existing topics weaker than CreateTopics would have made them
-// for replication: fewer replicas, a lower min.insync.replicas, unclean elections allowed. A
+// for replication: fewer replicas, a lower min.insync.replicas, unclean elections allowed,
+// compaction. A
 // topic created by hand or by an older seckill may differ; an operator decides what to do.
 func CheckTopics(ctx context.Context, adm *kadm.Client, t Topics, replication int16) ([]string, error) {
 	details, err := adm.ListTopics(ctx, t.All()...)
@@ -178,9 +184,9 @@ func CheckTopics(ctx context.Context, adm *kadm.Client, t Topics, replication in
 				if got, _ := strconv.Atoi(*c.Value); got < int(replication)-1 {
 					problems = append(problems, fmt.Sprintf("%s has min.insync.replicas=%s, want %s", rc.Name, *c.Value, *w))
 				}
-			case "unclean.leader.election.enable":
+			case "unclean.leader.election.enable", "cleanup.policy":
 				if *c.Value != *w {
-					problems = append(problems, fmt.Sprintf("%s has unclean.leader.election.enable=%s, want %s", rc.Name, *c.Value, *w))
+					problems = append(problems, fmt.Sprintf("%s has %s=%s, want %s", rc.Name, c.Key, *c.Value, *w))
 				}
 			}
 		}
