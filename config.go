@@ -263,6 +263,12 @@ func (f *flags) duration(name string, value time.Duration, zeroOK bool, usage st
 	return p
 }
 
+// sessionTimeout is --session-timeout of a role that consumes in a group (role: what its
+// members are called in the help).
+func (f *flags) sessionTimeout(role string) *time.Duration {
+	return f.duration("session-timeout", events.DefaultSessionTimeout, false, "how long the partitions of a "+role+" that died wait before the group hands them to the others; below 6s the brokers' group.min.session.timeout.ms must allow it (2s hands them on within 3s)")
+}
+
 // conn holds the flags of the three dependencies, shared by every command that needs them. A
 // command has those of what it uses and no others, so that its --help lists only flags it
 // reads; the others are nil.

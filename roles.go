@@ -151,7 +151,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
 	maxRate := f.atLeast("max-rate", 0, 0, "most events the consumer group persists per second, the controlled pace: Kafka holds a burst and the database takes it at this rate from all the group's consumers together, each pacing at its share of the requested topic's partitions (0: as fast as the database takes them)")
-	session := f.duration("session-timeout", events.DefaultSessionTimeout, false, "how long the partitions of a consumer that died wait before the group hands them to the others; below 6s the brokers' group.min.session.timeout.ms must allow it (2s hands them on within 3s)")
+	session := f.sessionTimeout("consumer")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -182,11 +182,12 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 	sweep := f.duration("sweep-interval", 5*time.Second, false, "how often to look for reservations past their deadline")
 	retention := f.duration("retention", 24*time.Hour, false, "how long Redis keeps the records of released, refunded and expired reservations (at least the api's --idempotency-ttl) and an ended campaign's keys")
 	grace := f.duration("rebuild-grace", 6*time.Second, false, "after Redis lost data, how long to wait for purchases in flight before rebuilding (at least the api's produce timeout)")
+	session := f.sessionTimeout("compensator")
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	log := c.logger(os.Stderr)
-	c.logStart(log, "compensator", "sweep_interval", *sweep, "retention", *retention, "rebuild_grace", *grace, "metrics_addr", *metricsAddr)
+	c.logStart(log, "compensator", "sweep_interval", *sweep, "retention", *retention, "rebuild_grace", *grace, "session_timeout", *session, "metrics_addr", *metricsAddr)
 	o, err := startOps(*metricsAddr)
 	if err != nil {
 		return err
@@ -197,7 +198,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	defer d.close()
-	comp, err := compensator.New(compensator.Config{Brokers: c.brokerList(), Topics: c.topics(), SweepInterval: *sweep, RebuildGrace: *grace, Retention: *retention, Logger: log}, d.store, d.redis)
+	comp, err := compensator.New(compensator.Config{Brokers: c.brokerList(), Topics: c.topics(), SweepInterval: *sweep, RebuildGrace: *grace, Retention: *retention, SessionTimeout: *session, Logger: log}, d.store, d.redis)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ type Config struct {
 	Topics events.Topics
 	// Group is the DLQ consumer group. Default: the DLQ topic's name + ".compensator".
 	Group string
+	// SessionTimeout is how long the dead letters of a compensator that died stay with it
+	// before the group hands them to the others. Default: events.DefaultSessionTimeout.
+	SessionTimeout time.Duration
 	// SweepInterval is how often the sweeper looks for reservations past their deadline.
 	// Default: 5s.
 	SweepInterval time.Duration
@@ -144,7 +147,7 @@ func New(cfg Config, st *store.Store, r *lua.Redis) (*Compensator, error) {
 		return nil, err
 	}
 	// WarnUnreachable: without it a compensator whose brokers are down only looks idle.
-	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ, 0, nil, events.WarnUnreachable(cfg.Logger))
+	cl, err := events.NewGroupClient(cfg.Brokers, cfg.Group, cfg.Topics.DLQ, cfg.SessionTimeout, nil, events.WarnUnreachable(cfg.Logger))
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +218,7 @@ func (c *Compensator) consumeDLQ(ctx context.Context) error {
 	// holding "topic" twice is one that log pipelines reject or mangle.
 	log := c.cfg.Logger.With("role", "compensator")
 	log.Info("consuming dead letters", "topic", c.cfg.Topics.DLQ, "group", c.cfg.Group)
-	return events.ConsumeLoop(ctx, c.cl, 100, c.cfg.DrainTimeout, log, func(work, stop context.Context, fs kgo.Fetches) error {
+	err := events.ConsumeLoop(ctx, c.cl, 100, c.cfg.DrainTimeout, log, func(work, stop context.Context, fs kgo.Fetches) error {
 		// A stop lets the whole batch in hand finish, not only the letter being resolved: its
 		// offsets are committed as one, and stopping part way would leave the letters already
 		// resolved uncommitted, to be resolved again by whoever takes the partition. A batch is
@@ -227,6 +230,7 @@ func (c *Compensator) consumeDLQ(ctx context.Context) error {
 		}
 		return nil
 	})
+	return events.SessionRefused(err, c.cfg.SessionTimeout)
 }
 
 // deadLetter resolves one dead-lettered event, retrying while stop is not done.

@@ -2,6 +2,7 @@ package compensator_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,5 +128,23 @@ func TestSweeperLeaseHeldIsExported(t *testing.T) {
 	<-done
 	if got := compensator.SweeperLeaseHeld(); got != before {
 		t.Errorf("seckill_sweeper_lease_held after the compensator stopped: %v; want %v", got, before)
+	}
+}
+
+// TestSessionTimeoutTheBrokersRefuseStopsRun: the compensator's dead-letter group had a fixed
+// 6 s session, and brokers whose group.min.session.timeout.ms is above it refused every join
+// with a bare INVALID_SESSION_TIMEOUT and no setting to change. --session-timeout sets it, as
+// the consumer's does, and the error names it (kfake's minimum is Kafka's default, 6 s).
+func TestSessionTimeoutTheBrokersRefuseStopsRun(t *testing.T) {
+	e := newEnv(t, 10, 2)
+	c := e.compensator(t, compensator.Config{SessionTimeout: 2 * time.Second, GuardInterval: time.Hour})
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	err := c.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run with a session timeout the brokers refuse went on for 10s (returned %v)", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "session timeout 2s (--session-timeout)") || !strings.Contains(err.Error(), "INVALID_SESSION_TIMEOUT") {
+		t.Fatalf("Run: %v, want an error naming --session-timeout 2s and INVALID_SESSION_TIMEOUT", err)
 	}
 }

@@ -158,11 +158,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		})
 		return finish, nil
 	})
-	if errors.Is(err, kerr.InvalidSessionTimeout) {
-		return fmt.Errorf("consumer: session timeout %v: the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms refuse it: %w",
-			cmp.Or(c.cfg.SessionTimeout, events.DefaultSessionTimeout), err)
-	}
-	return err
+	return events.SessionRefused(err, c.cfg.SessionTimeout)
 }
 
 // forgetLag drops the lag of partitions this consumer no longer owns: their figure would stay

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,6 +85,18 @@ func (w *dialWarner) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _
 // 6 s is the shortest that a broker's default group.min.session.timeout.ms accepts; a broker
 // configured lower lets the consumer ask for less (seckill consumer --session-timeout).
 const DefaultSessionTimeout = 6 * time.Second
+
+// SessionRefused names the setting behind err when it is the brokers' refusal of a group's
+// session timeout (outside their group.min/max.session.timeout.ms), which ConsumePipelined
+// returns at once: every join is refused the same way, and the operator must change
+// --session-timeout. Any other err is returned as it is.
+func SessionRefused(err error, session time.Duration) error {
+	if !errors.Is(err, kerr.InvalidSessionTimeout) {
+		return err
+	}
+	return fmt.Errorf("session timeout %v (--session-timeout): the brokers' group.min.session.timeout.ms and group.max.session.timeout.ms refuse it: %w",
+		cmp.Or(session, DefaultSessionTimeout), err)
+}
 
 // ConsumerMetadataMaxAge is how often a client that follows a topic as it is written (a group
 // client of NewGroupClient, the api's reader of the results) asks Kafka for the topic's
