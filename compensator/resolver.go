@@ -325,7 +325,7 @@ func (r *Resolver) publish(ctx context.Context, e events.Event) error {
 	// end until they reconnect, and the other apis' sold-out flags set for up to their
 	// SoldOutTTL (half a second); no money waits on it. Waiting for Kafka here would stop the
 	// sweeper's releases (and everything behind them) while Kafka is down, so the client keeps
-	// the record and delivers it when Kafka is back; past its buffer (10,000 records by
+	// the record and delivers it when Kafka is back; past its buffer (50,000 records by
 	// default) it refuses the record at once, and the promise logs it.
 	log := r.Logger
 	if log == nil {
