@@ -190,7 +190,10 @@ func (s *Server) newConsoleSources() *consoleSources {
 	src := &consoleSources{s: s, dead: map[string]int64{}, commited: -1}
 	if len(s.cfg.Brokers) > 0 {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(s.cfg.Brokers...), kgo.ConsumeTopics(s.cfg.Topics.DLQ),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			// Dead letters on a partition added while the api runs: counted within seconds, as
+			// the hub reads the results, not at franz-go's 5-minute refresh.
+			kgo.MetadataMaxAge(events.ConsumerMetadataMaxAge))
 		if err == nil {
 			src.dlq, src.adm = cl, kadm.NewClient(cl)
 		} else {
