@@ -11,6 +11,7 @@ import (
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/store"
 )
 
 // recordingProducer is Kafka taking every record, or refusing each with refuse when it is set;
@@ -134,5 +135,34 @@ func TestExpiryOfAnOrderEndedMeanwhile(t *testing.T) {
 		if n := kafka.announced(events.OrderExpired, id); n != 0 {
 			t.Errorf("order %d announced expired %d times", i, n)
 		}
+	}
+}
+
+// TestPaymentOfACancelledCampaignsOrder: a cancel is stored first and refunds its orders after;
+// a run cut short there (its process killed, a dependency down: it answers 503, "run it
+// again") leaves orders confirmed on a cancelled campaign. A payment of one of them used to be
+// taken: the payer charged for a sale the operator had called off, paid until someone ran the
+// cancel again. It is refused, and nothing changes.
+func TestPaymentOfACancelledCampaignsOrder(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Hour)
+	ev := e.reserve(t, 1, time.Hour)[0]
+	e.confirm(t, []events.Event{ev})
+	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+		c.CancelledAtMs = time.Now().UnixMilli() // as Cancel's store step, its refunds not run
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	kafka := &recordingProducer{}
+	r := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: kafka, Results: e.topics.Results}
+	o, err := r.Pay(e.ctx, ev.OrderID, "pay-1")
+	if events.ErrorCode(err) != events.CampaignCancelled {
+		t.Errorf("pay an order of a cancelled campaign: %+v %v; want campaign_cancelled", o, err)
+	}
+	if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != events.Confirmed || o.PaymentID != "" {
+		t.Errorf("the order after the refused payment: %+v %v; want it confirmed, unpaid", o, err)
+	}
+	if n := kafka.announced(events.OrderPaid, ev.OrderID); n != 0 {
+		t.Errorf("OrderPaid announced %d times for a refused payment", n)
 	}
 }
