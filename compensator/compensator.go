@@ -89,6 +89,7 @@ type Campaigns interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	ExpiringOrders(ctx context.Context, now time.Time, after store.ExpiryKey, limit int) ([]store.Order, error)
 	UnfinishedRefunds(ctx context.Context, after string, limit int) ([]store.Order, error)
+	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
 }
 
 // Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
@@ -375,7 +376,8 @@ func (c *Compensator) sweepWhileHeld(work, stop context.Context, fence store.Fen
 }
 
 // SweepOnce fails every reservation past its deadline that the consumer has not confirmed,
-// expires every order left unpaid past its pay_by, and returns how many it resolved. fence is
+// expires every order left unpaid past its pay_by, refunds the orders a cancel cut short left
+// confirmed or paid, and returns how many it resolved. fence is
 // the sweeper lock's token (zero: unfenced). A campaign or an order it cannot resolve (its shard
 // does not answer, Redis holds a record it cannot parse) is reported in the error once the rest
 // is done: it must not keep every campaign, refund and expiry after it waiting, sweep after
@@ -416,6 +418,25 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 		// An operator's change whose Redis step failed reaches the sale here.
 		if camp.Version > 0 && !c.retired(camp, now) {
 			if _, err := c.sweeper.Sync(work, RedisCampaign(camp)); err != nil && r.halt(err) {
+				return r.result()
+			}
+		}
+		// A cancel stores the campaign cancelled, then refunds its orders: a run cut short in
+		// between (killed, a dependency down) left orders confirmed or paid, their units and
+		// their buyers' money held, for good unless someone ran it again. The store confirms
+		// no more of its orders and its reservations are released at their deadline; these
+		// the sweeper refunds, as the cancel would. Skipped, like the other refunds and
+		// expiries, once Kafka has not taken an announcement this sweep.
+		if camp.CancelledAtMs > 0 && !r.over(true) {
+			orders, err := c.campaigns.Confirmed(work, camp.ID)
+			if err != nil && r.halt(err) {
+				return r.result()
+			}
+			resolveEach(r, orders, true, func(o store.Order) error {
+				_, _, err := c.refundOnce(work, o.OrderID)
+				return err
+			})
+			if r.over(false) {
 				return r.result()
 			}
 		}

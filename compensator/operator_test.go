@@ -654,3 +654,50 @@ func TestCancelCountsAHalfDoneRefundOfAPendingReservation(t *testing.T) {
 		t.Errorf("states %v, want the order refunded", states)
 	}
 }
+
+// TestSweepFinishesACancelCutShort: a cancel stores the campaign cancelled, then refunds its
+// orders. A run killed in between (the api or the command stopped, its host lost) left the
+// confirmed and paid orders of the cancelled campaign holding their units and their buyers'
+// money, and nothing but running the cancel again refunded them: the store refuses to confirm
+// more, the sweeper releases its pending reservations, but no sweep ever refunded these. The
+// sweeper finishes the cancel: each is refunded, its units back, the paid one's refund names
+// its payment.
+func TestSweepFinishesACancelCutShort(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Hour)
+	evs := e.reserve(t, 2, time.Hour)
+	e.confirm(t, evs)
+	kafka := &recordingProducer{}
+	res := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: kafka, Results: e.topics.Results}
+	if _, err := res.Pay(e.ctx, evs[0].OrderID, "pay-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+		c.CancelledAtMs = time.Now().UnixMilli() // Cancel's store step; killed before its refunds
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.compensator(t, compensator.Config{})
+	c.Producer = kafka
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		o, err := e.st.Order(e.ctx, ev.OrderID)
+		if err != nil || o.Status != events.Refunded || o.Reason != events.ReasonOperator {
+			t.Errorf("order %d of the cancelled campaign after a sweep: %+v %v; want it refunded, its units back", i, o, err)
+		}
+		if r, err := e.r.Reservation(e.ctx, ev.OrderID); err != nil || r.State != lua.StateRefunded {
+			t.Errorf("order %d's reservation after a sweep: %+v %v; want it refunded", i, r, err)
+		}
+	}
+	if refunds := kafka.announcements(events.OrderRefunded, evs[0].OrderID); len(refunds) != 1 || refunds[0].PaymentID != "pay-1" {
+		t.Errorf("the paid order's refunds announced: %+v; want one, naming pay-1", refunds)
+	}
+	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
+		t.Errorf("remaining %d after the sweep, want the whole stock %d back", left, e.stock)
+	}
+	if c, err := e.st.Campaign(e.ctx, e.campaign); err != nil || c.Sold != 0 {
+		t.Errorf("the cancelled campaign after the sweep: %+v %v; want nothing sold", c, err)
+	}
+}
