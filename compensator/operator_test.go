@@ -660,8 +660,9 @@ func TestCancelCountsAHalfDoneRefundOfAPendingReservation(t *testing.T) {
 // confirmed and paid orders of the cancelled campaign holding their units and their buyers'
 // money, and nothing but running the cancel again refunded them: the store refuses to confirm
 // more, the sweeper releases its pending reservations, but no sweep ever refunded these. The
-// sweeper finishes the cancel: each is refunded, its units back, the paid one's refund names
-// its payment.
+// sweeper finishes the cancel once its run has had its time (one just cancelled may still be
+// running, and its answer counts what it refunds): each is refunded, its units back, the paid
+// one's refund names its payment.
 func TestSweepFinishesACancelCutShort(t *testing.T) {
 	e := newEnvPaying(t, 10, 3, time.Hour)
 	evs := e.reserve(t, 2, time.Hour)
@@ -671,14 +672,27 @@ func TestSweepFinishesACancelCutShort(t *testing.T) {
 	if _, err := res.Pay(e.ctx, evs[0].OrderID, "pay-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
-		c.CancelledAtMs = time.Now().UnixMilli() // Cancel's store step; killed before its refunds
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+	cancelAt := func(at time.Time) {
+		t.Helper()
+		if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+			c.CancelledAtMs = at.UnixMilli() // Cancel's store step; killed before its refunds
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c := e.compensator(t, compensator.Config{})
 	c.Producer = kafka
+	// Just cancelled, its run may be going on: the sweep leaves its orders to it, whose answer
+	// counts them.
+	cancelAt(time.Now())
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := e.st.Order(e.ctx, evs[1].OrderID); err != nil || o.Status != events.Confirmed {
+		t.Errorf("an order of a campaign cancelled a moment ago, after a sweep: %+v %v; want it left to the cancel's run", o, err)
+	}
+	cancelAt(time.Now().Add(-11 * time.Minute))
 	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
 		t.Fatal(err)
 	}
