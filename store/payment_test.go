@@ -250,3 +250,33 @@ func TestPaymentsMigrateOverReusedPayments(t *testing.T) {
 		wantReused(t, s, evs[2].OrderID, o, changed, err)
 	})
 }
+
+// TestPaymentOfACancelledCampaign: an order its campaign's cancel has not refunded yet is not
+// paid, on both databases; the refusal claims no payment, and a payment stored before the
+// cancel is still answered as paid.
+func TestPaymentOfACancelledCampaign(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		evs := payConfirmed(t, s, 3)
+		if _, _, err := s.PayOrder(ctx, evs[0].OrderID, "p-before", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ChangeCampaign(ctx, evs[0].CampaignID, func(c *store.Campaign) error {
+			c.CancelledAtMs = time.Now().UnixMilli()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if o, changed, err := s.PayOrder(ctx, evs[1].OrderID, "p-after", time.Now()); events.ErrorCode(err) != events.CampaignCancelled || changed {
+			t.Errorf("pay an order of a cancelled campaign: %+v changed %v, %v; want %s", o, changed, err, events.CampaignCancelled)
+		}
+		wantStatus(t, s, evs[1].OrderID, events.Confirmed)
+		// The refused payment claimed nothing: another order may still take its id.
+		if _, changed, err := s.PayOrder(ctx, evs[2].OrderID, "p-after", time.Now()); events.ErrorCode(err) != events.CampaignCancelled || changed {
+			t.Errorf("pay another order of it with the refused id: changed %v, %v; want %s", changed, err, events.CampaignCancelled)
+		}
+		if o, _, err := s.PayOrder(ctx, evs[0].OrderID, "p-before", time.Now()); err != nil || o.Status != events.Paid {
+			t.Errorf("the payment from before the cancel, again: %+v %v; want it paid, as it is", o, err)
+		}
+	})
+}
