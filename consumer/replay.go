@@ -522,7 +522,7 @@ func recordPaid(ctx context.Context, log *slog.Logger, st ReplayStore, recs []*k
 			if changed {
 				n++
 			}
-		case events.PaymentWindowClosed, events.AlreadyPaid, events.PaymentReused:
+		case events.PaymentWindowClosed, events.AlreadyPaid, events.PaymentReused, events.CampaignCancelled:
 			log.Warn("replay: a payment on the results topic does not pay its order; refund the payer",
 				"order_id", e.OrderID, "payment_id", e.PaymentID, "status", o.Status, "err", refusal)
 		}

@@ -278,5 +278,10 @@ func TestPaymentOfACancelledCampaign(t *testing.T) {
 		if o, _, err := s.PayOrder(ctx, evs[0].OrderID, "p-before", time.Now()); err != nil || o.Status != events.Paid {
 			t.Errorf("the payment from before the cancel, again: %+v %v; want it paid, as it is", o, err)
 		}
+		// A replay records a payment the restored store lacks as of the time it was taken:
+		// one taken before the cancel is recorded, for the cancel's refund to name it.
+		if o, changed, err := s.PayOrder(ctx, evs[2].OrderID, "p-replayed", time.Now().Add(-time.Minute)); err != nil || !changed || o.Status != events.Paid {
+			t.Errorf("a payment taken before the cancel, recorded by a replay: %+v changed %v, %v; want it paid", o, changed, err)
+		}
 	})
 }

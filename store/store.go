@@ -773,13 +773,14 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 			return err
 		}
 		if owner == orderID {
-			// Not an order of a cancelled campaign: the cancel refunds its orders after its
-			// store step, and a run cut short in between would leave the payer charged for a
-			// sale called off. A payment committed before the cancel is refunded by it.
+			// Not an order of a campaign cancelled by now: the cancel refunds its orders after
+			// its store step, and a run cut short in between would leave the payer charged for
+			// a sale called off. A payment taken before the cancel is paid (a replay records it
+			// again as of its time), and the cancel refunds it.
 			err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?
-				WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ?
-				AND NOT EXISTS (SELECT 1 FROM campaigns WHERE id = orders.campaign_id AND cancelled_at_ms > 0) RETURNING *`),
-				paymentID, now.UnixMilli(), orderID, now.UnixMilli())
+				WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ? AND NOT EXISTS (SELECT 1 FROM campaigns
+					WHERE id = orders.campaign_id AND cancelled_at_ms > 0 AND cancelled_at_ms <= ?) RETURNING *`),
+				paymentID, now.UnixMilli(), orderID, now.UnixMilli(), now.UnixMilli())
 			if err == nil {
 				changed = true
 				return nil
