@@ -166,3 +166,64 @@ func TestPaymentOfACancelledCampaignsOrder(t *testing.T) {
 		t.Errorf("OrderPaid announced %d times for a refused payment", n)
 	}
 }
+
+// TestCancelRacesPayments: payments arrive while a cancel runs. Each order ends refunded, its
+// units back; a payment answered paid is named by its order's OrderRefunded, for the payment
+// service to give it back; one refused took nothing.
+func TestCancelRacesPayments(t *testing.T) {
+	const n = 60
+	e := newEnvPaying(t, 3*n, 3, time.Hour)
+	evs := e.reserve(t, n, time.Hour)
+	e.confirm(t, evs)
+	kafka := &recordingProducer{}
+	op := e.operator()
+	op.Producer = kafka
+	answers := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, ev := range evs {
+		wg.Go(func() {
+			<-start
+			time.Sleep(time.Duration(i%20) * time.Millisecond)
+			_, answers[i] = op.Pay(e.ctx, ev.OrderID, "pay-"+ev.OrderID)
+		})
+	}
+	var tally compensator.Tally
+	var cerr error
+	wg.Go(func() {
+		<-start
+		_, tally, cerr = op.Cancel(e.ctx, e.campaign, nil)
+	})
+	close(start)
+	wg.Wait()
+	if cerr != nil {
+		t.Fatalf("cancel: %v", cerr)
+	}
+	var paid, refused int
+	for i, ev := range evs {
+		o, err := e.st.Order(e.ctx, ev.OrderID)
+		if err != nil || o.Status != events.Refunded {
+			t.Errorf("order %d after the cancel: %+v %v; want refunded", i, o, err)
+			continue
+		}
+		refunds := kafka.announcements(events.OrderRefunded, ev.OrderID)
+		switch code := events.ErrorCode(answers[i]); {
+		case answers[i] == nil:
+			paid++
+			if len(refunds) == 0 || refunds[len(refunds)-1].PaymentID != "pay-"+ev.OrderID || o.PaymentID != "pay-"+ev.OrderID {
+				t.Errorf("order %d was answered paid; its row %+v, its refunds %+v: want them to name its payment", i, o, refunds)
+			}
+		case code == events.CampaignCancelled || code == events.OrderNotPayable:
+			refused++
+			if o.PaymentID != "" || len(refunds) == 0 || refunds[len(refunds)-1].PaymentID != "" {
+				t.Errorf("order %d's payment was refused (%v); its row %+v, its refunds %+v: want no payment on either", i, answers[i], o, refunds)
+			}
+		default:
+			t.Errorf("payment %d: %v", i, answers[i])
+		}
+	}
+	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
+		t.Errorf("remaining %d after the cancel, want the whole stock %d", left, e.stock)
+	}
+	t.Logf("%d payments answered paid, %d refused; the cancel: %+v", paid, refused, tally)
+}
