@@ -434,6 +434,9 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 			if err != nil && r.halt(err) {
 				return r.result()
 			}
+			// A page a sweep: a large sale's thousands must not hold the other campaigns'
+			// overdue reservations past their sweep (I5); the next sweep takes the next page.
+			orders = orders[:min(len(orders), c.page)]
 			resolveEach(r, orders, true, func(o store.Order) error {
 				_, _, err := c.refundOnce(work, o.OrderID)
 				return err

@@ -715,3 +715,32 @@ func TestSweepFinishesACancelCutShort(t *testing.T) {
 		t.Errorf("the cancelled campaign after the sweep: %+v %v; want nothing sold", c, err)
 	}
 }
+
+// TestSweepFinishesALargeCancelAPageASweep: the orders a cancel left are refunded a page a
+// sweep, so that a large sale's refunds do not hold every other campaign's overdue
+// reservations past their sweep; each sweep takes the next page, until none is left.
+func TestSweepFinishesALargeCancelAPageASweep(t *testing.T) {
+	e := newEnv(t, 30, 3)
+	evs := e.reserve(t, 5, time.Hour)
+	e.confirm(t, evs)
+	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+		c.CancelledAtMs = time.Now().Add(-time.Hour).UnixMilli()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.compensator(t, compensator.Config{})
+	c.Producer = &recordingProducer{}
+	compensator.SetSweepPage(c, 2)
+	for sweep, left := range []int{3, 1, 0} {
+		if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+			t.Fatal(err)
+		}
+		if held, err := e.st.Confirmed(e.ctx, e.campaign); err != nil || len(held) != left {
+			t.Errorf("after sweep %d, %d orders of the cancelled campaign hold units (%v); want %d", sweep+1, len(held), err, left)
+		}
+	}
+	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
+		t.Errorf("remaining %d after the sweeps, want the whole stock %d", left, e.stock)
+	}
+}
