@@ -17,10 +17,6 @@ import (
 // An operator's controls of a campaign: each is compensator.Operator's, which the seckill
 // campaign and compensate commands run too.
 
-// bulkTimeout bounds a cancel or a bulk compensation: it goes on when the admin stops waiting,
-// and running it again finishes what it left.
-const bulkTimeout = 10 * time.Minute
-
 // campaignControl answers a control that changes the campaign with id through do.
 func (s *Server) campaignControl(c echo.Context, do func(ctx context.Context, id string) (store.Campaign, error)) error {
 	id := c.Param("id")
@@ -193,10 +189,10 @@ func (s *Server) compensateCampaign(c echo.Context) error {
 // bulk runs a control over many orders: past the server's write timeout, and to its end when
 // the admin stops waiting.
 func (s *Server) bulk(c echo.Context, run func(ctx context.Context) (compensator.Tally, error)) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), bulkTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), compensator.BulkTimeout)
 	defer cancel()
 	// An error here means the connection cannot take a later deadline (a test's recorder).
-	_ = http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(bulkTimeout))
+	_ = http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(compensator.BulkTimeout))
 	t, err := run(ctx)
 	s.changed(c.Param("id"))
 	// A run that failed after resolving orders says what it did: the operator is not told it

@@ -425,11 +425,11 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 		// between (killed, a dependency down) left orders confirmed or paid, their units and
 		// their buyers' money held, for good unless someone ran it again. The store confirms
 		// no more of its orders and its reservations are released at their deadline; these
-		// the sweeper refunds, as the cancel would, once the run has had cancelGrace to do it
+		// the sweeper refunds, as the cancel would, once the run has had BulkTimeout to do it
 		// (refunded under a run still going, they would be missing from the count it answers).
 		// Skipped, like the other refunds and expiries, once Kafka has not taken an
 		// announcement this sweep.
-		if camp.CancelledAtMs > 0 && now.UnixMilli()-camp.CancelledAtMs >= cancelGrace.Milliseconds() && !r.over(true) {
+		if camp.CancelledAtMs > 0 && now.UnixMilli()-camp.CancelledAtMs >= BulkTimeout.Milliseconds() && !r.over(true) {
 			orders, err := c.campaigns.Confirmed(work, camp.ID)
 			if err != nil && r.halt(err) {
 				return r.result()
@@ -505,9 +505,11 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 	return r.result()
 }
 
-// cancelGrace is how long after a cancel the sweeper refunds the orders its run left: the
-// api bounds a cancel's run to 10 minutes, and a run is rarely longer from the command.
-const cancelGrace = 10 * time.Minute
+// BulkTimeout bounds an operator's cancel or bulk compensation run by the api: it goes on when
+// the admin stops waiting, and running it again finishes what it left. The sweeper refunds the
+// orders a cancel left only once its run has had this long (a run from the command is rarely
+// longer).
+const BulkTimeout = 10 * time.Minute
 
 // sweepList resolves a store list of refunds or expiries page by page (read returns the page
 // after a key) from where the last sweep left it (*place): one page, and more while the list
