@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -72,10 +73,8 @@ func URL(s string) string {
 	switch {
 	case err != nil: // what it holds cannot be told apart
 		return s + "?xxxxx"
-	case q.Has("password") || q.Has("sentinel_password"):
-		// lib/pq and go-redis read a password from the query, and a Sentinel URL carries the
-		// sentinels' own there (lua/redisurl).
-		for _, k := range []string{"password", "sentinel_password"} {
+	case slices.ContainsFunc(secretParams, q.Has):
+		for _, k := range secretParams {
 			if q.Has(k) {
 				q.Set(k, "xxxxx")
 			}
@@ -85,6 +84,12 @@ func URL(s string) string {
 	return s + "?" + query
 }
 
+// secretParams are the query parameters that hold a secret: lib/pq and go-redis read a
+// password from the query, a Sentinel URL carries the sentinels' own there (lua/redisurl),
+// lib/pq's sslinline=true makes sslkey the client's private key itself (PEM), and libpq's
+// sslpassword decrypts one. A key's path masked with them costs a log line little.
+var secretParams = []string{"password", "sentinel_password", "sslkey", "sslpassword"}
+
 var (
 	// keyValueDSN is lib/pq's key=value form ("host=db password=…"), which no URL starts like.
 	keyValueDSN = regexp.MustCompile(`^\s*\w+\s*=`)
@@ -92,5 +97,6 @@ var (
 	slashedScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:/+`)
 )
 
-// dsnPassword is the password of a key=value DSN: a word, or a quoted value.
-var dsnPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+// dsnPassword is the value of a key=value DSN's password or sslkey (any key that ends so,
+// sslpassword too): a word, or a quoted value.
+var dsnPassword = regexp.MustCompile(`((?:password|sslkey)\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)

@@ -22,6 +22,11 @@ func TestURL(t *testing.T) {
 		// A key=value DSN, which lib/pq takes and CheckURL refuses: its usage error prints it.
 		"host=db user=app password=pw sslmode=disable": "host=db user=app password=xxxxx sslmode=disable",
 		"host=db password='p w' user=app":              "host=db password=xxxxx user=app",
+		// lib/pq's sslinline=true makes sslkey the client's private key itself, PEM-encoded,
+		// in either form; libpq's sslpassword decrypts one.
+		"postgres://app@db/seckill?sslinline=true&sslkey=-----BEGIN%20PRIVATE%20KEY-----%0Apw%0A-----END%20PRIVATE%20KEY-----": "postgres://app@db/seckill?sslinline=true&sslkey=xxxxx",
+		"postgres://app@db/seckill?sslkey=%2Fetc%2Fkey&sslpassword=pw":                                                         "postgres://app@db/seckill?sslkey=xxxxx&sslpassword=xxxxx",
+		"host=db sslinline=true sslkey='-----BEGIN PRIVATE KEY----- pw -----END PRIVATE KEY-----' user=app":                    "host=db sslinline=true sslkey=xxxxx user=app",
 
 		// A Sentinel URL carries the sentinels' own password in its query (lua/redisurl).
 		"redis+sentinel://s1/m?sentinel_password=pw&sentinel_username=su": "redis+sentinel://s1/m?sentinel_password=xxxxx&sentinel_username=su",
