@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/seckill/seckill/events"
 )
 
 // syncBuffer is a bytes.Buffer that a command writes while the test reads it.
@@ -218,6 +221,44 @@ func TestConsoleInBrowser(t *testing.T) {
 	if shown, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(() => { const tr = document.querySelector('tr[data-campaign="markup"]');
 		return tr.children[1].textContent === `+string(name)+` && tr.querySelector("img, b") === null && document.title !== "xss"; })()`)); err != nil || !shown {
 		t.Errorf("a campaign's name with markup is not shown as its text (%v)", err)
+	}
+
+	// A buyer's user id (X-User-ID here, a JWT's sub in production) may hold markup too: the
+	// order the console looks up shows it as text.
+	const buyer = `<b id="buyer">eve</b>`
+	var placed struct {
+		OrderID string `json:"order_id"`
+	}
+	if code := api("POST", "/v1/campaigns/markup/purchases", buyer, `{"quantity":1}`, &placed); code != http.StatusAccepted {
+		t.Fatalf("the purchase of the buyer named with markup: %d", code)
+	}
+	browse("look up the order of the buyer named with markup", chromedp.SendKeys(chromedp.CSS(`#order-form input[name="id"]`), placed.OrderID),
+		chromedp.Click(chromedp.CSS(`#order-form button[type="submit"]`)))
+	waitFor("the order shows", `document.querySelector("#order").textContent.includes("eve")`)
+	if shown, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector("#order").textContent.includes('"user_id": "<b id=\\"buyer\\">eve</b>"') && `+
+		`document.querySelector("#buyer") === null`)); err != nil || !shown {
+		t.Errorf("a user id with markup is not shown as its text in the order (%v)", err)
+	}
+
+	// A dead letter's reason quotes the event's fields, whatever the record's writer put there:
+	// the console lists it as text.
+	devAddrs, err := readDevAddrs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kafka, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(devAddrs.KafkaBrokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kafka.Close()
+	poison := `{"type":"OrderRequested","version":1,"event_id":"<img src=x onerror=\"document.title='xss-dlq'\">"}`
+	if err := kafka.ProduceSync(bctx, &kgo.Record{Topic: events.NewTopics(events.DefaultPrefix).Requested, Value: []byte(poison)}).FirstErr(); err != nil {
+		t.Fatalf("produce a poison event: %v", err)
+	}
+	waitFor("its dead letter is listed", `[...document.querySelectorAll("#dead-letters tr")].some((tr) => (tr.dataset.key || "").startsWith("poison: event <img"))`)
+	if shown, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`[...document.querySelectorAll("#dead-letters tr")].some((tr) => tr.children[0].textContent.startsWith("poison: event <img src=x")) && `+
+		`document.querySelector("#dead-letters img") === null && document.title !== "xss-dlq"`)); err != nil || !shown {
+		t.Errorf("a dead letter's reason with markup is not listed as its text (%v)", err)
 	}
 
 	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
