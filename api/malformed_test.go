@@ -241,9 +241,11 @@ func (h *harness) buyWith(t *testing.T, campaign string, headers []string, qty i
 // included) with every way a careless or hostile client might present, or guess at, a
 // credential: each is 401 and leaves Redis and the store as they were. The admin token is taken
 // from the Authorization header only, never from a query string (which lands in access logs and
-// Referer headers) or a cookie (which a browser sends on another site's behalf).
+// Referer headers) or a cookie (which a browser sends on another site's behalf). The payment
+// service's token opens the payment route alone.
 func TestAdminRoutesTakeOnlyTheAdminToken(t *testing.T) {
-	h := newHarness(t)
+	const paymentToken = "payment-service-token-0123456789abcdef"
+	h := newHarness(t, func(c *api.Config) { c.PaymentToken = paymentToken })
 	h.createCampaign(t, `{"id": "adm", "name": "Admin only", "stock": 5, "per_user_limit": 2}`)
 	order := h.buy(t, "adm", "alice", 1)
 	// Bodies a real admin's call of each route would have, so that one let through would act.
@@ -289,6 +291,10 @@ func TestAdminRoutesTakeOnlyTheAdminToken(t *testing.T) {
 		}
 		for name, headers := range credentials {
 			try(name, target, headers)
+		}
+		// The payment service's token records payments and nothing else.
+		if r != "POST /v1/admin/orders/:id/payment" {
+			try("the payment token", target, bearer(paymentToken))
 		}
 		for _, param := range []string{"token", "access_token", "admin_token"} {
 			try("the token as ?"+param, target+"?"+param+"="+url.QueryEscape(h.admin), nil)
