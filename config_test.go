@@ -173,6 +173,12 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"api", "--insecure-user-header", "--order-id-secret", "short"}, "", "--order-id-secret (SECKILL_ORDER_ID_SECRET): want at least 32 bytes"},
 		{pointedNowhere("api", "--insecure-user-header", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--admin-token", "hunter2-hunter2-hunter2-hunter2-x", "--payment-token", "hunter2-hunter2-hunter2-hunter2-x"), "",
 			"--payment-token: want another value than --admin-token's"},
+		// The login service that signs buyers' tokens would hold an admin's or the payment
+		// service's powers too.
+		{pointedNowhere("api", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--jwt-secret", "hunter2-hunter2-hunter2-hunter2-x", "--admin-token", "hunter2-hunter2-hunter2-hunter2-x"), "",
+			"--admin-token: want another value than --jwt-secret's"},
+		{pointedNowhere("api", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--payment-token", "hunter2-hunter2-hunter2-hunter2-x"), "SECKILL_JWT_SECRET=hunter2-hunter2-hunter2-hunter2-x",
+			"--payment-token: want another value than --jwt-secret's"},
 		{[]string{"dev", "--admin-token", "short"}, "", "--admin-token (SECKILL_ADMIN_TOKEN): want at least 32 bytes"},
 		{[]string{"token", "--user", "bob", "--jwt-secret", "short"}, "", "--jwt-secret (SECKILL_JWT_SECRET): want at least 32 bytes"},
 		{[]string{"api", "--insecure-user-header", "--user-rate", "-1"}, "", "--user-rate: want 0 or more"},

@@ -99,6 +99,13 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 			// The payment service could then do all an admin can.
 			return f.usagef("--payment-token: want another value than --admin-token's: the payment service's token may record payments and nothing else")
 		}
+		for _, tok := range []struct{ flag, value string }{{"--admin-token", *adminToken}, {"--payment-token", *paymentToken}} {
+			if tok.value != "" && tok.value == *guards.secret {
+				// The login service, which signs buyers' tokens with the JWT secret, could then
+				// call these endpoints too.
+				return f.usagef("%s: want another value than --jwt-secret's: the login service that signs buyers' tokens holds that one", tok.flag)
+			}
+		}
 		return nil
 	})
 	f.check(func() bool { return *guards.secret != "" || *guards.insecureUser },
