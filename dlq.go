@@ -183,13 +183,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	case "stats":
 		byReason := map[string]int{}
 		for _, l := range letters {
-			// A poison letter's reason goes on to say why, naming its event: one row per
-			// letter. dlq list --reason poison shows each.
-			if strings.HasPrefix(l.reason, events.ReasonPoison+":") {
-				byReason[events.ReasonPoison]++
-				continue
-			}
-			byReason[l.reason]++
+			byReason[events.ReasonKind(l.reason)]++
 		}
 		reasons := make([]string, 0, len(byReason))
 		for r := range byReason {

@@ -71,7 +71,7 @@ type ConsoleSnapshot struct {
 	// PersistedPerSec how many they committed per second (-1: Kafka did not answer).
 	ConsumerLag     int64   `json:"consumer_lag"`
 	PersistedPerSec float64 `json:"persisted_per_sec"`
-	// DeadLetters counts the dead-letter topic's records by reason.
+	// DeadLetters counts the dead-letter topic's records by reason (events.ReasonKind).
 	DeadLetters map[string]int64 `json:"dead_letters"`
 	// Compensations counts the orders of the shown campaigns given back, by what gave them
 	// back: the sweeper, an operator (a release or a refund), the payment window, a dead letter
@@ -384,7 +384,7 @@ func (src *consoleSources) readDeadLetters(ctx context.Context) {
 		if reason == "" {
 			reason = "unknown"
 		}
-		src.dead[reason]++
+		src.dead[events.ReasonKind(reason)]++
 	})
 }
 

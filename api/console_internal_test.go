@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
@@ -146,4 +148,41 @@ func TestConsoleRowsWithoutTheAudit(t *testing.T) {
 	if len(snap.Errors) != 1 || !strings.Contains(snap.Errors[0], "audit") {
 		t.Errorf("errors %q, want the audit's named", snap.Errors)
 	}
+}
+
+// TestConsoleCountsPoisonAsOneReason: a poison letter's reason goes on to say why, naming its
+// event, so each one's is its own. The console counted dead letters by their whole reason: a
+// row a letter, in a table and a snapshot every second that grew with each poison event
+// anyone could write to the requested topic. It counts them as dlq stats does.
+func TestConsoleCountsPoisonAsOneReason(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	cl := kafkatest.Client(t, brokers)
+	for _, reason := range []string{events.ReasonPoison + `: event "e1": quantity 0`, events.ReasonPoison + `: event "e2": bad time`, events.ReasonStoreSoldOut} {
+		src := &kgo.Record{Topic: topics.Requested, Value: []byte("{}")}
+		if err := cl.ProduceSync(context.Background(), events.DeadLetter(topics.DLQ, src, reason)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := New(Config{InsecureUserHeader: true, Brokers: brokers, Topics: topics, Logger: slog.New(slog.DiscardHandler)}, noCampaigns{}, nil, nil)
+	defer s.Close()
+	src := s.newConsoleSources()
+	defer src.close()
+	var dead map[string]int64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if dead = src.snapshot(context.Background()).DeadLetters; sum(dead) == 3 {
+			break
+		}
+	}
+	want := map[string]int64{events.ReasonPoison: 2, events.ReasonStoreSoldOut: 1}
+	if !maps.Equal(dead, want) {
+		t.Errorf("dead letters of two poison events and one store_sold_out: %v, want %v", dead, want)
+	}
+}
+
+func sum(m map[string]int64) (n int64) {
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

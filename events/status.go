@@ -1,5 +1,7 @@
 package events
 
+import "strings"
+
 // Status is an order's state as clients see it.
 type Status string
 
@@ -33,3 +35,13 @@ const (
 	// it too; the value stays, as stored rows and the audit hold it.
 	ReasonReleasedBeforeReplay = "released_before_replay"
 )
+
+// ReasonKind is what a dead letter's reason is counted under: a poison letter's reason goes on
+// to say why, naming its event, so each is its own (dlq list --reason poison shows them); the
+// others are their reason.
+func ReasonKind(reason string) string {
+	if strings.HasPrefix(reason, ReasonPoison+":") {
+		return ReasonPoison
+	}
+	return reason
+}
