@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -193,7 +196,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "reason\tdead letters")
 		for _, r := range reasons {
-			fmt.Fprintf(tw, "%s\t%d\n", r, byReason[r])
+			fmt.Fprintf(tw, "%s\t%d\n", printable(r), byReason[r])
 		}
 		tw.Flush()
 		fmt.Fprintln(stdout, count)
@@ -206,7 +209,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		for _, l := range letters {
 			state, _ := orderState(ctx, d.store, l)
 			fmt.Fprintf(tw, "%d/%d\t%s\t%s\t%s\t%s\t%s\n", l.rec.Partition, l.rec.Offset, l.rec.Timestamp.UTC().Format(time.RFC3339),
-				l.reason, l.source, orDash(l.orderID), state)
+				printable(l.reason), printable(l.source), printable(orDash(l.orderID)), printable(state))
 		}
 		tw.Flush()
 		fmt.Fprintln(stdout, count)
@@ -292,15 +295,26 @@ func orderState(ctx context.Context, st orders, l deadLetter) (state string, don
 
 func (l deadLetter) print(w io.Writer, state string) {
 	fmt.Fprintf(w, "at       %d/%d\nwritten  %s\nreason   %s\nsource   %s\norder    %s\nnow      %s\n",
-		l.rec.Partition, l.rec.Offset, l.rec.Timestamp.UTC().Format(time.RFC3339Nano), l.reason, l.source, orDash(l.orderID), state)
+		l.rec.Partition, l.rec.Offset, l.rec.Timestamp.UTC().Format(time.RFC3339Nano), printable(l.reason), printable(l.source), printable(orDash(l.orderID)), printable(state))
 	if l.decodeErr != nil {
-		fmt.Fprintf(w, "decode   %v\n", l.decodeErr)
+		fmt.Fprintf(w, "decode   %s\n", printable(l.decodeErr.Error()))
 	}
-	value := string(l.rec.Value)
+	value := printable(string(l.rec.Value))
 	if events.ValueOmitted(l.rec) > 0 {
-		value = "(left out: the original is at " + l.source + ")"
+		value = "(left out: the original is at " + printable(l.source) + ")"
 	}
-	fmt.Fprintf(w, "key      %s\nvalue    %s\n", l.rec.Key, value)
+	fmt.Fprintf(w, "key      %s\nvalue    %s\n", printable(string(l.rec.Key)), value)
+}
+
+// printable returns s as it is when it is UTF-8 that prints, else quoted with Go's escapes. A
+// dead letter quotes what a producer wrote (its key and value, and a poison reason names the
+// event's fields), and an escape sequence printed raw would drive the operator's terminal:
+// clear it, retitle it, hide a line.
+func printable(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
+		return s
+	}
+	return strconv.QuoteToGraphic(s)
 }
 
 func orDash(s string) string {

@@ -212,3 +212,23 @@ func TestDLQSaysAMalformedRecordLeftPending(t *testing.T) {
 		t.Errorf("a handled dead letter whose order the store lacks: %q (done %v); want it to name a malformed record and what mends it", state, done)
 	}
 }
+
+// TestShowDeadLetterEscapesControlCharacters: a dead letter quotes what a producer wrote (a
+// poison reason names its event's fields; the key and value are the event's), and dlq show
+// and list print it to an operator's terminal, where an escape sequence would clear the screen,
+// retitle the window or hide a line. They print such text quoted, with Go's escapes.
+func TestShowDeadLetterEscapesControlCharacters(t *testing.T) {
+	src := &kgo.Record{Topic: "shop.orders.requested", Partition: 2, Offset: 7, Key: []byte("camp/\x1b[2J"), Value: []byte("{\"event_id\":\"\x1b]0;owned\x07\"}")}
+	l := readDeadLetter(events.DeadLetter("shop.orders.dlq", src, events.ReasonPoison+": event \"\x1b]0;owned\x07\": bad"))
+	var out strings.Builder
+	state, _ := orderState(context.Background(), fakeAwaited{}, l)
+	l.print(&out, state)
+	if strings.ContainsAny(out.String(), "\x1b\x07") {
+		t.Errorf("dlq show printed a dead letter's control characters raw:\n%q", out.String())
+	}
+	for _, want := range []string{`key      "camp/\x1b[2J"`, `\x1b]0;owned\a`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("dlq show: want %s in\n%s", want, out.String())
+		}
+	}
+}

@@ -86,7 +86,7 @@ type redriveSources struct {
 func planRedrive(ctx context.Context, src awaited, requested string, letters []deadLetter, fix *events.Event, out io.Writer) (send []*kgo.Record, skipped int, err error) {
 	skip := func(l deadLetter, why string) {
 		skipped++
-		fmt.Fprintf(out, "skip  %s  %s\n", positionOf(l.rec), why)
+		fmt.Fprintf(out, "skip  %s  %s\n", positionOf(l.rec), printable(why))
 	}
 	notPoison := 0
 	sent := map[string]position{} // order id -> the dead letter it is sent from
