@@ -194,6 +194,17 @@ func benchCommand(f *flags, set map[string]bool) string {
 		case "binary": // a temporary path: what matters is what it was built from
 			parts = append(parts, "--binary=…")
 			return
+		case "api-flag": // one each, a secret's value left out (--x=S, or --x then S)
+			vals := *fl.Value.(*multiFlag)
+			for i, v := range vals {
+				if name, _, joined := strings.Cut(v, "="); joined && bench.SecretFlag(name) {
+					v = name + "=…"
+				} else if i > 0 && bench.SecretFlag(vals[i-1]) {
+					v = "…"
+				}
+				parts = append(parts, "--api-flag="+v)
+			}
+			return
 		}
 		if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() && fl.Value.String() == "true" {
 			parts = append(parts, "--"+fl.Name)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,5 +65,22 @@ func TestBenchReportRewritesFromAResult(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(readme); !bytes.Contains(b, []byte("| constant | baseline | 1,000 req/s |")) {
 		t.Fatalf("README:\n%s", b)
+	}
+}
+
+// TestBenchCommandHidesSecrets: the result and the README's table carry the bench's command
+// line; a secret handed to the apis through --api-flag, in either form, stays out of it.
+func TestBenchCommandHidesSecrets(t *testing.T) {
+	f := newFlags("bench", "", io.Discard)
+	var apiFlags multiFlag
+	f.Var(&apiFlags, "api-flag", "")
+	f.String("token-secret", "", "")
+	if err := f.Parse([]string{"--api-flag=--payment-token=hunter6", "--api-flag=--user-rate=0",
+		"--api-flag=--order-id-secret", "--api-flag=hunter7", "--token-secret=hunter8"}); err != nil {
+		t.Fatal(err)
+	}
+	got := benchCommand(f, nil)
+	if strings.Contains(got, "hunter") || !strings.Contains(got, "--api-flag=--user-rate=0") || !strings.Contains(got, "--api-flag=--payment-token=…") {
+		t.Errorf("bench's command line for the report: %q; want the api flags without their secrets", got)
 	}
 }

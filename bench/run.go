@@ -238,16 +238,25 @@ func (r *runner) role(name string, pprofAddr string, args ...string) (*Proc, err
 }
 
 // secretFlags are the flags of a child process whose values ps would show anyone on the machine:
-// URLs with their passwords, tokens, the JWT secret.
-var secretFlags = map[string]bool{"--redis-url": true, "--postgres-url": true, "--jwt-secret": true, "--admin-token": true}
+// URLs with their passwords, tokens, secrets.
+var secretFlags = map[string]bool{"--redis-url": true, "--postgres-url": true, "--jwt-secret": true, "--admin-token": true,
+	"--payment-token": true, "--order-id-secret": true}
 
-// hideSecrets moves the secretFlags of args, each a flag and its value, into the variables
-// (SECKILL_<FLAG>) that every seckill command reads for a flag it is not given.
+// SecretFlag reports whether name (--flag) is one of a role's flags whose value is a secret.
+func SecretFlag(name string) bool { return secretFlags[name] }
+
+// hideSecrets moves the secretFlags of args, each a flag and its value or a --flag=value (as
+// --api-flag gives them), into the variables (SECKILL_<FLAG>) that every seckill command reads
+// for a flag it is not given.
 func hideSecrets(args []string) (rest, env []string) {
 	for i := 0; i < len(args); i++ {
-		if secretFlags[args[i]] && i+1 < len(args) {
-			env = append(env, "SECKILL_"+strings.ToUpper(strings.ReplaceAll(args[i][2:], "-", "_"))+"="+args[i+1])
-			i++
+		name, value, joined := strings.Cut(args[i], "=")
+		if secretFlags[name] && (joined || i+1 < len(args)) {
+			if !joined {
+				i++
+				value = args[i]
+			}
+			env = append(env, "SECKILL_"+strings.ToUpper(strings.ReplaceAll(name[2:], "-", "_"))+"="+value)
 			continue
 		}
 		rest = append(rest, args[i])

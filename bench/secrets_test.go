@@ -22,6 +22,8 @@ func TestRoleSecretsStayOffTheCommandLine(t *testing.T) {
 	r := &runner{cfg: Config{Binary: bin, WorkDir: dir}}
 	p, err := r.role("api", "127.0.0.1:1", "api", "--redis-url", "redis://:hunter2@h:1/0",
 		"--postgres-url", "postgres://u:hunter3@h/db", "--jwt-secret", "hunter4", "--admin-token", "hunter5",
+		// as --api-flag passes them
+		"--payment-token=hunter6", "--order-id-secret=hunter7",
 		"--kafka-brokers", "k:9092")
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +50,7 @@ func TestRoleSecretsStayOffTheCommandLine(t *testing.T) {
 	}
 	env := strings.Split(string(environ), "\x00")
 	for _, want := range []string{"SECKILL_REDIS_URL=redis://:hunter2@h:1/0", "SECKILL_POSTGRES_URL=postgres://u:hunter3@h/db",
-		"SECKILL_JWT_SECRET=hunter4", "SECKILL_ADMIN_TOKEN=hunter5"} {
+		"SECKILL_JWT_SECRET=hunter4", "SECKILL_ADMIN_TOKEN=hunter5", "SECKILL_PAYMENT_TOKEN=hunter6", "SECKILL_ORDER_ID_SECRET=hunter7"} {
 		if !slices.Contains(env, want) {
 			t.Errorf("the role's environment lacks %s", want)
 		}
