@@ -370,7 +370,15 @@ func TestRevokedBatchCommitsFirst(t *testing.T) {
 				return nil
 			}
 		})
-		<-holding
+		// Let go before the test's end stops the member (cleanups run last first), so a
+		// failure while the batch is held ends the test instead of hanging in stopA.
+		letGo := sync.OnceFunc(func() { close(release) })
+		t.Cleanup(letGo)
+		select {
+		case <-holding:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the first member did not read the %d records in 60s", n)
+		}
 
 		// The second member joins, and takes some partitions: at once, or once the first
 		// member's batch is committed.
@@ -378,7 +386,9 @@ func TestRevokedBatchCommitsFirst(t *testing.T) {
 			p int32
 			v int
 		}
-		got := make(chan rec, 2*n)
+		// Room for every record several times over: a send that blocked would hold the
+		// member's loop, and stopB with it, after the test stopped reading.
+		got := make(chan rec, 10*n)
 		stopB := runPipelined(t, brokers, group, topics.Requested, slog.New(slog.DiscardHandler), func(fs kgo.Fetches) func() error {
 			fs.EachRecord(func(r *kgo.Record) {
 				v, _ := strconv.Atoi(string(r.Value))
@@ -390,7 +400,9 @@ func TestRevokedBatchCommitsFirst(t *testing.T) {
 		select {
 		case <-got: // the partitions moved while the first member's batch was uncommitted
 		case <-waiting:
-			close(release)
+			letGo()
+		case <-time.After(60 * time.Second):
+			t.Fatal("in 60s the second member read nothing and no rebalance waited on the held batch")
 		}
 
 		// New records on every partition: the new owner persists and commits those of its own.
@@ -412,7 +424,7 @@ func TestRevokedBatchCommitsFirst(t *testing.T) {
 		// a CI run hung here for 9 minutes with both polling. Past 20 s the batch is let go,
 		// which leaves what the test checks (a late commit of the old owner) as it is.
 		var p int32
-		letGo, giveUp := time.After(20*time.Second), time.After(80*time.Second)
+		lateRebalance, giveUp := time.After(20*time.Second), time.After(80*time.Second)
 	read:
 		for {
 			select {
@@ -421,12 +433,8 @@ func TestRevokedBatchCommitsFirst(t *testing.T) {
 					p = r.p
 					break read
 				}
-			case <-letGo:
-				select {
-				case <-release:
-				default:
-					close(release)
-				}
+			case <-lateRebalance:
+				letGo()
 			case <-giveUp:
 				t.Fatalf("no member read the records produced after the rebalance in 80s")
 			}
@@ -450,11 +458,7 @@ func TestRevokedBatchCommitsFirst(t *testing.T) {
 			}
 		}
 
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
+		letGo()
 		stopA() // returns once the held batch is finished and committed
 		if at := committed(); at != end.Offset {
 			t.Errorf("partition %d: committed at %d after its new owner committed %d: the old owner's late commit moved it back", p, at, end.Offset)
