@@ -73,8 +73,10 @@ func TestSweeperTokenIssuedAfterItsLeasePassedOn(t *testing.T) {
 	evs := e.reserve(t, 1, time.Millisecond)
 
 	c := e.compensator(t, compensator.Config{SweepInterval: 200 * time.Millisecond, GuardInterval: time.Hour})
-	var once sync.Once
+	var once, issuedOnce sync.Once
+	issued := make(chan struct{}) // the compensator holds its token
 	compensator.SetFencer(c, fencerFunc(func(ctx context.Context, name string, floor int64) (store.Fence, error) {
+		defer issuedOnce.Do(func() { close(issued) })
 		once.Do(func() {
 			// The pause: the lease runs out, and a rival takes it and its token. The rival
 			// holds on for the rest of the test, as it would while sweeping.
@@ -94,6 +96,13 @@ func TestSweeperTokenIssuedAfterItsLeasePassedOn(t *testing.T) {
 	go func() { defer close(done); c.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
+	// Counted from the token, not from the start: a compensator slow to start (a loaded
+	// machine) had not swept in any case a second in, and the check passed without the pause.
+	select {
+	case <-issued:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the compensator did not ask for a fencing token in 30s")
+	}
 	time.Sleep(time.Second) // five sweep intervals
 	if r, err := e.r.Reservation(e.ctx, evs[0].OrderID); err != nil || r.State != "pending" {
 		t.Errorf("reservation %s, %v: the compensator swept without the lease", r.State, err)
