@@ -62,7 +62,9 @@ func TestLock(t *testing.T) {
 	})
 
 	t.Run("hold renews past the lease and stops when the lock is lost", func(t *testing.T) {
-		e, err := r.TryLock(ctx, name, 300*time.Millisecond)
+		// A lease of a second, as the sweeper's shortest (compensator.sweeperLease): renewals at
+		// a third of 300 ms raced a loaded machine, and the lock lapsed while held.
+		e, err := r.TryLock(ctx, name, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +75,7 @@ func TestLock(t *testing.T) {
 				return context.Cause(ctx)
 			})
 		}()
-		time.Sleep(900 * time.Millisecond) // three leases: alive only through renewals
+		time.Sleep(3 * time.Second) // three leases: alive only through renewals
 		if _, err := r.TryLock(ctx, name, time.Second); !errors.Is(err, lua.ErrLockHeld) {
 			t.Fatalf("lock lapsed while held: %v", err)
 		}
@@ -88,8 +90,8 @@ func TestLock(t *testing.T) {
 			if err == nil {
 				t.Error("Hold returned nil after losing the lease")
 			}
-		case <-time.After(2 * time.Second):
-			t.Fatal("Hold kept running after the lease passed to another holder")
+		case <-time.After(20 * time.Second): // the watchdog looks every third of a lease
+			t.Fatal("Hold kept running 20s after the lease passed to another holder")
 		}
 		if _, err := r.TryLock(ctx, name, time.Second); !errors.Is(err, lua.ErrLockHeld) {
 			t.Errorf("the former holder's Hold freed its successor's lock: %v", err)
