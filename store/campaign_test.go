@@ -45,8 +45,8 @@ func TestChangeCampaign(t *testing.T) {
 			if events.ErrorCode(err) != events.CampaignCancelled {
 				t.Fatalf("err %v, want the change's own", err)
 			}
-			if got, _ := s.Campaign(ctx, c.ID); got.EndsAtMs != 0 || got.Version != 0 {
-				t.Fatalf("a refused change wrote: %+v", got)
+			if got, err := s.Campaign(ctx, c.ID); err != nil || got.EndsAtMs != 0 || got.Version != 0 {
+				t.Fatalf("a refused change wrote: %+v (%v)", got, err)
 			}
 		})
 
