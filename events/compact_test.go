@@ -20,7 +20,7 @@ import (
 func TestCheckTopicsSaysATopicIsCompacted(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, brokers []string) {
 		topics := kafkatest.Topics(t, brokers)
-		adm := kadm.NewClient(mustClient(t, brokers))
+		adm := kadm.NewClient(kafkatest.Client(t, brokers))
 		ctx := context.Background()
 		resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, topics.Requested)
 		if err == nil {

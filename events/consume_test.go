@@ -346,7 +346,7 @@ func TestRevokedBatchCommitsFirst(t *testing.T) {
 		topics := kafkatest.Topics(t, brokers)
 		group := topics.ConsumerGroup()
 		produceN(t, brokers, topics.Requested, n)
-		adm := kadm.NewClient(mustClient(t, brokers))
+		adm := kadm.NewClient(kafkatest.Client(t, brokers))
 
 		// The first member takes the whole backlog; the finish of the batch that completes it
 		// holds until release, with its loop polling again and a rebalance free to start.
@@ -495,17 +495,6 @@ func runPipelined(t *testing.T, brokers []string, group, topic string, log *slog
 	}
 	t.Cleanup(func() { stop(); cl.Close() })
 	return stop
-}
-
-// mustClient returns a plain client of brokers, closed when the test ends.
-func mustClient(t *testing.T, brokers []string) *kgo.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return cl
 }
 
 // onMessage is a log handler that calls fn for each record whose message holds substr.

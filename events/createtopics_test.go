@@ -23,7 +23,7 @@ import (
 func TestCreateTopicsWhereKafkaMayNotCreate(t *testing.T) {
 	kafka := kafkatest.FakeCluster(t)
 	brokers := kafka.ListenAddrs()
-	adm := kadm.NewClient(mustClient(t, brokers))
+	adm := kadm.NewClient(kafkatest.Client(t, brokers))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	created := events.NewTopics("t" + strings.ToLower(events.NewID()))
@@ -58,7 +58,7 @@ func TestCreateTopicsWhereKafkaMayNotCreate(t *testing.T) {
 // does, and the error carries it.
 func TestCreateTopicsSaysWhyKafkaRefused(t *testing.T) {
 	brokers := kafkatest.Real(t)
-	adm := kadm.NewClient(mustClient(t, brokers))
+	adm := kadm.NewClient(kafkatest.Client(t, brokers))
 	meta, err := adm.BrokerMetadata(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func TestConsumeWarnsOfAMissingTopic(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := events.CreateTopics(ctx, kadm.NewClient(mustClient(t, brokers)), topics, 3, 1); err != nil {
+	if err := events.CreateTopics(ctx, kadm.NewClient(kafkatest.Client(t, brokers)), topics, 3, 1); err != nil {
 		t.Fatal(err)
 	}
 	if m := waitLogged(t, h, "found", topics.Requested); !strings.Contains(m, "INFO") {
