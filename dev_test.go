@@ -255,7 +255,13 @@ func TestMakeRunCtrlC(t *testing.T) {
 	if err := syscall.Kill(group, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	<-exited
+	// Bounded: a dev that does not stop would hang the whole run until go test's timeout,
+	// with no word of which test; the cleanup kills the group. The drains take 15 s at most.
+	select {
+	case <-exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("make run still runs 2 minutes after Ctrl-C:\n%s", out.String())
+	}
 	// make dies of the SIGINT itself, as any make interrupted in a terminal does, and the shell
 	// says nothing of that; what must not be there is make's report of a failed recipe.
 	if got := out.String(); strings.Contains(got, "make: ***") || !strings.Contains(got, `"seckill dev stopped" err=<nil>`) {
