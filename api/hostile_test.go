@@ -164,14 +164,25 @@ func hangUpWhileOnRedis(t *testing.T, h *harness, n int, req func(ctx context.Co
 			}
 		})
 	}
-	for started.Load() < int64(n) || h.gate.held.Load() == 0 {
-		time.Sleep(time.Millisecond)
+	// Bounded: a request that never reaches Redis (or a server that never sees its client go)
+	// spun here until go test's timeout. On the way out the gate opens, so the handlers end.
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !done(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				hangUp()
+				h.gate.open()
+				t.Fatalf("after a minute, not yet %s: %d of %d requests started, %d waited on Redis, %d seen gone",
+					what, started.Load(), n, h.gate.held.Load(), ctxDone.Load())
+			}
+		}
 	}
+	waitFor("every request served and one waiting on Redis", func() bool {
+		return started.Load() >= int64(n) && h.gate.held.Load() > 0
+	})
 	hangUp()
 	wg.Wait()
-	for ctxDone.Load() < int64(n) { // the server has seen every client go
-		time.Sleep(time.Millisecond)
-	}
+	waitFor("every client seen gone", func() bool { return ctxDone.Load() >= int64(n) })
 	h.gate.open()
 	srv.Close() // waits for every handler to finish
 }
