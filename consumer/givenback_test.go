@@ -153,7 +153,7 @@ func TestConsumerPersistsWhileRedisIsDown(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		c, err := st.Campaign(context.Background(), campaign)
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +162,7 @@ func TestConsumerPersistsWhileRedisIsDown(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s with Redis down, %d of %d orders persisted", c.Sold, n)
+			t.Fatalf("after 30s with Redis down, %d of %d orders persisted", c.Sold, n)
 		}
 	}
 }

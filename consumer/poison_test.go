@@ -54,7 +54,7 @@ func TestUnstorableEventIsPoison(t *testing.T) {
 
 			runConsumer(t, consumer.Config{Brokers: brokers, Topics: topics}, st)
 
-			deadline := time.Now().Add(15 * time.Second)
+			deadline := time.Now().Add(30 * time.Second)
 			for {
 				_, errBefore := st.Order(ctx, before.OrderID)
 				_, errAfter := st.Order(ctx, after.OrderID)
@@ -62,7 +62,7 @@ func TestUnstorableEventIsPoison(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("after 15s the buyers' orders beside the poison event are not stored (ann: %v; bob: %v): the partition is stalled", errBefore, errAfter)
+					t.Fatalf("after 30s the buyers' orders beside the poison event are not stored (ann: %v; bob: %v): the partition is stalled", errBefore, errAfter)
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
@@ -78,7 +78,7 @@ func TestUnstorableEventIsPoison(t *testing.T) {
 	}
 }
 
-// deadLetters reads the first n records of the dead-letter topic, failing after 10s.
+// deadLetters reads the first n records of the dead-letter topic, failing after 30s.
 func deadLetters(t *testing.T, brokers []string, dlq string, n int) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -86,13 +86,13 @@ func deadLetters(t *testing.T, brokers []string, dlq string, n int) []*kgo.Recor
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out []*kgo.Record
 	for len(out) < n {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("%d of %d dead letters after 10s", len(out), n)
+			t.Fatalf("%d of %d dead letters after 30s", len(out), n)
 		}
 		out = append(out, fs.Records()...)
 	}

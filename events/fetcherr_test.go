@@ -101,7 +101,7 @@ func TestConsumePipelinedLogsFetchErrors(t *testing.T) {
 		seen += fs.NumRecords()
 		return nil
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		mu.Lock()
 		n := seen
 		mu.Unlock()
@@ -109,7 +109,7 @@ func TestConsumePipelinedLogsFetchErrors(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s %d of 3 records consumed", n)
+			t.Fatalf("after 30s %d of 3 records consumed", n)
 		}
 	}
 	if m := h.find(kerr.TopicAuthorizationFailed.Message); !strings.Contains(m, "WARN") || !strings.Contains(m, topic) {
