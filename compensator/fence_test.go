@@ -128,11 +128,11 @@ func TestSweeperLeaseHeldIsExported(t *testing.T) {
 	c := e.compensator(t, compensator.Config{SweepInterval: 200 * time.Millisecond, GuardInterval: time.Hour})
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); compensator.SweeperLeaseHeld() != before+1; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); compensator.SweeperLeaseHeld() != before+1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cancel()
 			<-done
-			t.Fatalf("seckill_sweeper_lease_held 10s after the only compensator started: %v; want %v", compensator.SweeperLeaseHeld(), before+1)
+			t.Fatalf("seckill_sweeper_lease_held 30s after the only compensator started: %v; want %v", compensator.SweeperLeaseHeld(), before+1)
 		}
 	}
 	cancel()

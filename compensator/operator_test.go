@@ -401,12 +401,12 @@ func TestAlertGauges(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error)
 	go func() { done <- waiting.CheckRedis(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if frozen, _ := e.r.Client().HExists(e.ctx, k.Meta, "frozen").Result(); frozen {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the guard did not freeze the lost campaign")
+			t.Fatal("the guard did not freeze the lost campaign in 30s")
 		}
 	}
 	if v := gauge(t, "seckill_campaigns_frozen"); v != 1 {
