@@ -108,11 +108,11 @@ func TestDevRestart(t *testing.T) {
 	if code, body := post("/v1/campaigns", "", `{"id":"demo","name":"Demo","stock":10,"per_user_limit":2}`, "Authorization", "Bearer "+token); code != 201 {
 		t.Fatalf("create: %d %v", code, body)
 	}
-	eventually(t, 10*time.Second, "a first purchase", func() bool {
+	eventually(t, 30*time.Second, "a first purchase", func() bool {
 		code, _ := post("/v1/campaigns/demo/purchases", "alice", `{"quantity":2}`)
 		return code == 202
 	})
-	eventually(t, 10*time.Second, "alice's order is confirmed", func() bool { return remaining() == 8.0 })
+	eventually(t, 30*time.Second, "alice's order is confirmed", func() bool { return remaining() == 8.0 })
 	// The operator commands reach the running dev's embedded servers with --dev.
 	var audit bytes.Buffer
 	if code := run(context.Background(), []string{"audit", "--dev", "--data-dir", dir}, &audit, &audit); code != 0 ||
@@ -145,7 +145,7 @@ func TestDevRestart(t *testing.T) {
 	if code, body := post("/v1/campaigns/demo/purchases", "alice", `{"quantity":1}`); code != 409 {
 		t.Errorf("alice past her limit after the restart: %d %v", code, body)
 	}
-	eventually(t, 10*time.Second, "bob's unit is taken", func() bool { return remaining() == 7.0 })
+	eventually(t, 30*time.Second, "bob's unit is taken", func() bool { return remaining() == 7.0 })
 	// The token minted before the restart still names carol: the dev kept its secret.
 	if code, body := post("/v1/campaigns/demo/purchases", "", `{"quantity":1}`, "Authorization", "Bearer "+strings.TrimSpace(tok.String())); code != 202 {
 		t.Errorf("carol's bearer token from before the restart: %d %v", code, body)

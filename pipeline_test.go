@@ -135,7 +135,7 @@ func testDeadLetter(t *testing.T, p *pipeline) {
 	if o["reason"] != events.ReasonStoreSoldOut {
 		t.Errorf("failed order's reason: %v", o["reason"])
 	}
-	eventually(t, 10*time.Second, "the stock is back in redis", func() bool {
+	eventually(t, 30*time.Second, "the stock is back in redis", func() bool {
 		return p.campaign(t, c)["remaining"] == 5.0
 	})
 	rec := readRecord(t, p.brokers, p.topics.DLQ, id)
