@@ -17,7 +17,7 @@ import (
 	"github.com/seckill/seckill/store/storetest"
 )
 
-// TestPaymentWindowSale is a sale with a 3 s payment window on the real servers, the roles as
+// TestPaymentWindowSale is a sale with a 6 s payment window on the real servers, the roles as
 // processes: 300 buyers for a stock of 100; 60 % of the confirmed buyers pay at random moments
 // (some twice with the same payment id, some at the window's edge), the others never do, and the
 // compensator is killed with -9 in the middle of expiring them, again and again (8 times, then it
@@ -27,7 +27,7 @@ import (
 func TestPaymentWindowSale(t *testing.T) {
 	buildEarly()
 	t.Parallel()
-	const stock, window = 100, 3 * time.Second
+	const stock, window = 100, 6 * time.Second
 	c := newCluster(t, where{}, clusterOptions{})
 	c.compensator.setFailpointsFor(failpoint.CompensatorMidExpiry+"=0.2", 8)
 	if err := c.compensator.restart(t); err != nil {
