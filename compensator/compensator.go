@@ -89,7 +89,7 @@ type Campaigns interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	ExpiringOrders(ctx context.Context, now time.Time, after store.ExpiryKey, limit int) ([]store.Order, error)
 	UnfinishedRefunds(ctx context.Context, after string, limit int) ([]store.Order, error)
-	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
+	Confirmed(ctx context.Context, campaign string, limit int) ([]store.Order, error)
 }
 
 // Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
@@ -430,13 +430,12 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 		// Skipped, like the other refunds and expiries, once Kafka has not taken an
 		// announcement this sweep.
 		if camp.CancelledAtMs > 0 && now.UnixMilli()-camp.CancelledAtMs >= BulkTimeout.Milliseconds() && !r.over(true) {
-			orders, err := c.campaigns.Confirmed(work, camp.ID)
+			// A page a sweep: a large sale's thousands must not hold the other campaigns'
+			// overdue reservations past their sweep (I5); the next sweep takes the next page.
+			orders, err := c.campaigns.Confirmed(work, camp.ID, c.page)
 			if err != nil && r.halt(err) {
 				return r.result()
 			}
-			// A page a sweep: a large sale's thousands must not hold the other campaigns'
-			// overdue reservations past their sweep (I5); the next sweep takes the next page.
-			orders = orders[:min(len(orders), c.page)]
 			resolveEach(r, orders, true, func(o store.Order) error {
 				_, _, err := c.refundOnce(work, o.OrderID)
 				return err

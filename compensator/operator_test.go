@@ -736,7 +736,7 @@ func TestSweepFinishesALargeCancelAPageASweep(t *testing.T) {
 		if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
 			t.Fatal(err)
 		}
-		if held, err := e.st.Confirmed(e.ctx, e.campaign); err != nil || len(held) != left {
+		if held, err := e.st.Confirmed(e.ctx, e.campaign, 0); err != nil || len(held) != left {
 			t.Errorf("after sweep %d, %d orders of the cancelled campaign hold units (%v); want %d", sweep+1, len(held), err, left)
 		}
 	}

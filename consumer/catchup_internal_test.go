@@ -25,7 +25,9 @@ func (s slowRefunds) Campaigns(context.Context) ([]store.Campaign, error) {
 	return []store.Campaign{{ID: "camp"}}, nil
 }
 
-func (s slowRefunds) Confirmed(context.Context, string) ([]store.Order, error) { return s.orders, nil }
+func (s slowRefunds) Confirmed(context.Context, string, int) ([]store.Order, error) {
+	return s.orders, nil
+}
 
 func (s slowRefunds) RecordGivenBack(_ context.Context, orders []store.Order) (stored, moved int, err error) {
 	time.Sleep(300 * time.Millisecond)
