@@ -659,9 +659,9 @@ func resolveEach[T any](r *sweepRun, items []T, announcing bool, resolve func(T)
 
 // retire drops from Redis what selling no longer needs: records of reservations released or
 // refunded more than the retention ago (a page per sweep), and the keys of a campaign that
-// ended more than the retention ago. It reports whether the campaign's keys are gone: the
-// sweeper then spends no call on it, so a sweep's work does not grow with the campaigns of the
-// past.
+// ended more than the retention ago, unless it was cancelled and its cancel is not done. It
+// reports whether the campaign's keys are gone: the sweeper then spends no call on it, so a
+// sweep's work does not grow with the campaigns of the past.
 func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.Time) (bool, error) {
 	if c.retired(camp, now) {
 		// Remembered by version: an operator may reopen a retired campaign (Extend) and a
@@ -669,6 +669,16 @@ func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.
 		// Its keys must go again then.
 		if v, ok := c.dropped.Load(camp.ID); ok && v.(int64) == camp.Version {
 			return true, nil
+		}
+		// A cancel cut short leaves orders holding units, which the sweep refunds below only for
+		// a campaign it does not skip: one ended past the retention may still be cancelled (to
+		// refund its buyers), and dropped and skipped from then on, its orders kept their
+		// buyers' money for good. Its keys go once its cancel is done.
+		if camp.CancelledAtMs > 0 {
+			held, err := c.campaigns.Confirmed(ctx, camp.ID, 1)
+			if err != nil || len(held) > 0 {
+				return false, err
+			}
 		}
 		// At the version read at the sweep's start: an extend that reopened the sale since,
 		// and reached Redis, keeps its keys.

@@ -744,3 +744,35 @@ func TestSweepFinishesALargeCancelAPageASweep(t *testing.T) {
 		t.Errorf("remaining %d after the sweeps, want the whole stock %d", left, e.stock)
 	}
 }
+
+// TestSweepFinishesACancelOfARetiredCampaign: an operator may cancel a campaign whose sale ended
+// longer ago than the retention (to refund its buyers), and its run may be cut short as any
+// other. The sweeper dropped such a campaign's keys and skipped it from then on, before its step
+// that finishes a cancel: its confirmed and paid orders kept their buyers' money for good.
+func TestSweepFinishesACancelOfARetiredCampaign(t *testing.T) {
+	e := newEnv(t, 10, 3)
+	evs := e.reserve(t, 2, time.Hour)
+	e.confirm(t, evs)
+	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+		c.EndsAtMs = time.Now().Add(-48 * time.Hour).UnixMilli() // ended, and retired, long ago
+		c.CancelledAtMs = time.Now().Add(-time.Hour).UnixMilli() // Cancel's store step; killed before its refunds
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.compensator(t, compensator.Config{Retention: 24 * time.Hour})
+	c.Producer = &recordingProducer{}
+	for range 2 { // the first drops the keys; none may leave the orders behind
+		if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ev := range evs {
+		if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != events.Refunded || o.Reason != events.ReasonOperator {
+			t.Errorf("order %d of the cancelled, retired campaign after two sweeps: %+v %v; want it refunded", i, o, err)
+		}
+	}
+	if c, err := e.st.Campaign(e.ctx, e.campaign); err != nil || c.Sold != 0 {
+		t.Errorf("the cancelled campaign after the sweeps: %+v %v; want nothing sold", c, err)
+	}
+}
