@@ -242,8 +242,11 @@ func (r *runner) role(name string, pprofAddr string, args ...string) (*Proc, err
 var secretFlags = map[string]bool{"--redis-url": true, "--postgres-url": true, "--jwt-secret": true, "--admin-token": true,
 	"--payment-token": true, "--order-id-secret": true}
 
-// SecretFlag reports whether name (--flag) is one of a role's flags whose value is a secret.
-func SecretFlag(name string) bool { return secretFlags[name] }
+// SecretFlag reports whether name (--flag, or -flag, which Go's flag package takes alike) is
+// one of a role's flags whose value is a secret.
+func SecretFlag(name string) bool {
+	return strings.HasPrefix(name, "-") && secretFlags["--"+strings.TrimLeft(name, "-")]
+}
 
 // hideSecrets moves the secretFlags of args, each a flag and its value or a --flag=value (as
 // --api-flag gives them), into the variables (SECKILL_<FLAG>) that every seckill command reads
@@ -251,12 +254,12 @@ func SecretFlag(name string) bool { return secretFlags[name] }
 func hideSecrets(args []string) (rest, env []string) {
 	for i := 0; i < len(args); i++ {
 		name, value, joined := strings.Cut(args[i], "=")
-		if secretFlags[name] && (joined || i+1 < len(args)) {
+		if SecretFlag(name) && (joined || i+1 < len(args)) {
 			if !joined {
 				i++
 				value = args[i]
 			}
-			env = append(env, "SECKILL_"+strings.ToUpper(strings.ReplaceAll(name[2:], "-", "_"))+"="+value)
+			env = append(env, "SECKILL_"+strings.ToUpper(strings.ReplaceAll(strings.TrimLeft(name, "-"), "-", "_"))+"="+value)
 			continue
 		}
 		rest = append(rest, args[i])

@@ -23,7 +23,7 @@ func TestRoleSecretsStayOffTheCommandLine(t *testing.T) {
 	p, err := r.role("api", "127.0.0.1:1", "api", "--redis-url", "redis://:hunter2@h:1/0",
 		"--postgres-url", "postgres://u:hunter3@h/db", "--jwt-secret", "hunter4", "--admin-token", "hunter5",
 		// as --api-flag passes them
-		"--payment-token=hunter6", "--order-id-secret=hunter7",
+		"--payment-token=hunter6", "-order-id-secret=hunter7", // Go takes one dash as two
 		"--kafka-brokers", "k:9092")
 	if err != nil {
 		t.Fatal(err)

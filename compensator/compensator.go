@@ -345,8 +345,9 @@ func (c *Compensator) sweepFenced(ctx context.Context, lock *lua.Lock, name stri
 	// in the middle by the end of the holding, it would wait for the next sweep to be redone.
 	// So the orders in hand run on a context of their own, which outlives the holding by the
 	// drain's bound at most, and the holding's end only keeps the sweep from taking another.
-	// Finishing them after a lost lease is safe: their writes carry this holding's fence, which the
-	// store refuses once a later holder has one.
+	// Finishing them after a lost lease is safe: a failure's writes carry this holding's fence,
+	// which the store refuses once a later holder has one, and a refund's or an expiry's are
+	// conditional in the store and run once in Redis, whoever runs them.
 	work, release := events.Drain(ctx, c.cfg.DrainTimeout, c.cfg.Logger, "the sweeper's orders in hand")
 	defer release()
 	return c.sweepWhileHeld(work, ctx, fence)
