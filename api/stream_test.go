@@ -197,11 +197,14 @@ func TestOrderEvents(t *testing.T) {
 		if err := kafkatest.Client(t, h.brokers).ProduceSync(ctx, rec).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond) // the stream reads the order without its reason
+		// The case itself: the stream, woken by the announcement, reads the order without its reason.
+		last, err := s.nextStatus(t)
+		if err != nil || last.Status != events.Expired || last.Reason != "" {
+			t.Fatalf("after the announcement: %+v %v, want expired without a reason", last, err)
+		}
 		if err := h.store.MarkUnpaid(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		var last api.OrderView
 		for {
 			o, err := s.nextStatus(t)
 			if errors.Is(err, io.EOF) {
