@@ -93,15 +93,31 @@ func TestDemoWhenTheAPIGoes(t *testing.T) {
 		purchases.Add(1)
 		w.WriteHeader(http.StatusAccepted)
 	}))
+	t.Cleanup(srv.Close)
+	// The api goes after 20 purchases, or the watch ends with the demo if it stopped first.
+	demoDone, gone, watched := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(watched)
 		for purchases.Load() < 20 {
-			time.Sleep(10 * time.Millisecond)
+			select {
+			case <-demoDone:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
+		close(gone)
 		srv.Close()
 	}()
 	start := time.Now()
 	var out strings.Builder
 	code := run(context.Background(), []string{"demo", "--api-url", srv.URL, "--admin-token", "t", "--duration", "20s", "--rate", "100"}, &out, &out)
+	close(demoDone)
+	<-watched
+	select {
+	case <-gone:
+	default:
+		t.Fatalf("the demo stopped after %d purchases, before its api went:\n%s", purchases.Load(), out.String())
+	}
 	if code == 0 || !strings.Contains(out.String(), "stopped answering: is make run still running?") || !strings.Contains(out.String(), "accepted ") {
 		t.Errorf("demo exited %d:\n%s\nwant a failure that says the api went, after the summary", code, out.String())
 	}
