@@ -147,8 +147,13 @@ func TestLogProblems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for exited, _ := p.Exited(); !exited; exited, _ = p.Exited() {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		if exited, _ := p.Exited(); exited {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("after a minute a shell that echoes three lines has not exited")
+		}
 	}
 	if err := p.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
