@@ -322,9 +322,17 @@ func TestWarnUnreachableNotOnStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	pinged := make(chan error, 1)
 	go func() { pinged <- cl.Ping(ctx) }()
-	<-dialing
+	select {
+	case <-dialing:
+	case <-time.After(time.Minute):
+		t.Fatal("after a minute the ping has not dialled")
+	}
 	cancel()
-	<-pinged
+	select {
+	case <-pinged:
+	case <-time.After(time.Minute):
+		t.Fatal("a minute after its cancel the ping has not returned")
+	}
 	logged, err := os.ReadFile(out.Name())
 	if err != nil {
 		t.Fatal(err)
