@@ -482,6 +482,12 @@ func runPipelined(t *testing.T, brokers []string, group, topic string, log *slog
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runPipelinedOn(t, cl, log, persist)
+}
+
+// runPipelinedOn is runPipelined on a group client of the test's making, which it closes.
+func runPipelinedOn(t *testing.T, cl *kgo.Client, log *slog.Logger, persist func(kgo.Fetches) func() error) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/events/kafkatest"
@@ -21,17 +23,36 @@ import (
 func TestConsumeWarnsOfAMissingTopic(t *testing.T) {
 	brokers := kafkatest.Real(t)
 	topics := events.NewTopics("t" + strings.ToLower(events.NewID()))
-	h := &logged{info: true}
-	runPipelined(t, brokers, "g-"+events.NewID(), topics.Requested, slog.New(h), func(kgo.Fetches) func() error { return nil })
+	adm := kadm.NewClient(kafkatest.Client(t, brokers))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := events.DeleteTopics(ctx, adm, topics.All()...); err != nil {
+			t.Logf("delete the test's topics: %v", err)
+		}
+	})
+	h, looks := &logged{info: true}, &metadataReads{}
+	cl, err := events.NewGroupClient(brokers, "g-"+events.NewID(), topics.Requested, 0, nil, kgo.WithHooks(looks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPipelinedOn(t, cl, slog.New(h), func(kgo.Fetches) func() error { return nil })
 	waitLogged(t, h, "missing", topics.Requested)
-	time.Sleep(5 * time.Second) // franz-go looks for it again every few hundred ms to 5 s
+	// The case: franz-go looks for the topic again after the warning (twice: one look may have
+	// been under way), every few hundred ms to 5 s, and the watch reads each answer. Within 20 s,
+	// well inside the 30 s between warnings.
+	for seen, deadline := looks.n.Load(), time.Now().Add(20*time.Second); looks.n.Load() < seen+2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 20 s the client has not looked for the missing topic twice more (%d looks)", looks.n.Load()-seen)
+		}
+	}
 	if m := h.all("missing"); len(m) != 1 || !strings.Contains(m[0], "WARN") || !strings.Contains(m[0], "seckill api") {
-		t.Fatalf("5 s of a missing topic logged %q, want one WARN naming it and seckill api", m)
+		t.Fatalf("two more looks for a missing topic logged %q, want one WARN naming it and seckill api", m)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := events.CreateTopics(ctx, kadm.NewClient(kafkatest.Client(t, brokers)), topics, 3, 1); err != nil {
+	if err := events.CreateTopics(ctx, adm, topics, 3, 1); err != nil {
 		t.Fatal(err)
 	}
 	if m := waitLogged(t, h, "found", topics.Requested); !strings.Contains(m, "INFO") {
@@ -53,4 +74,13 @@ func waitLogged(t *testing.T, h *logged, substr, topic string) string {
 	defer h.mu.Unlock()
 	t.Fatalf("after 20 s no record of %q naming %s; logged %q", substr, topic, h.msgs)
 	return ""
+}
+
+// metadataReads counts a client's metadata answers: each is a look for the topics it consumes.
+type metadataReads struct{ n atomic.Int64 }
+
+func (m *metadataReads) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.Metadata) && err == nil {
+		m.n.Add(1)
+	}
 }
