@@ -500,10 +500,11 @@ func TestGivenBackBesideAnotherSQLiteProcess(t *testing.T) {
 }
 
 // blockedBy waits until a backend of the test server waits for a lock that backend pid holds,
-// and returns its pid, or 0 if done closes first (what was to wait ended instead).
+// and returns its pid, or 0 if done closes first (what was to wait ended instead). After a
+// minute of neither it fails the test.
 func blockedBy(t *testing.T, s *store.Store, pid int, done <-chan struct{}) int {
 	t.Helper()
-	for {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
 		var waiter int
 		if err := s.DB().Get(&waiter, `SELECT COALESCE(MAX(pid), 0) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid); err != nil {
 			t.Fatalf("who waits for backend %d: %v", pid, err)
@@ -517,4 +518,6 @@ func blockedBy(t *testing.T, s *store.Store, pid int, done <-chan struct{}) int 
 		case <-time.After(time.Millisecond): // the next look
 		}
 	}
+	t.Fatalf("after a minute nothing waits for backend %d, and what was to wait has not ended", pid)
+	return 0
 }
