@@ -371,6 +371,9 @@ type Order struct {
 	UpdatedAtMs int64         `db:"updated_at_ms"`
 	PayByMs     int64         `db:"pay_by_ms"`  // confirmed: when it must be paid by; 0: no payment step
 	PaymentID   string        `db:"payment_id"` // paid: the payment service's id
+	// PaidAnnounced is false for a paid order whose OrderPaid Kafka may not have yet
+	// (MarkPaidAnnounced); true for every other order.
+	PaidAnnounced bool `db:"paid_announced"`
 }
 
 // Order returns the order with id, or an events.OrderNotFound error.
@@ -782,7 +785,7 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 			// its store step, and a run cut short in between would leave the payer charged for
 			// a sale called off. A payment taken before the cancel is paid (a replay records it
 			// again as of its time), and the cancel refunds it.
-			err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?
+			err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?, paid_announced = FALSE
 				WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ? AND NOT EXISTS (SELECT 1 FROM campaigns
 					WHERE id = orders.campaign_id AND cancelled_at_ms > 0 AND cancelled_at_ms <= ?) RETURNING *`),
 				paymentID, now.UnixMilli(), orderID, now.UnixMilli(), now.UnixMilli())
@@ -836,6 +839,33 @@ func claimPayment(ctx context.Context, tx *sqlx.Tx, paymentID, orderID string) (
 	var owner string
 	err = tx.GetContext(ctx, &owner, tx.Rebind(`SELECT order_id FROM payments WHERE payment_id = ?`), paymentID)
 	return owner, err
+}
+
+// UnannouncedPayments returns up to limit paid orders whose OrderPaid Kafka may not have
+// (MarkPaidAnnounced has not run for them) and that were paid at or before paidBy, in order id
+// order from the first after after ("": from the first), read from the
+// orders_paid_unannounced index. paidBy keeps out the payments whose own announcement may
+// still be on its way; the order lets the sweeper page through the list (see
+// UnfinishedRefunds).
+func (s *Store) UnannouncedPayments(ctx context.Context, paidBy time.Time, after string, limit int) ([]Order, error) {
+	var os []Order
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE status = 'paid' AND NOT paid_announced
+		AND updated_at_ms <= ? AND order_id > ? ORDER BY order_id LIMIT ?`), paidBy.UnixMilli(), after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("unannounced payments: %w", err)
+	}
+	return os, nil
+}
+
+// MarkPaidAnnounced records that Kafka has the OrderPaid of a paid order. Marking an order
+// again, or one not paid, changes nothing.
+func (s *Store) MarkPaidAnnounced(ctx context.Context, orderID string) error {
+	_, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE orders SET paid_announced = TRUE
+		WHERE order_id = ? AND status = 'paid' AND NOT paid_announced`), orderID)
+	if err != nil {
+		return fmt.Errorf("mark the payment of order %s announced: %w", orderID, err)
+	}
+	return nil
 }
 
 // ExpiryKey is where an order stands in ExpiringOrders' list: by pay_by, then by order id (a
