@@ -1001,7 +1001,7 @@ func (s *Server) pay(c echo.Context) error {
 		return events.Errorf(events.Invalid, "payment_id must be 1 to 255 printable characters, without spaces")
 	}
 	// It runs to its end whether or not the payment service waits, as compensate does: cut
-	// short after the store paid the order, OrderPaid would never be announced.
+	// short after the store paid the order, OrderPaid would wait for the sweeper's announcement.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), createTimeout)
 	defer cancel()
 	o, err := s.resolver.Pay(ctx, id, req.PaymentID)

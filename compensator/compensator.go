@@ -89,6 +89,7 @@ type Campaigns interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	ExpiringOrders(ctx context.Context, now time.Time, after store.ExpiryKey, limit int) ([]store.Order, error)
 	UnfinishedRefunds(ctx context.Context, after string, limit int) ([]store.Order, error)
+	UnannouncedPayments(ctx context.Context, paidBy time.Time, after string, limit int) ([]store.Order, error)
 	Confirmed(ctx context.Context, campaign string, limit int) ([]store.Order, error)
 }
 
@@ -136,6 +137,7 @@ type Compensator struct {
 	pagesMu       sync.Mutex
 	refundsAfter  string
 	expiringAfter store.ExpiryKey
+	paidAfter     string
 
 	mastersMu sync.Mutex
 	masters   map[string]bool // run ids of the primaries at the guard's last round (resharded)
@@ -378,12 +380,14 @@ func (c *Compensator) sweepWhileHeld(work, stop context.Context, fence store.Fen
 
 // SweepOnce fails every reservation past its deadline that the consumer has not confirmed,
 // expires every order left unpaid past its pay_by, refunds the orders a cancel cut short left
-// confirmed or paid, and returns how many it resolved. fence is
+// confirmed or paid, announces the payments whose OrderPaid Kafka may not have, and returns how
+// many it resolved. fence is
 // the sweeper lock's token (zero: unfenced). A campaign or an order it cannot resolve (its shard
 // does not answer, Redis holds a record it cannot parse) is reported in the error once the rest
 // is done: it must not keep every campaign, refund and expiry after it waiting, sweep after
 // sweep. Only a stale fence or the end of ctx stops the sweep at once. Once Kafka has not taken
-// an announcement the sweep waits for, the refunds and expiries left are skipped (see unannounced).
+// an announcement the sweep waits for, the refunds, expiries and payments left are skipped (see
+// unannounced).
 func (c *Compensator) SweepOnce(ctx context.Context, fence store.Fence) (int, error) {
 	return c.sweepOnce(ctx, ctx, fence)
 }
@@ -496,14 +500,34 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 	// them: a sale's unpaid orders come due as fast as the consumer confirmed them, thousands a
 	// second, and a page per sweep ended them many sweeps past their pay_by, where I6 gives
 	// them one.
-	sweepList(r, until, &c.pagesMu, &c.expiringAfter, c.page, func(after store.ExpiryKey) ([]store.Order, error) {
+	if !sweepList(r, until, &c.pagesMu, &c.expiringAfter, c.page, func(after store.ExpiryKey) ([]store.Order, error) {
 		return c.campaigns.ExpiringOrders(work, now, after, c.page)
 	}, store.Order.ExpiryKey, func(o store.Order) error {
 		_, err := c.Expire(work, o.OrderID, now)
 		return err
+	}) {
+		return r.result()
+	}
+	// A payment whose OrderPaid Kafka refused, or whose process died before Kafka had it, is
+	// in the store alone: the order streams and a replay after a restore learn of payments from
+	// the results topic. The sweeper announces it once its own announcement has had paidGrace
+	// to land, so as not to race it; one announced twice all the same is read by order_id.
+	sweepList(r, until, &c.pagesMu, &c.paidAfter, c.page, func(after string) ([]store.Order, error) {
+		return c.campaigns.UnannouncedPayments(work, now.Add(-paidGrace), after, c.page)
+	}, func(o store.Order) string { return o.OrderID }, func(o store.Order) error {
+		if err := c.announcePaid(work, o, "the sweeper announces it again once Kafka answers"); err != nil {
+			return err
+		}
+		compensations.WithLabelValues("sweeper", "paid_announced").Inc()
+		return nil
 	})
 	return r.result()
 }
+
+// paidGrace is how long after its payment the sweeper leaves a paid order's announcement to the
+// payment's own call: more than the call's wait for Kafka (announceTimeout), with room for the
+// store's commit before it.
+const paidGrace = 2 * announceTimeout
 
 // BulkTimeout bounds an operator's cancel or bulk compensation run by the api: it goes on when
 // the admin stops waiting, and running it again finishes what it left. The sweeper refunds the
@@ -511,13 +535,13 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 // longer).
 const BulkTimeout = 10 * time.Minute
 
-// sweepList resolves a store list of refunds or expiries page by page (read returns the page
-// after a key) from where the last sweep left it (*place): one page, and more while the list
-// goes on and the sweep is within until. *place follows each page (see nextPage), so a sweep
-// cut short, or out of time, leaves the next where this one stopped, and the end of the list
-// sends the next sweep to the top: what failed is tried again once a pass. An order due since
-// the last pass is not left behind the place: expiries are listed by pay_by, so it is at the
-// end. It reports whether the sweep goes on: false once it is over for orders it announces
+// sweepList resolves a store list of refunds, expiries or payments to announce page by page
+// (read returns the page after a key) from where the last sweep left it (*place): one page, and
+// more while the list goes on and the sweep is within until. *place follows each page (see
+// nextPage), so a sweep cut short, or out of time, leaves the next where this one stopped, and
+// the end of the list sends the next sweep to the top: what failed is tried again once a pass.
+// An order due since the last pass is not left behind the place: expiries are listed by pay_by,
+// so it is at the end (a refund or a payment listed behind it waits for the next pass). It reports whether the sweep goes on: false once it is over for orders it announces
 // (see sweepRun.over). A read that fails keeps the place and ends this list's part of the sweep.
 func sweepList[K comparable](r *sweepRun, until time.Time, mu *sync.Mutex, place *K, limit int, read func(after K) ([]store.Order, error),
 	key func(store.Order) K, resolve func(store.Order) error) bool {
@@ -610,8 +634,8 @@ func (r *sweepRun) halt(err error) bool {
 }
 
 // over says that the sweep takes no more orders of a kind: none once it was told to stop or
-// met a stale fence, and none whose announcement it waits for (announcing: refunds and
-// expiries) once Kafka did not take one. The releases of overdue reservations, whose
+// met a stale fence, and none whose announcement it waits for (announcing: refunds, expiries
+// and payments) once Kafka did not take one. The releases of overdue reservations, whose
 // OrderFailed is not waited for, go on.
 func (r *sweepRun) over(announcing bool) bool {
 	r.mu.Lock()

@@ -7,7 +7,7 @@ import (
 
 var compensations = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "seckill_compensations_total",
-	Help: "Reservations the compensator resolved, by source (dlq, sweeper, operator) and outcome (released, refunded, confirmed, unchanged; for dead letters unreadable; lost: an order Redis holds confirmed, refunded or expired that the store lost, left out of it; and malformed: its reservation record Redis cannot parse, left pending for a person).",
+	Help: "Reservations the compensator resolved, by source (dlq, sweeper, operator) and outcome (released, refunded, confirmed, unchanged; paid_announced: the sweeper announced the OrderPaid of a payment Kafka had not taken; for dead letters unreadable; lost: an order Redis holds confirmed, refunded or expired that the store lost, left out of it; and malformed: its reservation record Redis cannot parse, left pending for a person).",
 }, []string{"source", "outcome"})
 
 var auditViolations = promauto.NewGaugeVec(prometheus.GaugeOpts{

@@ -24,6 +24,7 @@ type Store interface {
 	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
 	MarkUnpaid(ctx context.Context, orderID string) error
 	MarkRefunded(ctx context.Context, orderID string) error
+	MarkPaidAnnounced(ctx context.Context, orderID string) error
 }
 
 // Redis is the part of Redis the compensator needs.
@@ -177,10 +178,12 @@ func (r *Resolver) lost(ctx context.Context, orderID string) (store.Order, bool,
 	return o, false, err
 }
 
-// Pay records the payment of a confirmed order within its window and announces it; paying again
-// with the same payment id returns the paid order and announces it again, as the first
-// announcement may have been lost (Kafka refused it, or the process died before the produce).
-// Refusals are *events.Error (store.PayOrder); a pending order is events.OrderNotConfirmed.
+// Pay records the payment of a confirmed order within its window and announces it
+// (announcePaid); paying again with the same payment id returns the paid order and announces it
+// again, as the first announcement may have been lost (Kafka refused it, or the process died
+// before the produce). Until Kafka has it, the sweeper announces it too
+// (store.UnannouncedPayments). Refusals are *events.Error (store.PayOrder); a pending order is
+// events.OrderNotConfirmed.
 func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Order, error) {
 	o, _, err := r.Store.PayOrder(ctx, orderID, paymentID, time.Now())
 	if events.ErrorCode(err) == events.OrderNotFound {
@@ -193,12 +196,24 @@ func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Or
 	if err != nil {
 		return o, err
 	}
-	// The announcement, a retry's too, carries the time the store took the payment: a replay
-	// after a restore records the payment again as of that time (consumer.recordPaid), inside
-	// the window, where a clock reading taken after the commit may be past pay_by.
+	return o, r.announcePaid(ctx, o, "pay again with the same payment_id, or the sweeper announces it shortly")
+}
+
+// announcePaid announces the OrderPaid of paid order o, waiting until Kafka has it
+// (publishAcked, whose error says then), and only then records in the store that it is
+// announced: store.UnannouncedPayments lists the order until this has run to its end, so an
+// announcement Kafka refused, or lost with its process, is made by the sweeper.
+func (r *Resolver) announcePaid(ctx context.Context, o store.Order, then string) error {
+	// The announcement, a retry's and the sweeper's too, carries the time the store took the
+	// payment: a replay after a restore records the payment again as of that time
+	// (consumer.recordPaid), inside the window, where a clock reading taken after the commit
+	// may be past pay_by.
 	ev := orderEvent(o).New(events.OrderPaid, time.UnixMilli(o.UpdatedAtMs))
 	ev.PaymentID = o.PaymentID
-	return o, r.publishAcked(ctx, ev, "paid", "pay again with the same payment_id")
+	if err := r.publishAcked(ctx, ev, "paid", then); err != nil {
+		return err
+	}
+	return r.Store.MarkPaidAnnounced(ctx, o.OrderID)
 }
 
 // announceTimeout bounds publishAcked's wait for Kafka.

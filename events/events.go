@@ -34,7 +34,8 @@ const (
 	// OrderRefunded is produced by the compensator after a confirmed or paid order was
 	// refunded; a paid order's names its payment.
 	OrderRefunded Type = "OrderRefunded"
-	// OrderPaid is produced by the api after a confirmed order was paid within its window.
+	// OrderPaid is produced by the api after a confirmed order was paid within its window, and
+	// by the compensator's sweeper for a payment whose announcement Kafka had not taken.
 	OrderPaid Type = "OrderPaid"
 	// OrderExpired is produced by the compensator after an order left unpaid past its window
 	// was expired and its units given back.
