@@ -82,6 +82,7 @@ type ReplayStore interface {
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
 	Confirmed(ctx context.Context, campaign string, limit int) ([]store.Order, error)
 	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
+	MarkPaidAnnounced(ctx context.Context, orderID string) error
 }
 
 var _ ReplayStore = (*store.Store)(nil)
@@ -494,7 +495,8 @@ func reservations(work, stop context.Context, log *slog.Logger, r Confirmer, ids
 // inside the order's window. An order the store holds otherwise is left as it is: paid
 // already, refunded since, missing; one it holds expired, or paid by another payment, and a
 // payment that paid another order (an api from before the store refused that announced it),
-// are logged, as their payers may be owed a refund.
+// are logged, as their payers may be owed a refund. A payment recorded from the topic is marked
+// announced, as it is there: the sweeper does not announce it again (store.UnannouncedPayments).
 func recordPaid(ctx context.Context, log *slog.Logger, st ReplayStore, recs []*kgo.Record) (int, error) {
 	n := 0
 	for _, rec := range recs {
@@ -511,6 +513,9 @@ func recordPaid(ctx context.Context, log *slog.Logger, st ReplayStore, recs []*k
 			o, changed, err = st.PayOrder(ctx, e.OrderID, e.PaymentID, e.OccurredAt)
 			if events.ErrorCode(err) != events.Internal {
 				refusal, err = err, nil // the order's state, not a failure
+			}
+			if err == nil && refusal == nil {
+				err = st.MarkPaidAnnounced(ctx, e.OrderID)
 			}
 			return err
 		})
