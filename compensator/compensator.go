@@ -541,8 +541,9 @@ const BulkTimeout = 10 * time.Minute
 // nextPage), so a sweep cut short, or out of time, leaves the next where this one stopped, and
 // the end of the list sends the next sweep to the top: what failed is tried again once a pass.
 // An order due since the last pass is not left behind the place: expiries are listed by pay_by,
-// so it is at the end (a refund or a payment listed behind it waits for the next pass). It reports whether the sweep goes on: false once it is over for orders it announces
-// (see sweepRun.over). A read that fails keeps the place and ends this list's part of the sweep.
+// so it is at the end (a refund or a payment listed behind it waits for the next pass). It
+// reports whether the sweep goes on: false once it is over for orders it announces (see
+// sweepRun.over). A read that fails keeps the place and ends this list's part of the sweep.
 func sweepList[K comparable](r *sweepRun, until time.Time, mu *sync.Mutex, place *K, limit int, read func(after K) ([]store.Order, error),
 	key func(store.Order) K, resolve func(store.Order) error) bool {
 	var top K
