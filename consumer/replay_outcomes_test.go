@@ -364,9 +364,9 @@ func (s *replaySale) backup() (restore func()) {
 		exec(`DELETE FROM purchases WHERE campaign_id = ?`, s.campaign)
 		exec(`UPDATE campaigns SET sold = ? WHERE id = ?`, c.Sold, s.campaign)
 		for _, o := range orders {
-			exec(`INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms, pay_by_ms, payment_id, paid_announced)
+			exec(`INSERT INTO orders (order_id, campaign_id, user_id, quantity, status, reason, created_at_ms, updated_at_ms, pay_by_ms, payment_id, payment_unannounced)
 				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, o.OrderID, o.CampaignID, o.UserID, o.Quantity, string(o.Status), o.Reason,
-				o.CreatedAtMs, o.UpdatedAtMs, o.PayByMs, o.PaymentID, o.PaidAnnounced)
+				o.CreatedAtMs, o.UpdatedAtMs, o.PayByMs, o.PaymentID, o.PaymentUnannounced)
 		}
 		for u, n := range holdings {
 			exec(`INSERT INTO purchases (campaign_id, user_id, bought) VALUES (?, ?, ?)`, s.campaign, u, n)

@@ -20,8 +20,8 @@ func unannounced(t *testing.T, s *store.Store, paidBy time.Time) []string {
 	}
 	var ids []string
 	for _, o := range os {
-		if o.Status != events.Paid || o.PaidAnnounced {
-			t.Errorf("UnannouncedPayments lists %s, %s, announced %v", o.OrderID, o.Status, o.PaidAnnounced)
+		if o.Status != events.Paid || !o.PaymentUnannounced {
+			t.Errorf("UnannouncedPayments lists %s, %s, unannounced %v", o.OrderID, o.Status, o.PaymentUnannounced)
 		}
 		ids = append(ids, o.OrderID)
 	}
@@ -70,7 +70,7 @@ func TestPaidListedUntilAnnounced(t *testing.T) {
 		if got := unannounced(t, s, paidAt); !slices.Equal(got, []string{b}) {
 			t.Errorf("unannounced after marking %s: %v, want %v", a, got, []string{b})
 		}
-		if o := wantStatus(t, s, a, events.Paid); !o.PaidAnnounced {
+		if o := wantStatus(t, s, a, events.Paid); o.PaymentUnannounced {
 			t.Errorf("order %s marked announced reads %+v", a, o)
 		}
 		// Marked before it was paid, c is unannounced all the same once paid.
@@ -125,7 +125,7 @@ func TestPaidAnnouncedMigration(t *testing.T) {
 		if got := unannounced(t, s, time.Now().Add(time.Hour)); len(got) != 0 {
 			t.Errorf("unannounced right after the migration: %v, want none", got)
 		}
-		if o := wantStatus(t, s, old, events.Paid); !o.PaidAnnounced {
+		if o := wantStatus(t, s, old, events.Paid); o.PaymentUnannounced {
 			t.Errorf("order paid before the migration: %+v, want it announced", o)
 		}
 		if _, _, err := s.PayOrder(ctx, later, "pay-later", time.Now()); err != nil {

@@ -371,9 +371,9 @@ type Order struct {
 	UpdatedAtMs int64         `db:"updated_at_ms"`
 	PayByMs     int64         `db:"pay_by_ms"`  // confirmed: when it must be paid by; 0: no payment step
 	PaymentID   string        `db:"payment_id"` // paid: the payment service's id
-	// PaidAnnounced is false for a paid order whose OrderPaid Kafka may not have yet
-	// (MarkPaidAnnounced); true for every other order.
-	PaidAnnounced bool `db:"paid_announced"`
+	// PaymentUnannounced is true for a paid order whose OrderPaid Kafka may not have yet
+	// (MarkPaidAnnounced); false for every other order.
+	PaymentUnannounced bool `db:"payment_unannounced"`
 }
 
 // Order returns the order with id, or an events.OrderNotFound error.
@@ -785,7 +785,7 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 			// its store step, and a run cut short in between would leave the payer charged for
 			// a sale called off. A payment taken before the cancel is paid (a replay records it
 			// again as of its time), and the cancel refunds it.
-			err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?, paid_announced = FALSE
+			err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?, payment_unannounced = TRUE
 				WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ? AND NOT EXISTS (SELECT 1 FROM campaigns
 					WHERE id = orders.campaign_id AND cancelled_at_ms > 0 AND cancelled_at_ms <= ?) RETURNING *`),
 				paymentID, now.UnixMilli(), orderID, now.UnixMilli(), now.UnixMilli())
@@ -849,7 +849,7 @@ func claimPayment(ctx context.Context, tx *sqlx.Tx, paymentID, orderID string) (
 // UnfinishedRefunds).
 func (s *Store) UnannouncedPayments(ctx context.Context, paidBy time.Time, after string, limit int) ([]Order, error) {
 	var os []Order
-	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE status = 'paid' AND NOT paid_announced
+	err := s.db.SelectContext(ctx, &os, s.db.Rebind(`SELECT * FROM orders WHERE status = 'paid' AND payment_unannounced
 		AND updated_at_ms <= ? AND order_id > ? ORDER BY order_id LIMIT ?`), paidBy.UnixMilli(), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("unannounced payments: %w", err)
@@ -860,8 +860,8 @@ func (s *Store) UnannouncedPayments(ctx context.Context, paidBy time.Time, after
 // MarkPaidAnnounced records that Kafka has the OrderPaid of a paid order. Marking an order
 // again, or one not paid, changes nothing.
 func (s *Store) MarkPaidAnnounced(ctx context.Context, orderID string) error {
-	_, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE orders SET paid_announced = TRUE
-		WHERE order_id = ? AND status = 'paid' AND NOT paid_announced`), orderID)
+	_, err := s.db.ExecContext(ctx, s.db.Rebind(`UPDATE orders SET payment_unannounced = FALSE
+		WHERE order_id = ? AND status = 'paid' AND payment_unannounced`), orderID)
 	if err != nil {
 		return fmt.Errorf("mark the payment of order %s announced: %w", orderID, err)
 	}
