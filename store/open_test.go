@@ -136,3 +136,37 @@ func TestOpenRefusedIsPermanent(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenSQLitePathAsGiven: sqlite:PATH opens the file at PATH whatever characters its
+// directories hold. The path went into a file: URI as it was, and SQLite read '#' as the start
+// of a fragment, '?' as a query and '%' as an escape: seckill dev --data-dir 'x#y' kept its
+// database in a file x beside the directory, shared with any other 'x#…', and the --dev
+// commands, which name the file by its absolute path, opened another one for a project cloned
+// under such a directory.
+func TestOpenSQLitePathAsGiven(t *testing.T) {
+	for _, name := range []string{"a#b", "a?b", "100%25", "a b"} {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "seckill.db")
+		st, err := store.Open(context.Background(), "sqlite:"+path)
+		if err != nil {
+			t.Errorf("%q: %v", name, err)
+			continue
+		}
+		err = st.Migrate(context.Background())
+		st.Close()
+		if err != nil {
+			t.Errorf("%q: migrate: %v", name, err)
+		}
+		if _, err := os.Stat(path); err != nil {
+			entries, _ := os.ReadDir(filepath.Dir(dir))
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Errorf("directory %q: no database at %s (%v); beside it: %v", name, path, err, names)
+		}
+	}
+}

@@ -56,6 +56,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		// not become a writer once another process (a --dev command beside seckill dev) had
 		// written meanwhile, and failed at once with "database is locked" where busy_timeout
 		// should have made it wait.
+		// The path goes into a file: URI, where SQLite reads '?', '#' and '%' as URI syntax:
+		// escaped, a directory named "x#y" holds the database instead of a file "x" beside it.
+		path = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 		db, err = sqlx.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 		if err == nil {
 			db.SetMaxOpenConns(1)
