@@ -466,6 +466,9 @@ func readDevAddrs(dataDir string) (devAddrs, error) {
 	var a devAddrs
 	b, err := os.ReadFile(devAddrsFile(dataDir))
 	if errors.Is(err, fs.ErrNotExist) {
+		if devRunning(dataDir) { // it writes dev.json once its start-up rebuild is done
+			return a, fmt.Errorf("the seckill dev on %s is starting: try again once it prints its console link", dataDir)
+		}
 		return a, fmt.Errorf("no seckill dev is running on %s (start it with make run, or name its --data-dir)", dataDir)
 	}
 	if !devRunning(dataDir) {

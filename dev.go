@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -215,6 +216,12 @@ func lockDev(dataDir string) (*os.File, error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err == nil {
+		// A dev.json here is a killed dev's: its servers are gone. Removed now, not when this
+		// dev writes its own after the start-up rebuild, so --dev does not dial them meanwhile.
+		if err := os.Remove(devAddrsFile(dataDir)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			f.Close()
+			return nil, fmt.Errorf("remove the addresses of a killed dev: %w", err)
+		}
 		return f, nil
 	}
 	f.Close()

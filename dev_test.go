@@ -342,3 +342,27 @@ func TestDevCtrlCConfirmsWhatItAccepted(t *testing.T) {
 		t.Errorf("after Ctrl-C, %d of %d accepted orders are not confirmed in the store:\n%s", len(unconfirmed), len(accepted), strings.Join(unconfirmed, "\n"))
 	}
 }
+
+// TestDevStartingAfterKill: a dev killed with -9 leaves its dev.json; the next dev on the
+// directory holds the lock from its start, seconds before it writes its own dev.json (the
+// start-up rebuild). Meanwhile --dev read the dead one's addresses and dialled them: "audit:
+// open redis redis://127.0.0.1:35235/0: ... connection refused: nothing answers there; ... or
+// give --dev to reach make run", with --dev given; and a second dev named the dead api as the
+// running one's.
+func TestDevStartingAfterKill(t *testing.T) {
+	dir := t.TempDir()
+	if err := writeDevAddrs(dir, devAddrs{RedisURL: "redis://127.0.0.1:1/0", APIURL: "http://127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := lockDev(dir) // what a starting dev holds before it writes its dev.json
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if a, err := readDevAddrs(dir); err == nil || !strings.Contains(err.Error(), "is starting") {
+		t.Errorf("--dev while a dev starts after one was killed: %+v, %v: want no addresses, and that it is starting", a, err)
+	}
+	if _, err := lockDev(dir); err == nil || strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("a second dev while the first starts: %v: want refused, naming no dead api", err)
+	}
+}
