@@ -366,3 +366,52 @@ func TestDevStartingAfterKill(t *testing.T) {
 		t.Errorf("a second dev while the first starts: %v: want refused, naming no dead api", err)
 	}
 }
+
+// TestMakeDemoCtrlC: Ctrl-C in make demo's terminal stops the crowd, and the demo, which runs
+// until stopped, exits 0 with its summary. make must not call that a failure: make demo ran
+// go run, which exits 1 whenever it was interrupted, and make ended the stop with
+// "make: *** [Makefile:19: demo] Error 1", as make run did before it ran the built binary.
+func TestMakeDemoCtrlC(t *testing.T) {
+	mk, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatal("no make: install Debian's make package (.ci/run does)")
+	}
+	dir, addr := t.TempDir(), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dev := startDev(t, ctx, addr, dir)
+	eventually(t, 60*time.Second, "seckill dev is up", func() bool { return strings.Contains(dev.String(), "console: ") })
+	out := &syncBuffer{}
+	cmd := exec.Command(mk, "demo", "BIN="+filepath.Join(t.TempDir(), "seckill"))
+	cmd.Env = append(os.Environ(), "SECKILL_DATA_DIR="+dir)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own, as a terminal's job
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	group := -cmd.Process.Pid
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			syscall.Kill(group, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	// The first make demo compiles seckill.
+	eventually(t, 5*time.Minute, "make demo sells", func() bool { return strings.Contains(out.String(), "demo: campaign ") })
+	time.Sleep(time.Second)
+	if err := syscall.Kill(group, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("make demo still runs a minute after Ctrl-C:\n%s", out.String())
+	}
+	if got := out.String(); strings.Contains(got, "make: ***") || !strings.Contains(got, " purchases: ") {
+		t.Errorf("make demo after Ctrl-C: want its summary and no error from make:\n%s", got)
+	}
+}
