@@ -64,8 +64,8 @@ type dialWarner struct {
 }
 
 func (w *dialWarner) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	// A dial cut short by its caller (a role stopping) says nothing of the broker.
-	if err == nil || errors.Is(err, context.Canceled) {
+	// A dial cut short by its caller (a role stopping, its client closed) says nothing of the broker.
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
 		return
 	}
 	w.mu.Lock()
