@@ -63,14 +63,15 @@ func TestAPIRefusesToStartWithoutIdentity(t *testing.T) {
 // as operator commands find one: its dev.json and a held lock on dev.lock.
 func fakeDev(t *testing.T, dir string, a devAddrs) {
 	t.Helper()
-	if err := writeDevAddrs(dir, a); err != nil {
-		t.Fatal(err)
-	}
+	// In a dev's order: the lock, then dev.json (lockDev removes a dev.json it finds: a killed dev's).
 	lock, err := lockDev(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lock.Close() })
+	if err := writeDevAddrs(dir, a); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestDevWithAServerFlag: --dev (or SECKILL_DEV) stands in for the server flags, so one given
