@@ -226,15 +226,34 @@ func TestDevPortTaken(t *testing.T) {
 // a failure: go run exits 1 whenever it was interrupted, whatever its program did, and make
 // then ended a clean stop with "make: *** [Makefile:10: run] Error 1".
 func TestMakeRunCtrlC(t *testing.T) {
+	out, ctrlC := makeJob(t, "run", "SECKILL_ADDR="+freeAddr(t), "SECKILL_DATA_DIR="+t.TempDir())
+	// The first make run compiles seckill.
+	eventually(t, 5*time.Minute, "make run is up", func() bool { return strings.Contains(out.String(), "console: ") })
+	// The drains take 15 s at most.
+	waitErr := ctrlC(2 * time.Minute)
+	// make dies of the SIGINT itself, as any make interrupted in a terminal does, and the shell
+	// says nothing of that; what must not be there is make's report of a failed recipe.
+	if got := out.String(); strings.Contains(got, "make: ***") || !strings.Contains(got, `"seckill dev stopped" err=<nil>`) {
+		t.Errorf("make run after Ctrl-C (%v): want seckill dev stopped cleanly and no error from make:\n%s", waitErr, got)
+	}
+}
+
+// makeJob starts make target as a terminal starts a job: in a process group of its own, with
+// env added and a binary of the test's own. ctrlC sends SIGINT to the whole group, as a
+// terminal's Ctrl-C does, and returns make's exit, failing the test if make still runs after
+// wait: a make that does not stop would hang the whole run until go test's timeout, with no
+// word of which test. The cleanup kills the group if it still runs.
+func makeJob(t *testing.T, target string, env ...string) (out *syncBuffer, ctrlC func(wait time.Duration) error) {
+	t.Helper()
 	mk, err := exec.LookPath("make")
 	if err != nil {
 		t.Fatal("no make: install Debian's make package (.ci/run does)")
 	}
-	out := &syncBuffer{}
-	cmd := exec.Command(mk, "run", "BIN="+filepath.Join(t.TempDir(), "seckill"))
-	cmd.Env = append(os.Environ(), "SECKILL_ADDR="+freeAddr(t), "SECKILL_DATA_DIR="+t.TempDir())
+	out = &syncBuffer{}
+	cmd := exec.Command(mk, target, "BIN="+filepath.Join(t.TempDir(), "seckill"))
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own, as a terminal's job
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -250,22 +269,18 @@ func TestMakeRunCtrlC(t *testing.T) {
 			<-exited
 		}
 	})
-	// The first make run compiles seckill.
-	eventually(t, 5*time.Minute, "make run is up", func() bool { return strings.Contains(out.String(), "console: ") })
-	if err := syscall.Kill(group, syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	// Bounded: a dev that does not stop would hang the whole run until go test's timeout,
-	// with no word of which test; the cleanup kills the group. The drains take 15 s at most.
-	select {
-	case <-exited:
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("make run still runs 2 minutes after Ctrl-C:\n%s", out.String())
-	}
-	// make dies of the SIGINT itself, as any make interrupted in a terminal does, and the shell
-	// says nothing of that; what must not be there is make's report of a failed recipe.
-	if got := out.String(); strings.Contains(got, "make: ***") || !strings.Contains(got, `"seckill dev stopped" err=<nil>`) {
-		t.Errorf("make run after Ctrl-C (%v): want seckill dev stopped cleanly and no error from make:\n%s", waitErr, got)
+	return out, func(wait time.Duration) error {
+		t.Helper()
+		if err := syscall.Kill(group, syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-exited:
+			return waitErr
+		case <-time.After(wait):
+			t.Fatalf("make %s still runs %v after Ctrl-C:\n%s", target, wait, out.String())
+			return nil
+		}
 	}
 }
 
@@ -372,45 +387,16 @@ func TestDevStartingAfterKill(t *testing.T) {
 // go run, which exits 1 whenever it was interrupted, and make ended the stop with
 // "make: *** [Makefile:19: demo] Error 1", as make run did before it ran the built binary.
 func TestMakeDemoCtrlC(t *testing.T) {
-	mk, err := exec.LookPath("make")
-	if err != nil {
-		t.Fatal("no make: install Debian's make package (.ci/run does)")
-	}
 	dir, addr := t.TempDir(), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dev := startDev(t, ctx, addr, dir)
 	eventually(t, 60*time.Second, "seckill dev is up", func() bool { return strings.Contains(dev.String(), "console: ") })
-	out := &syncBuffer{}
-	cmd := exec.Command(mk, "demo", "BIN="+filepath.Join(t.TempDir(), "seckill"))
-	cmd.Env = append(os.Environ(), "SECKILL_DATA_DIR="+dir)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group of its own, as a terminal's job
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	group := -cmd.Process.Pid
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			syscall.Kill(group, syscall.SIGKILL)
-			<-exited
-		}
-	})
+	out, ctrlC := makeJob(t, "demo", "SECKILL_DATA_DIR="+dir)
 	// The first make demo compiles seckill.
 	eventually(t, 5*time.Minute, "make demo sells", func() bool { return strings.Contains(out.String(), "demo: campaign ") })
 	time.Sleep(time.Second)
-	if err := syscall.Kill(group, syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		t.Fatalf("make demo still runs a minute after Ctrl-C:\n%s", out.String())
-	}
+	ctrlC(time.Minute)
 	if got := out.String(); strings.Contains(got, "make: ***") || !strings.Contains(got, " purchases: ") {
 		t.Errorf("make demo after Ctrl-C: want its summary and no error from make:\n%s", got)
 	}
