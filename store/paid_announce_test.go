@@ -103,14 +103,7 @@ func TestPaidListedUntilAnnounced(t *testing.T) {
 func TestPaidAnnouncedMigration(t *testing.T) {
 	storetest.EachURL(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		s, err := store.Open(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		if err := store.MigrateTo(ctx, s, store.Migrations()-1); err != nil {
-			t.Fatal(err)
-		}
+		s := openAt(t, url, store.Migrations()-1)
 		evs := payConfirmed(t, s, 2)
 		old, later := evs[0].OrderID, evs[1].OrderID
 		if _, err := s.DB().Exec(s.DB().Rebind(`UPDATE orders SET status = 'paid', payment_id = 'pay-old' WHERE order_id = ?`), old); err != nil {

@@ -222,15 +222,8 @@ func TestPaymentPaysOneOrderConcurrently(t *testing.T) {
 func TestPaymentsMigrateOverReusedPayments(t *testing.T) {
 	storetest.EachURL(t, func(t *testing.T, url string) {
 		ctx := context.Background()
-		s, err := store.Open(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
 		const beforePayments = 6 // the last migration of the release that paid orders without them
-		if err := store.MigrateTo(ctx, s, beforePayments); err != nil {
-			t.Fatal(err)
-		}
+		s := openAt(t, url, beforePayments)
 		evs := payConfirmed(t, s, 3)
 		twice := []string{evs[0].OrderID, evs[1].OrderID}
 		for _, id := range twice {
@@ -301,4 +294,19 @@ func TestConfirmedTakesALimit(t *testing.T) {
 			}
 		}
 	})
+}
+
+// openAt opens the database at url migrated to version only, as an earlier release left it,
+// and closes it when the test ends.
+func openAt(t *testing.T, url string, version int) *store.Store {
+	t.Helper()
+	s, err := store.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := store.MigrateTo(context.Background(), s, version); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
