@@ -20,6 +20,8 @@ type Lock struct {
 	key   string
 	token string
 	lease time.Duration
+	// taken is when TryLock sent the acquisition: the lease runs from no earlier than that.
+	taken time.Time
 	// Count is how many times the lock was taken, by Redis's count (which a Redis that lost
 	// data restarts): the floor of the fencing token the store issues for this holding.
 	Count int64
@@ -30,7 +32,7 @@ var ErrLockHeld = errors.New("lock held by another holder")
 
 // TryLock takes the lock name for lease, or returns ErrLockHeld.
 func (r *Redis) TryLock(ctx context.Context, name string, lease time.Duration) (*Lock, error) {
-	l := &Lock{r: r, key: "seckill:{lock:" + name + "}", token: events.NewID(), lease: lease}
+	l := &Lock{r: r, key: "seckill:{lock:" + name + "}", token: events.NewID(), lease: lease, taken: time.Now()}
 	n, err := lockAcquire.Run(ctx, r.rdb, []string{l.key, l.key + ":fence"}, l.token, lease.Milliseconds()).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", name, err)
@@ -60,30 +62,18 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 // Hold runs fn while keeping the lease alive: a watchdog renews it every third of the lease,
-// and cancels fn's context as soon as a renewal fails or finds the lock gone. The lock is
-// released when fn returns.
+// and cancels fn's context as soon as a renewal finds the lock gone. A renewal that fails (a
+// Redis blip, a timeout) says nothing of the lock, which stays this holder's until its lease
+// runs out: the watchdog retries it, and cancels fn's context only once the lease it last
+// renewed is within a renewal interval of its end. The lock is released when fn returns.
 func (l *Lock) Hold(ctx context.Context, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(l.lease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ok, err := l.Renew(ctx)
-			if err == nil && !ok {
-				err = errors.New("lease lost")
-			}
-			if err != nil {
-				cancel(fmt.Errorf("lock %s: %w", l.key, err))
-				return
-			}
+		if err := l.watch(ctx); err != nil {
+			cancel(err)
 		}
 	}()
 	err := fn(ctx)
@@ -93,4 +83,42 @@ func (l *Lock) Hold(ctx context.Context, fn func(ctx context.Context) error) err
 		err = rerr
 	}
 	return err
+}
+
+// watch renews the lease until ctx ends (and then returns nil), or until the lease can no
+// longer be trusted: it returns why. The lease is trusted up to a renewal interval before it
+// would lapse, counted from when the renewal that set it was sent. That margin covers a clock
+// that runs slower here than Redis's, and the time fn takes to stop once told. A failed
+// renewal is retried every twelfth of the lease within that time; each renewal is cut off
+// where the trust ends, so one that hangs does not keep fn working past it.
+func (l *Lock) watch(ctx context.Context) error {
+	every := l.lease / 3
+	retry := max(l.lease/12, time.Millisecond)
+	trusted := l.taken.Add(l.lease - every)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		sent := time.Now()
+		rctx, rcancel := context.WithDeadline(ctx, trusted)
+		ok, err := l.Renew(rctx)
+		rcancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil && !ok:
+			return fmt.Errorf("lock %s: lease lost", l.key)
+		case err == nil:
+			trusted = sent.Add(l.lease - every)
+			t.Reset(every)
+		case !time.Now().Before(trusted):
+			return fmt.Errorf("lock %s: no renewal within the lease, less a renewal interval: %w", l.key, err)
+		default:
+			t.Reset(min(retry, time.Until(trusted)))
+		}
+	}
 }
