@@ -53,14 +53,9 @@ func NewClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 // consumer whose brokers are all down only looks idle.
 func WarnUnreachable(log *slog.Logger) kgo.Opt { return kgo.WithHooks(&dialWarner{log: log}) }
 
-// warnEvery spaces the warnings of a client that cannot reach a broker: it tries every few
-// hundred milliseconds.
-const warnEvery = 10 * time.Second
-
 type dialWarner struct {
-	log  *slog.Logger
-	mu   sync.Mutex
-	last time.Time
+	log    *slog.Logger
+	outage Outage // never answered: a broker connected says nothing of the others
 }
 
 func (w *dialWarner) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
@@ -68,15 +63,7 @@ func (w *dialWarner) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
 		return
 	}
-	w.mu.Lock()
-	due := time.Since(w.last) >= warnEvery
-	if due {
-		w.last = time.Now()
-	}
-	w.mu.Unlock()
-	if due {
-		w.log.Warn("cannot reach a Kafka broker; retrying", "broker", net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port))), "err", err)
-	}
+	w.outage.Failed(w.log, "cannot reach a Kafka broker; retrying", "broker", net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port))), "err", err)
 }
 
 // DefaultSessionTimeout is the group session of a member that dies: its partitions wait that
