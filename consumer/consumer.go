@@ -183,6 +183,9 @@ type handler struct {
 	// resolved them (or the sweeper did, at the reservation's deadline). It also counts the
 	// orders recordGivenBack stores and moves on, and makes it wait for Redis.
 	replay *ReplayStats
+	// redisDown logs Redis's failures to answer a batch's reads and confirmations as outages: a
+	// warning for each, not two a batch.
+	redisDown events.Outage
 	// counted holds, in a replay, the places in the log of the poison events and refusals
 	// counted: a data loss's rewind reads some of the range again (topicRange.read), and each is
 	// counted once, as the events read are.
@@ -321,10 +324,8 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 	go func() {
 		defer close(redisDone)
 		left, err := h.redis.ConfirmAll(work, confirmed)
-		if err != nil {
-			// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
-			h.cfg.Logger.Warn("confirm reservations", "orders", len(confirmed), "err", err)
-		}
+		// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
+		h.redisAnswered(err, len(confirmed), "confirm reservations")
 		if len(left) > 0 { // a redelivery's, or a restored store's: new orders are all pending
 			movedErr = h.unconfirmed(work, stop, evs, left)
 		}
@@ -338,6 +339,26 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 		return err
 	}
 	return movedErr
+}
+
+// redisFailing is the warning of a Redis that fails the consumer's calls, and what the consumer
+// does meanwhile.
+const redisFailing = "redis calls failing: persisting orders without checking for those Redis gave back, and leaving their confirmation in Redis to the sweeper"
+
+// redisAnswered logs the outcome of a call to Redis, op, over n orders: a failure as part of an
+// outage (h.redisDown), and a success, which may end one. A call over no orders did not reach
+// Redis. A malformed record is Redis answering, and a warning of its own.
+func (h *handler) redisAnswered(err error, n int, op string) {
+	switch {
+	case n == 0:
+	case errors.Is(err, lua.ErrMalformed):
+		h.redisDown.Answered(h.cfg.Logger, "redis answers again")
+		h.cfg.Logger.Warn(op, "orders", n, "err", err)
+	case err != nil:
+		h.redisDown.Failed(h.cfg.Logger, redisFailing, "call", op, "orders", n, "err", err)
+	default:
+		h.redisDown.Answered(h.cfg.Logger, "redis answers again")
+	}
 }
 
 // unconfirmed deals with the orders of a batch (evs), which the store holds confirmed or paid,

@@ -447,13 +447,16 @@ func (h *handler) recordGivenBack(work, stop context.Context, evs []events.Event
 		if held, err = reservations(work, stop, h.cfg.Logger, h.redis, ids); err != nil {
 			return err
 		}
-	} else if held, err = h.redis.Reservations(work, ids); err != nil {
-		// The consumer does not wait for Redis, as it does not for its confirmations: a restored
-		// store meeting an outage is rarer than an outage, whose backlog, left waiting, the
-		// sweeper would fail at its deadline. The confirm's answer still finds an order the
-		// store holds confirmed that Redis ended (unconfirmed).
-		h.cfg.Logger.Warn("read reservations; persisting without checking for orders Redis gave back", "orders", len(ids), "err", err)
-		return nil
+	} else {
+		held, err = h.redis.Reservations(work, ids)
+		h.redisAnswered(err, len(ids), "read reservations")
+		if err != nil {
+			// The consumer does not wait for Redis, as it does not for its confirmations: a
+			// restored store meeting an outage is rarer than an outage, whose backlog, left
+			// waiting, the sweeper would fail at its deadline. The confirm's answer still finds
+			// an order the store holds confirmed that Redis ended (unconfirmed).
+			return nil
+		}
 	}
 	return h.recordEnded(work, stop, endedAs(orders, stateIn(held)))
 }
