@@ -393,7 +393,10 @@ func TestGivenBackBesideBatchDecision(t *testing.T) {
 				batchErr, endErr   error
 				batchDone, endDone = make(chan struct{}), make(chan struct{})
 			)
-			defer func() { hold.Rollback(); <-batchDone }()
+			defer func() {
+				hold.Rollback()
+				recvWithin(t, batchDone, "the batch (its blocking transaction rolled back)")
+			}()
 			go func() {
 				defer close(batchDone)
 				results, batchErr = s.ConfirmOrders(ctx, []events.Event{first, ending, next})
@@ -411,8 +414,8 @@ func TestGivenBackBesideBatchDecision(t *testing.T) {
 			if err := hold.Rollback(); err != nil {
 				t.Fatal(err)
 			}
-			<-batchDone
-			<-endDone
+			recvWithin(t, batchDone, "the batch (its blocking transaction rolled back)")
+			recvWithin(t, endDone, "the order's end")
 			if batchErr != nil || endErr != nil {
 				t.Fatalf("ConfirmOrders: %v; the order's end: %v", batchErr, endErr)
 			}
@@ -492,7 +495,7 @@ func TestGivenBackBesideAnotherSQLiteProcess(t *testing.T) {
 			if !fired {
 				t.Fatal("the order's end wrote nothing the hook saw")
 			}
-			if err := <-wrote; err != nil {
+			if err := recvWithin(t, wrote, "the other process's write"); err != nil {
 				t.Errorf("the other process's write beside the order's end: %v; want it done, after waiting", err)
 			}
 		})
@@ -520,4 +523,19 @@ func blockedBy(t *testing.T, s *store.Store, pid int, done <-chan struct{}) int 
 	}
 	t.Fatalf("after a minute nothing waits for backend %d, and what was to wait has not ended", pid)
 	return 0
+}
+
+// recvWithin receives from ch, what finishes (a goroutine of the test, the code it runs): a
+// deadlock there fails the test after a minute, saying what did not finish, instead of holding
+// the package until go test's timeout.
+func recvWithin[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute): // a hang guard, not a measurement
+	}
+	t.Fatalf("after a minute, %s has not finished", what)
+	var zero T
+	return zero
 }

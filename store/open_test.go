@@ -51,7 +51,7 @@ func TestOpenGivesUpOnASilentServer(t *testing.T) {
 			c.Close()
 		}
 		mu.Unlock()
-		<-done
+		recvWithin(t, done, "Open (its server's connections closed)")
 	}()
 	select {
 	case err := <-done:

@@ -439,7 +439,7 @@ func TestStore(t *testing.T) {
 				}()
 			}
 			for range holders {
-				if err := <-errs; err != nil {
+				if err := recvWithin(t, errs, "a holder's IssueFence calls"); err != nil {
 					t.Fatalf("IssueFence: %v", err)
 				}
 			}
