@@ -125,8 +125,10 @@ func TestInterruptedRefundIsFinishedByARerun(t *testing.T) {
 	h.gate.open()
 	rec := <-answered
 	body := rec.Body.String()
-	if rec.Code != http.StatusServiceUnavailable || strings.Contains(body, "changed nothing") || !strings.Contains(body, "run this again") {
-		t.Errorf("the interrupted refund answered %d %s; want 503 saying that running it again finishes it, not that nothing changed", rec.Code, body)
+	if rec.Code != http.StatusServiceUnavailable || strings.Contains(body, "changed nothing") || !strings.Contains(body, "run this again") ||
+		!strings.Contains(body, "refunded 1") {
+		t.Errorf("the interrupted refund answered %d %s; want 503 saying that running it again finishes it, not that nothing changed, "+
+			"and that it refunded the order", rec.Code, body)
 	}
 	if err := h.mr.Restart(); err != nil {
 		t.Fatal(err)
@@ -136,8 +138,9 @@ func TestInterruptedRefundIsFinishedByARerun(t *testing.T) {
 		t.Fatalf("after the interrupted refund Redis has %d units left; want 2, the refund's not given back yet", got)
 	}
 
-	// Run again, as the operator is told to: it finishes the refund, and counts it.
-	wantTally(t, h.do(t, refund(), http.StatusOK), 0, 1, 0)
+	// Run again, as the operator is told to: it finishes the refund, which the first run
+	// counted.
+	wantTally(t, h.do(t, refund(), http.StatusOK), 0, 0, 1)
 	if got := h.remaining(t, "rf"); got != 4 {
 		t.Errorf("after the rerun Redis has %d units left of 4; the refunded order's 2 never came back", got)
 	}
@@ -239,12 +242,12 @@ func TestCompensationOutlivesItsClient(t *testing.T) {
 // or a connection dropped after the commit does.
 type lostChangeAnswer struct{ *store.Store }
 
-func (s lostChangeAnswer) ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, error) {
-	c, err := s.Store.ChangeCampaign(ctx, id, change)
+func (s lostChangeAnswer) ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, []store.Order, error) {
+	c, refunded, err := s.Store.ChangeCampaign(ctx, id, change)
 	if err != nil {
-		return c, err
+		return c, refunded, err
 	}
-	return store.Campaign{}, fmt.Errorf("change campaign %s: %w", id, context.DeadlineExceeded)
+	return store.Campaign{}, nil, fmt.Errorf("change campaign %s: %w", id, context.DeadlineExceeded)
 }
 
 // TestAddStockWithItsAnswerLostSaysNotToAddAgain: the store added the units and its answer was

@@ -342,7 +342,7 @@ func TestAuditStockAddedNotYetInRedis(t *testing.T) {
 		}
 	}
 	// Redis as the api leaves a campaign: its stock and the store's version of it in its meta.
-	c, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(*store.Campaign) error { return nil })
+	c, _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(*store.Campaign) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +351,7 @@ func TestAuditStockAddedNotYetInRedis(t *testing.T) {
 		t.Fatalf("audit before the stock is added:\n%s", out)
 	}
 	// The operator adds 5: the store has them, Redis not yet.
-	if c, err = e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error { c.Stock += 5; return nil }); err != nil {
+	if c, _, err = e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error { c.Stock += 5; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if rep, out := e.audit(t); !rep.OK() {
@@ -365,7 +365,7 @@ func TestAuditStockAddedNotYetInRedis(t *testing.T) {
 	if err := e.r.Client().DecrBy(e.ctx, lua.KeysOf(e.campaign).Stock, 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if c, err = e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error { c.Stock += 5; return nil }); err != nil {
+	if c, _, err = e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error { c.Stock += 5; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if rep, out := e.audit(t); rep.OK() {

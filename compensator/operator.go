@@ -17,7 +17,7 @@ import (
 
 // CampaignStore is the part of the store an operator's campaign controls need.
 type CampaignStore interface {
-	ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, error)
+	ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, []store.Order, error)
 	Campaign(ctx context.Context, id string) (store.Campaign, error)
 	Confirmed(ctx context.Context, campaign string, limit int) ([]store.Order, error)
 	Refunding(ctx context.Context, campaign string) ([]store.Order, error)
@@ -132,15 +132,18 @@ func (o *Operator) RaiseStock(ctx context.Context, id string, total int64) (stor
 	})
 }
 
-// Cancel closes the campaign for good, then releases every pending reservation and refunds
-// every confirmed or paid order. Cancelling again finishes what an interrupted cancel left and
-// changes nothing else.
+// Cancel closes the campaign for good and refunds every confirmed or paid order in the store,
+// in one transaction (store.ChangeCampaign), then releases every pending reservation and gives
+// the refunded orders' units back in Redis, announcing each refund. Cancelling again finishes
+// what an interrupted cancel left and changes nothing else; so does the sweeper, which finishes
+// every refund stored with its units still held (store.UnfinishedRefunds). The tally counts the
+// orders the store step refunded, whether or not this run gave their units back.
 func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (store.Campaign, Tally, error) {
 	now, err := o.saleNow(ctx, id)
 	if err != nil {
 		return store.Campaign{}, Tally{}, err
 	}
-	c, err := o.change(ctx, id, func(c *store.Campaign) error {
+	c, refunded, err := o.changeRefunding(ctx, id, func(c *store.Campaign) error {
 		if c.CancelledAtMs > 0 {
 			return errOver
 		}
@@ -152,13 +155,17 @@ func (o *Operator) Cancel(ctx context.Context, id string, progress Progress) (st
 	})
 	// With the cancel stored, its orders are given back even if Redis did not take the closed
 	// sale (the sweeper closes it within a sweep): that needs only the store and each order's
-	// own script, and a cancelled campaign's buyers must not stay charged until someone
-	// notices and runs it again.
+	// own script.
 	behind := errors.Is(err, errSaleBehind)
 	if err != nil && !behind {
 		return c, Tally{}, err
 	}
-	t, cerr := o.CompensateCampaign(ctx, id, true, true, progress)
+	ours := make(map[string]bool, len(refunded))
+	for _, ord := range refunded {
+		ours[ord.OrderID] = true
+	}
+	t, cerr := o.compensateCampaign(ctx, id, true, true, ours, progress)
+	t.Refunded += int64(len(refunded))
 	if cerr != nil {
 		// Not joined with a sale behind, whose "nothing needs running again" would be what the
 		// caller reads first: only running the cancel again resolves the orders left, and its
@@ -198,8 +205,15 @@ var errOver = errors.New("over already")
 // Redis is brought along even when the store had the change already, so that a retry finishes
 // a control whose Redis step failed.
 func (o *Operator) change(ctx context.Context, id string, fn func(*store.Campaign) error) (store.Campaign, error) {
+	c, _, err := o.changeRefunding(ctx, id, fn)
+	return c, err
+}
+
+// changeRefunding is change, and returns the orders the change refunded: those of a campaign it
+// cancelled.
+func (o *Operator) changeRefunding(ctx context.Context, id string, fn func(*store.Campaign) error) (store.Campaign, []store.Order, error) {
 	var current store.Campaign
-	c, err := o.Campaigns.ChangeCampaign(ctx, id, func(c *store.Campaign) error {
+	c, refunded, err := o.Campaigns.ChangeCampaign(ctx, id, func(c *store.Campaign) error {
 		current = *c
 		err := fn(c)
 		if current.CancelledAtMs > 0 && err != errOver {
@@ -211,15 +225,15 @@ func (o *Operator) change(ctx context.Context, id string, fn func(*store.Campaig
 		c, err = current, nil
 	}
 	if err != nil {
-		return c, err
+		return c, nil, err
 	}
 	if _, err := o.Sales.Sync(ctx, RedisCampaign(c)); err != nil {
 		// Not "run this again": the sweeper brings the sale along, and an add-stock run again
 		// adds again.
-		return c, events.Wrap(events.Unavailable, fmt.Errorf("%w: %w", errSaleBehind, err),
+		return c, refunded, events.Wrap(events.Unavailable, fmt.Errorf("%w: %w", errSaleBehind, err),
 			"campaign %q was changed in the store, and its sale follows within seconds: nothing needs running again", id)
 	}
-	return c, nil
+	return c, refunded, nil
 }
 
 // bulkWorkers bounds the orders a bulk compensation resolves at once.
@@ -230,15 +244,27 @@ const bulkWorkers = 8
 // running it again changes nothing more. A reservation the consumer confirms meanwhile is left
 // confirmed (counted unchanged), unless confirmed orders are refunded too: those are read after
 // the pending ones are done, and one found in both is counted once, by the refund. Refunding
-// also finishes the refunds an interrupted run left half done (stored, their units still held
-// in Redis). An order is counted released only when this run gave its units back, so that two
-// runs at once do not both count it; a confirmed order is counted refunded when the store holds
-// it refunded after this run's refund, which two runs at once may both count (the sweep may
-// finish the refund's Redis half before this run does, so Redis cannot say which run did it).
-// An order whose reservation record Redis cannot parse (lua.ErrMalformed) is left as it is and
-// counted nowhere; the run goes on, and its error names each such order once the rest is done.
+// also finishes the refunds stored before (by a run cut short, or by a cancel's store step)
+// whose units Redis still holds, and counts them unchanged: an order is counted refunded by the
+// run that refunded it in the store, when the store holds it refunded after this run's refund
+// (two runs at once may both count one they both refunded: the store does not say which of
+// them moved it). An order is counted released only when this run gave its units back, so that
+// two runs at once do not both count it. An order whose reservation record Redis cannot parse
+// (lua.ErrMalformed) is left as it is and counted nowhere; the run goes on, and its error names
+// each such order once the rest is done.
 func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, confirmed bool, progress Progress) (Tally, error) {
+	return o.compensateCampaign(ctx, id, pending, confirmed, nil, progress)
+}
+
+// compensateCampaign is CompensateCampaign, counting nowhere the orders in ours: a cancel's
+// store step refunded them, and the cancel counts them.
+func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, confirmed bool, ours map[string]bool, progress Progress) (Tally, error) {
 	var t Tally
+	count := func(order string, n *int64) {
+		if !ours[order] {
+			atomic.AddInt64(n, 1)
+		}
+	}
 	var done atomic.Int64
 	tick := func(total int) {
 		if progress != nil {
@@ -303,7 +329,7 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 	err = run(len(held), total, func(ctx context.Context, i int) (bool, error) {
 		res, err := o.Redis.Reservation(ctx, held[i])
 		if errors.Is(err, lua.ErrNoReservation) {
-			atomic.AddInt64(&t.Unchanged, 1) // trimmed after its release: long final
+			count(held[i], &t.Unchanged) // trimmed after its release: long final
 			return true, nil
 		}
 		if err != nil {
@@ -315,17 +341,15 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 		}
 		switch {
 		case ord.Status == events.Failed && released:
-			atomic.AddInt64(&t.Released, 1)
-		case ord.Status == events.Refunded && released:
-			// A refund that stopped before Redis, finished here (Fail finishes it).
-			atomic.AddInt64(&t.Refunded, 1)
+			count(held[i], &t.Released)
 		case confirmed && (ord.Status == events.Confirmed || ord.Status == events.Paid):
 			// Stored by the consumer before its confirm reached Redis: the refund pass reads
 			// it from the store, and counts it there.
 			handedOn[i] = true
 			return false, nil
 		default:
-			atomic.AddInt64(&t.Unchanged, 1)
+			// Refunded in the store before this run (Fail finished its Redis half), or final.
+			count(held[i], &t.Unchanged)
 		}
 		return true, nil
 	})
@@ -353,33 +377,35 @@ func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, c
 				total++
 			}
 		}
-		for range handed {
-			atomic.AddInt64(&t.Unchanged, 1)
+		for id := range handed {
+			count(id, &t.Unchanged)
 			tick(total)
 		}
 	}
 	err = run(len(orders), total, func(ctx context.Context, i int) (bool, error) {
-		var refunded bool
-		var err error
-		if ord := orders[i]; ord.Status == events.Refunded {
-			// Its refund was stored, and then Redis failed under it or the run stopped: the
-			// store counts its units back, Redis holds them until this gives them back.
-			refunded, err = o.refundReservation(ctx, ord, "operator")
-		} else {
-			// Counted by the store's row, not by Redis's change: the compensator's sweep finishes
-			// a stored refund whose Redis half is still to run (Store.UnfinishedRefunds), and may
-			// give its units back first.
-			var got store.Order
-			got, _, err = o.refundOnce(ctx, ord.OrderID)
-			refunded = got.Status == events.Refunded
+		ord := orders[i]
+		if ord.Status == events.Refunded {
+			// Its refund was stored before this run, and Redis holds its units until this
+			// gives them back.
+			if _, err := o.refundReservation(ctx, ord, "operator"); err != nil {
+				return failed(err)
+			}
+			count(ord.OrderID, &t.Unchanged)
+			return true, nil
+		}
+		// Counted by the store's row, not by Redis's change: the compensator's sweep finishes
+		// a stored refund whose Redis half is still to run (Store.UnfinishedRefunds), and may
+		// give its units back first. Counted even when its Redis half failed here: it is
+		// refunded, and no later run counts it.
+		got, _, err := o.refundOnce(ctx, ord.OrderID)
+		switch {
+		case got.Status == events.Refunded:
+			count(ord.OrderID, &t.Refunded)
+		case err == nil:
+			count(ord.OrderID, &t.Unchanged)
 		}
 		if err != nil {
 			return failed(err)
-		}
-		if refunded {
-			atomic.AddInt64(&t.Refunded, 1)
-		} else {
-			atomic.AddInt64(&t.Unchanged, 1)
 		}
 		return true, nil
 	})

@@ -145,8 +145,9 @@ func TestCancelCountsStoredPendingOnce(t *testing.T) {
 }
 
 // TestConcurrentCancelsCountEachOrderOnce: two cancels at once each count the releases they
-// made, so that between them every pending order is counted released once, not by both. A
-// refund is counted by the store's row, which both may count (see CompensateCampaign).
+// made, so that between them every pending order is counted released once, not by both. The
+// refunds are counted by the one whose store step made them: the other finds the campaign
+// cancelled, and its refunds stored, and counts them unchanged if it finishes them.
 func TestConcurrentCancelsCountEachOrderOnce(t *testing.T) {
 	e := newEnv(t, 500, 10)
 	op := e.operator()
@@ -164,8 +165,8 @@ func TestConcurrentCancelsCountEachOrderOnce(t *testing.T) {
 	}
 	wg.Wait()
 	released, refunded := tallies[0].Released+tallies[1].Released, tallies[0].Refunded+tallies[1].Refunded
-	if released != 60 || refunded < 60 || refunded > 120 {
-		t.Errorf("two cancels: %+v and %+v; want 60 released, and 60 to 120 refunded, between them", tallies[0], tallies[1])
+	if released != 60 || refunded != 60 {
+		t.Errorf("two cancels: %+v and %+v; want 60 released and 60 refunded between them", tallies[0], tallies[1])
 	}
 	if states := e.check(t, evs); states[events.Failed] != 60 || states[events.Refunded] != 60 {
 		t.Errorf("states %v", states)
@@ -200,7 +201,8 @@ func TestBulkCompensateTwice(t *testing.T) {
 
 // TestBulkRefundFinishesInterruptedRefunds: refunds stored whose Redis half never ran (a run
 // that Redis failed under, or that stopped) are finished by the next bulk refund, whatever
-// Redis holds of them, and counted refunded only where it gave units back.
+// Redis holds of them, and counted unchanged: the run that refunded them in the store counted
+// them.
 func TestBulkRefundFinishesInterruptedRefunds(t *testing.T) {
 	e := newEnv(t, 100, 10)
 	op := e.operator()
@@ -234,8 +236,8 @@ func TestBulkRefundFinishesInterruptedRefunds(t *testing.T) {
 
 	// evs[2:4] are refunded now, evs[0,1,4] finished; evs[5] had nothing left to do.
 	tally, err := op.CompensateCampaign(e.ctx, e.campaign, false, true, nil)
-	if err != nil || tally != (compensator.Tally{Refunded: 5, Unchanged: 1}) {
-		t.Fatalf("bulk refund: %+v, %v; want 5 refunded (3 of them finished) and 1 unchanged", tally, err)
+	if err != nil || tally != (compensator.Tally{Refunded: 2, Unchanged: 4}) {
+		t.Fatalf("bulk refund: %+v, %v; want 2 refunded and 4 unchanged (3 of them finished)", tally, err)
 	}
 	if states := e.check(t, evs[:5]); states[events.Refunded] != 5 {
 		t.Errorf("states %v, want every order refunded", states)
@@ -327,7 +329,7 @@ func TestAddStockDuringCrowd(t *testing.T) {
 // died between the two) reaches the sale at the next sweep.
 func TestSweeperSyncsChanges(t *testing.T) {
 	e := newEnv(t, 10, 1)
-	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error { c.Stock += 7; return nil }); err != nil {
+	if _, _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error { c.Stock += 7; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.compensator(t, compensator.Config{}).SweepOnce(e.ctx, store.Fence{}); err != nil {
@@ -610,7 +612,7 @@ func TestExtendRefusesAnEarlierEnd(t *testing.T) {
 	if c, _ := op.Campaigns.Campaign(e.ctx, e.campaign); c != endless {
 		t.Errorf("the refused end changed the campaign: %+v, was %+v", c, endless)
 	}
-	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+	if _, _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
 		c.EndsAtMs = time.Now().Add(2 * time.Hour).UnixMilli()
 		return nil
 	}); err != nil {
@@ -632,7 +634,7 @@ func TestExtendRefusesAnEarlierEnd(t *testing.T) {
 // TestCancelCountsAHalfDoneRefundOfAPendingReservation: the store refunded an order whose
 // reservation Redis still held pending (the consumer stored it before its confirm reached Redis,
 // then a refund stopped before Redis). Cancel's pending pass finishes that refund, giving the
-// units back, and counted it unchanged: an order is counted by what this run did to it.
+// units back, and counts it unchanged: the run that refunded it in the store counted it.
 func TestCancelCountsAHalfDoneRefundOfAPendingReservation(t *testing.T) {
 	e := newEnv(t, 10, 10)
 	op := e.operator()
@@ -647,52 +649,46 @@ func TestCancelCountsAHalfDoneRefundOfAPendingReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tally != (compensator.Tally{Refunded: 1}) {
-		t.Errorf("cancel of 1 half-refunded order: tally %+v; want {Refunded:1}", tally)
+	if tally != (compensator.Tally{Unchanged: 1}) {
+		t.Errorf("cancel of 1 half-refunded order: tally %+v; want {Unchanged:1}", tally)
 	}
 	if states := e.check(t, evs); states[events.Refunded] != 1 {
 		t.Errorf("states %v, want the order refunded", states)
 	}
 }
 
-// TestSweepFinishesACancelCutShort: a cancel stores the campaign cancelled, then refunds its
-// orders. A run killed in between (the api or the command stopped, its host lost) left the
-// confirmed and paid orders of the cancelled campaign holding their units and their buyers'
-// money, and nothing but running the cancel again refunded them: the store refuses to confirm
-// more, the sweeper releases its pending reservations, but no sweep ever refunded these. The
-// sweeper finishes the cancel once its run has had its time (one just cancelled may still be
-// running, and its answer counts what it refunds): each is refunded, its units back, the paid
-// one's refund names its payment.
+// TestSweepFinishesACancelCutShort: a cancel's store step refunds the campaign's confirmed and
+// paid orders with the cancel, in one transaction; its run then gives their units back in Redis
+// and announces each refund. A run killed right after the store step (the api or the command
+// stopped, its host lost) used to leave those orders confirmed and paid, holding their units
+// and their buyers' money, until a sweep ten minutes on. Now no order of the campaign can be
+// paid from the cancel on, and the next sweep finishes each refund: its units back, its refund
+// announced once, the paid one's naming its payment, also for an order whose confirm had not
+// reached Redis.
 func TestSweepFinishesACancelCutShort(t *testing.T) {
 	e := newEnvPaying(t, 10, 3, time.Hour)
-	evs := e.reserve(t, 2, time.Hour)
-	e.confirm(t, evs)
+	evs := e.reserve(t, 3, time.Hour)
+	e.confirm(t, evs[:2])
+	// The consumer stored it, and stopped before its confirm reached Redis.
+	if _, err := e.st.ConfirmOrders(e.ctx, evs[2:]); err != nil {
+		t.Fatal(err)
+	}
 	kafka := &recordingProducer{}
 	res := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: kafka, Results: e.topics.Results}
 	if _, err := res.Pay(e.ctx, evs[0].OrderID, "pay-1"); err != nil {
 		t.Fatal(err)
 	}
-	cancelAt := func(at time.Time) {
-		t.Helper()
-		if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
-			c.CancelledAtMs = at.UnixMilli() // Cancel's store step; killed before its refunds
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+	if _, _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+		c.CancelledAtMs = time.Now().UnixMilli() // Cancel's store step; killed right after it
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := res.Pay(e.ctx, evs[1].OrderID, "pay-2"); events.ErrorCode(err) != events.CampaignCancelled {
+		t.Errorf("a payment after the cancel's store step: %v; want %s", err, events.CampaignCancelled)
 	}
 	c := e.compensator(t, compensator.Config{})
 	c.Producer = kafka
-	// Just cancelled, its run may be going on: the sweep leaves its orders to it, whose answer
-	// counts them.
-	cancelAt(time.Now())
-	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
-		t.Fatal(err)
-	}
-	if o, err := e.st.Order(e.ctx, evs[1].OrderID); err != nil || o.Status != events.Confirmed {
-		t.Errorf("an order of a campaign cancelled a moment ago, after a sweep: %+v %v; want it left to the cancel's run", o, err)
-	}
-	cancelAt(time.Now().Add(-11 * time.Minute))
 	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
 		t.Fatal(err)
 	}
@@ -703,6 +699,9 @@ func TestSweepFinishesACancelCutShort(t *testing.T) {
 		}
 		if r, err := e.r.Reservation(e.ctx, ev.OrderID); err != nil || r.State != lua.StateRefunded {
 			t.Errorf("order %d's reservation after a sweep: %+v %v; want it refunded", i, r, err)
+		}
+		if refunds := kafka.announcements(events.OrderRefunded, ev.OrderID); len(refunds) != 1 {
+			t.Errorf("order %d's refunds announced: %+v; want one", i, refunds)
 		}
 	}
 	if refunds := kafka.announcements(events.OrderRefunded, evs[0].OrderID); len(refunds) != 1 || refunds[0].PaymentID != "pay-1" {
@@ -716,52 +715,59 @@ func TestSweepFinishesACancelCutShort(t *testing.T) {
 	}
 }
 
-// TestSweepFinishesALargeCancelAPageASweep: the orders a cancel left are refunded a page a
-// sweep, so that a large sale's refunds do not hold every other campaign's overdue
-// reservations past their sweep; each sweep takes the next page, until none is left.
-func TestSweepFinishesALargeCancelAPageASweep(t *testing.T) {
+// TestCancelCutShortByKafkaCountsWhatItRefunded: a cancel whose run Kafka fails under (each
+// refund's announcement refused) has refunded every order in the store all the same: its tally
+// says so, with the error, and the sweep finishes the refunds once Kafka answers. Running the
+// cancel again counts none of them a second time.
+func TestCancelCutShortByKafkaCountsWhatItRefunded(t *testing.T) {
 	e := newEnv(t, 30, 3)
 	evs := e.reserve(t, 5, time.Hour)
 	e.confirm(t, evs)
-	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
-		c.CancelledAtMs = time.Now().Add(-time.Hour).UnixMilli()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+	op := e.operator()
+	op.Producer = &recordingProducer{refuse: errors.New("kafka refused the record")}
+	_, tally, err := op.Cancel(e.ctx, e.campaign, nil)
+	if err == nil || tally.Refunded != 5 {
+		t.Errorf("a cancel whose announcements Kafka refused: %+v, %v; want an error, and 5 refunded", tally, err)
+	}
+	op.Producer = &recordingProducer{}
+	if _, tally, err := op.Cancel(e.ctx, e.campaign, nil); err != nil || tally.Refunded != 0 {
+		t.Errorf("the cancel run again: %+v, %v; want none refunded again", tally, err)
 	}
 	c := e.compensator(t, compensator.Config{})
-	c.Producer = &recordingProducer{}
-	compensator.SetSweepPage(c, 2)
-	for sweep, left := range []int{3, 1, 0} {
-		if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
-			t.Fatal(err)
-		}
-		if held, err := e.st.Confirmed(e.ctx, e.campaign, 0); err != nil || len(held) != left {
-			t.Errorf("after sweep %d, %d orders of the cancelled campaign hold units (%v); want %d", sweep+1, len(held), err, left)
+	kafka := &recordingProducer{}
+	c.Producer = kafka
+	compensator.SetSweepPage(c, 2) // the list is taken a page at a time, every page in one sweep
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != events.Refunded || o.Reason != events.ReasonOperator {
+			t.Errorf("order %d after the sweep: %+v %v; want it refunded, its units back", i, o, err)
 		}
 	}
 	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
-		t.Errorf("remaining %d after the sweeps, want the whole stock %d", left, e.stock)
+		t.Errorf("remaining %d after the sweep, want the whole stock %d", left, e.stock)
 	}
 }
 
 // TestSweepFinishesACancelOfARetiredCampaign: an operator may cancel a campaign whose sale ended
 // longer ago than the retention (to refund its buyers), and its run may be cut short as any
-// other. The sweeper dropped such a campaign's keys and skipped it from then on, before its step
-// that finishes a cancel: its confirmed and paid orders kept their buyers' money for good.
+// other. The sweeper drops such a campaign's keys; its refunds, stored by the cancel, are
+// finished all the same: each announced, so that its buyer gets the money back.
 func TestSweepFinishesACancelOfARetiredCampaign(t *testing.T) {
 	e := newEnv(t, 10, 3)
 	evs := e.reserve(t, 2, time.Hour)
 	e.confirm(t, evs)
-	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+	if _, _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
 		c.EndsAtMs = time.Now().Add(-48 * time.Hour).UnixMilli() // ended, and retired, long ago
-		c.CancelledAtMs = time.Now().Add(-time.Hour).UnixMilli() // Cancel's store step; killed before its refunds
+		c.CancelledAtMs = time.Now().Add(-time.Hour).UnixMilli() // Cancel's store step; killed after it
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	c := e.compensator(t, compensator.Config{Retention: 24 * time.Hour})
-	c.Producer = &recordingProducer{}
+	kafka := &recordingProducer{}
+	c.Producer = kafka
 	for range 2 { // the first drops the keys; none may leave the orders behind
 		if _, err := c.SweepOnce(e.ctx, store.Fence{}); err != nil {
 			t.Fatal(err)
@@ -770,6 +776,9 @@ func TestSweepFinishesACancelOfARetiredCampaign(t *testing.T) {
 	for i, ev := range evs {
 		if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != events.Refunded || o.Reason != events.ReasonOperator {
 			t.Errorf("order %d of the cancelled, retired campaign after two sweeps: %+v %v; want it refunded", i, o, err)
+		}
+		if refunds := kafka.announcements(events.OrderRefunded, ev.OrderID); len(refunds) != 1 {
+			t.Errorf("order %d's refunds announced: %+v; want one", i, refunds)
 		}
 	}
 	if c, err := e.st.Campaign(e.ctx, e.campaign); err != nil || c.Sold != 0 {

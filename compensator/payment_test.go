@@ -138,17 +138,16 @@ func TestExpiryOfAnOrderEndedMeanwhile(t *testing.T) {
 	}
 }
 
-// TestPaymentOfACancelledCampaignsOrder: a cancel is stored first and refunds its orders after;
-// a run cut short there (its process killed, a dependency down: it answers 503, "run it
-// again") leaves orders confirmed on a cancelled campaign. A payment of one of them used to be
-// taken: the payer charged for a sale the operator had called off, paid until someone ran the
-// cancel again. It is refused, and nothing changes.
+// TestPaymentOfACancelledCampaignsOrder: a cancel's run cut short right after its store step
+// (its process killed, a dependency down: it answers 503, "run it again") has refunded the
+// campaign's orders in the store, their units still held in Redis. A payment of one of them is
+// refused as the campaign's cancel, and nothing changes: the order stays refunded, unpaid.
 func TestPaymentOfACancelledCampaignsOrder(t *testing.T) {
 	e := newEnvPaying(t, 10, 3, time.Hour)
 	ev := e.reserve(t, 1, time.Hour)[0]
 	e.confirm(t, []events.Event{ev})
-	if _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
-		c.CancelledAtMs = time.Now().UnixMilli() // as Cancel's store step, its refunds not run
+	if _, _, err := e.st.ChangeCampaign(e.ctx, e.campaign, func(c *store.Campaign) error {
+		c.CancelledAtMs = time.Now().UnixMilli() // as Cancel's store step, its run not going on
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -159,8 +158,8 @@ func TestPaymentOfACancelledCampaignsOrder(t *testing.T) {
 	if events.ErrorCode(err) != events.CampaignCancelled {
 		t.Errorf("pay an order of a cancelled campaign: %+v %v; want campaign_cancelled", o, err)
 	}
-	if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != events.Confirmed || o.PaymentID != "" {
-		t.Errorf("the order after the refused payment: %+v %v; want it confirmed, unpaid", o, err)
+	if o, err := e.st.Order(e.ctx, ev.OrderID); err != nil || o.Status != events.Refunded || o.PaymentID != "" {
+		t.Errorf("the order after the refused payment: %+v %v; want it refunded, unpaid", o, err)
 	}
 	if n := kafka.announced(events.OrderPaid, ev.OrderID); n != 0 {
 		t.Errorf("OrderPaid announced %d times for a refused payment", n)
@@ -168,8 +167,9 @@ func TestPaymentOfACancelledCampaignsOrder(t *testing.T) {
 }
 
 // TestCancelRacesPayments: payments arrive while a cancel runs. Each order ends refunded, its
-// units back; a payment answered paid is named by its order's OrderRefunded, for the payment
-// service to give it back; one refused took nothing.
+// units back, counted by the cancel; a payment answered paid is named by its order's
+// OrderRefunded, for the payment service to give it back; one refused took nothing, and was
+// refused as the campaign's cancel.
 func TestCancelRacesPayments(t *testing.T) {
 	const n = 60
 	e := newEnvPaying(t, 3*n, 3, time.Hour)
@@ -213,7 +213,7 @@ func TestCancelRacesPayments(t *testing.T) {
 			if len(refunds) == 0 || refunds[len(refunds)-1].PaymentID != "pay-"+ev.OrderID || o.PaymentID != "pay-"+ev.OrderID {
 				t.Errorf("order %d was answered paid; its row %+v, its refunds %+v: want them to name its payment", i, o, refunds)
 			}
-		case code == events.CampaignCancelled || code == events.OrderNotPayable:
+		case code == events.CampaignCancelled:
 			refused++
 			if o.PaymentID != "" || len(refunds) == 0 || refunds[len(refunds)-1].PaymentID != "" {
 				t.Errorf("order %d's payment was refused (%v); its row %+v, its refunds %+v: want no payment on either", i, answers[i], o, refunds)
@@ -224,6 +224,9 @@ func TestCancelRacesPayments(t *testing.T) {
 	}
 	if left, _, _ := e.r.Remaining(e.ctx, e.campaign); left != e.stock {
 		t.Errorf("remaining %d after the cancel, want the whole stock %d", left, e.stock)
+	}
+	if tally != (compensator.Tally{Refunded: n}) {
+		t.Errorf("the cancel's tally: %+v; want all %d refunded", tally, n)
 	}
 	t.Logf("%d payments answered paid, %d refused; the cancel: %+v", paid, refused, tally)
 }

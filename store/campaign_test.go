@@ -21,7 +21,7 @@ func TestChangeCampaign(t *testing.T) {
 			var wg sync.WaitGroup
 			for range 20 {
 				wg.Go(func() {
-					if _, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error { c.Stock += 3; return nil }); err != nil {
+					if _, _, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error { c.Stock += 3; return nil }); err != nil {
 						t.Error(err)
 					}
 				})
@@ -38,7 +38,7 @@ func TestChangeCampaign(t *testing.T) {
 
 		t.Run("a refused change writes nothing", func(t *testing.T) {
 			c := mustCampaign(t, s, 10, 1)
-			_, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error {
+			_, _, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error {
 				c.EndsAtMs = 1
 				return events.Errorf(events.CampaignCancelled, "no")
 			})
@@ -52,13 +52,13 @@ func TestChangeCampaign(t *testing.T) {
 
 		t.Run("stock never shrinks", func(t *testing.T) {
 			c := mustCampaign(t, s, 10, 1)
-			if _, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error { c.Stock--; return nil }); err == nil {
+			if _, _, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error { c.Stock--; return nil }); err == nil {
 				t.Fatal("a smaller stock was accepted")
 			}
 		})
 
 		t.Run("unknown campaign", func(t *testing.T) {
-			_, err := s.ChangeCampaign(ctx, "nope-"+events.NewID()[14:], func(*store.Campaign) error { return nil })
+			_, _, err := s.ChangeCampaign(ctx, "nope-"+events.NewID()[14:], func(*store.Campaign) error { return nil })
 			if events.ErrorCode(err) != events.CampaignNotFound {
 				t.Fatalf("err %v, want campaign_not_found", err)
 			}

@@ -244,38 +244,141 @@ func TestPaymentsMigrateOverReusedPayments(t *testing.T) {
 	})
 }
 
-// TestPaymentOfACancelledCampaign: an order its campaign's cancel has not refunded yet is not
-// paid, on both databases; the refusal claims no payment, and a payment stored before the
-// cancel is still answered as paid.
-func TestPaymentOfACancelledCampaign(t *testing.T) {
+// TestCancelRefundsItsOrders: the store step of a cancel refunds the campaign's confirmed and
+// paid orders in its own transaction, their units off sold and off each buyer's bought, on both
+// databases. A cancel cut short after its store step used to leave them confirmed and paid: the
+// buyers charged for a sale called off, and an order still payable until someone ran the
+// cancel again. A refunded order's units are not yet back in Redis (its reason is ""), so
+// UnfinishedRefunds lists it for the sweeper; its payment is refused as the campaign's cancel;
+// an order another campaign holds, or that ended before, is left as it is.
+func TestCancelRefundsItsOrders(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		evs := payConfirmed(t, s, 3)
+		c, other := mustPayingCampaign(t, s, 20, 5, time.Hour), mustPayingCampaign(t, s, 20, 5, time.Hour)
+		evs := []events.Event{newEvent(c.ID, "ann", 2), newEvent(c.ID, "ann", 1), newEvent(c.ID, "bob", 3), newEvent(c.ID, "cy", 1)}
+		kept := newEvent(other.ID, "ann", 2)
+		confirm(t, s, append(evs, kept)...)
 		if _, _, err := s.PayOrder(ctx, evs[0].OrderID, "p-before", time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.ChangeCampaign(ctx, evs[0].CampaignID, func(c *store.Campaign) error {
-			c.CancelledAtMs = time.Now().UnixMilli()
-			return nil
-		}); err != nil {
+		if _, err := s.RefundOrder(ctx, evs[3].OrderID); err != nil { // refunded before the cancel
 			t.Fatal(err)
 		}
+		cancelled, refunded, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error {
+			c.CancelledAtMs = time.Now().UnixMilli()
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(refunded) != 3 || cancelled.Sold != 0 {
+			t.Errorf("the cancel refunded %d orders and left %d sold; want 3 refunded and nothing sold", len(refunded), cancelled.Sold)
+		}
+		for i, ev := range evs[:3] {
+			if o := wantStatus(t, s, ev.OrderID, events.Refunded); o.Reason != "" {
+				t.Errorf("order %d refunded by the cancel has reason %q; want \"\" until Redis has its units back", i, o.Reason)
+			}
+		}
+		if o := wantStatus(t, s, evs[0].OrderID, events.Refunded); o.PaymentID != "p-before" {
+			t.Errorf("the paid order refunded by the cancel: %+v; want its payment id kept, for its refund to name", o)
+		}
+		wantStatus(t, s, kept.OrderID, events.Confirmed)
+		if got, err := s.Campaign(ctx, c.ID); err != nil || got.Sold != 0 {
+			t.Errorf("the cancelled campaign: %+v %v; want nothing sold", got, err)
+		}
+		if got, err := s.Campaign(ctx, other.ID); err != nil || got.Sold != 2 {
+			t.Errorf("the other campaign: %+v %v; want its 2 units sold still", got, err)
+		}
+		if h, err := s.Holdings(ctx, c.ID); err != nil || h["ann"] != 0 || h["bob"] != 0 || h["cy"] != 0 {
+			t.Errorf("the buyers' units after the cancel: %v %v; want none", h, err)
+		}
+		if h, err := s.Holdings(ctx, other.ID); err != nil || h["ann"] != 2 {
+			t.Errorf("ann's units of the other campaign: %v %v; want 2", h, err)
+		}
+		unfinished, err := s.UnfinishedRefunds(ctx, "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed := 0
+		for _, o := range unfinished {
+			if o.CampaignID == c.ID {
+				listed++
+			}
+		}
+		if listed != 4 {
+			t.Errorf("%d unfinished refunds of the cancelled campaign listed; want the cancel's 3 and the earlier one", listed)
+		}
+		// No payment after the cancel: the order is refunded, and the answer says why.
 		if o, changed, err := s.PayOrder(ctx, evs[1].OrderID, "p-after", time.Now()); events.ErrorCode(err) != events.CampaignCancelled || changed {
 			t.Errorf("pay an order of a cancelled campaign: %+v changed %v, %v; want %s", o, changed, err, events.CampaignCancelled)
 		}
-		wantStatus(t, s, evs[1].OrderID, events.Confirmed)
 		// The refused payment claimed nothing: another order may still take its id.
-		if _, changed, err := s.PayOrder(ctx, evs[2].OrderID, "p-after", time.Now()); events.ErrorCode(err) != events.CampaignCancelled || changed {
-			t.Errorf("pay another order of it with the refused id: changed %v, %v; want %s", changed, err, events.CampaignCancelled)
+		if _, changed, err := s.PayOrder(ctx, kept.OrderID, "p-after", time.Now()); err != nil || !changed {
+			t.Errorf("pay an order of another campaign with the refused id: changed %v, %v; want it paid", changed, err)
 		}
-		if o, _, err := s.PayOrder(ctx, evs[0].OrderID, "p-before", time.Now()); err != nil || o.Status != events.Paid {
-			t.Errorf("the payment from before the cancel, again: %+v %v; want it paid, as it is", o, err)
+		if o, changed, err := s.PayOrder(ctx, evs[0].OrderID, "p-before", time.Now()); events.ErrorCode(err) != events.CampaignCancelled || changed {
+			t.Errorf("the payment from before the cancel, again: %+v changed %v, %v; want %s: the cancel refunded it", o, changed, err, events.CampaignCancelled)
 		}
-		// A replay records a payment the restored store lacks as of the time it was taken:
-		// one taken before the cancel is recorded, for the cancel's refund to name it.
-		if o, changed, err := s.PayOrder(ctx, evs[2].OrderID, "p-replayed", time.Now().Add(-time.Minute)); err != nil || !changed || o.Status != events.Paid {
-			t.Errorf("a payment taken before the cancel, recorded by a replay: %+v changed %v, %v; want it paid", o, changed, err)
+		// Cancelling again refunds nothing more.
+		if _, refunded, err := s.ChangeCampaign(ctx, c.ID, func(*store.Campaign) error { return nil }); err != nil || len(refunded) != 0 {
+			t.Errorf("a change of the cancelled campaign refunded %d orders (%v); want none", len(refunded), err)
 		}
+	})
+}
+
+// TestCancelRacesPayments pays each of 200 orders while their campaign is cancelled, on both
+// databases. A payment does not take the campaign's lock the cancel holds: the order's row
+// decides. Whichever commits first, no order stays paid, and a payment that succeeded is
+// refunded by the cancel naming it; one refused is refused as the campaign's cancel.
+func TestCancelRacesPayments(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		const n = 200
+		evs := payConfirmed(t, s, n)
+		paid := make([]bool, n)
+		var refunded []store.Order
+		var wg sync.WaitGroup
+		for i, e := range evs {
+			wg.Go(func() {
+				_, changed, err := s.PayOrder(ctx, e.OrderID, "pay-"+e.OrderID, time.Now())
+				switch {
+				case err == nil && changed:
+					paid[i] = true
+				case events.ErrorCode(err) != events.CampaignCancelled:
+					t.Errorf("pay %s while its campaign is cancelled: changed %v, %v; want paid or %s", e.OrderID, changed, err, events.CampaignCancelled)
+				}
+			})
+			if i == n/2 {
+				wg.Go(func() {
+					var err error
+					_, refunded, err = s.ChangeCampaign(ctx, e.CampaignID, func(c *store.Campaign) error {
+						c.CancelledAtMs = time.Now().UnixMilli()
+						return nil
+					})
+					if err != nil {
+						t.Error(err)
+					}
+				})
+			}
+		}
+		wg.Wait()
+		if len(refunded) != n {
+			t.Errorf("the cancel refunded %d orders, want all %d", len(refunded), n)
+		}
+		payments := 0
+		for i, e := range evs {
+			o := wantStatus(t, s, e.OrderID, events.Refunded)
+			if paid[i] {
+				payments++
+				if o.PaymentID != "pay-"+e.OrderID {
+					t.Errorf("order %s paid before the cancel, refunded: %+v; want its payment named", e.OrderID, o)
+				}
+			}
+		}
+		if c, err := s.Campaign(ctx, evs[0].CampaignID); err != nil || c.Sold != 0 {
+			t.Errorf("the cancelled campaign: %+v %v; want nothing sold", c, err)
+		}
+		t.Logf("%d payments before the cancel, %d refused", payments, n-payments)
 	})
 }
 

@@ -774,8 +774,8 @@ func giveBack(ctx context.Context, tx *sqlx.Tx, o Order) error {
 // Refusals are *events.Error: OrderNotFound (no row: pending or unknown, the caller tells
 // which), PaymentReused (paymentID paid another order), AlreadyPaid (paid with another
 // payment), PaymentWindowClosed (expired, or past its pay_by), OrderNotPayable (failed,
-// refunded, or of a campaign without a payment step), CampaignCancelled (an order, in its
-// window, of a cancelled campaign). Paying again with the same paymentID
+// refunded, or of a campaign without a payment step), CampaignCancelled (refunded, of a
+// cancelled campaign: its cancel refunded it). Paying again with the same paymentID
 // returns the paid order, changed nothing.
 func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (o Order, changed bool, err error) {
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
@@ -784,14 +784,11 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 			return err
 		}
 		if owner == orderID {
-			// Not an order of a campaign cancelled by now: the cancel refunds its orders after
-			// its store step, and a run cut short in between would leave the payer charged for
-			// a sale called off. A payment taken before the cancel is paid (a replay records it
-			// again as of its time), and the cancel refunds it.
+			// A cancel refunds the campaign's confirmed orders in its own transaction
+			// (ChangeCampaign), so an order of a cancelled campaign is not confirmed here.
 			err := tx.GetContext(ctx, &o, tx.Rebind(`UPDATE orders SET status = 'paid', payment_id = ?, updated_at_ms = ?, payment_unannounced = TRUE
-				WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ? AND NOT EXISTS (SELECT 1 FROM campaigns
-					WHERE id = orders.campaign_id AND cancelled_at_ms > 0 AND cancelled_at_ms <= ?) RETURNING *`),
-				paymentID, now.UnixMilli(), orderID, now.UnixMilli(), now.UnixMilli())
+				WHERE order_id = ? AND status = 'confirmed' AND pay_by_ms > ? RETURNING *`),
+				paymentID, now.UnixMilli(), orderID, now.UnixMilli())
 			if err == nil {
 				changed = true
 				return nil
@@ -814,9 +811,15 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 			return events.Errorf(events.PaymentReused, "payment %q paid order %q already; a payment pays one order", paymentID, owner)
 		case o.Status == events.Paid:
 			return events.Errorf(events.AlreadyPaid, "order %q is paid already, with another payment", orderID)
-		case o.Status == events.Confirmed && o.PayByMs > now.UnixMilli():
-			// In its window, so not paid for its campaign's cancel.
-			return events.Errorf(events.CampaignCancelled, "campaign %q was cancelled; its orders are refunded, not paid", o.CampaignID)
+		case o.Status == events.Refunded:
+			// Said so when the cancel of its campaign refunded it: the payer's answer is why.
+			var cancelled int64
+			if err := tx.GetContext(ctx, &cancelled, tx.Rebind(`SELECT cancelled_at_ms FROM campaigns WHERE id = ?`), o.CampaignID); err != nil {
+				return err
+			}
+			if cancelled > 0 {
+				return events.Errorf(events.CampaignCancelled, "campaign %q was cancelled; its orders are refunded, not paid", o.CampaignID)
+			}
 		case o.Status == events.Expired, o.Status == events.Confirmed && o.PayByMs > 0:
 			return events.Errorf(events.PaymentWindowClosed, "order %q was not paid by %s; its units go back on sale", orderID,
 				time.UnixMilli(o.PayByMs).UTC().Format(time.RFC3339))
