@@ -90,7 +90,6 @@ type Campaigns interface {
 	ExpiringOrders(ctx context.Context, now time.Time, after store.ExpiryKey, limit int) ([]store.Order, error)
 	UnfinishedRefunds(ctx context.Context, after string, limit int) ([]store.Order, error)
 	UnannouncedPayments(ctx context.Context, paidBy time.Time, after string, limit int) ([]store.Order, error)
-	Confirmed(ctx context.Context, campaign string, limit int) ([]store.Order, error)
 }
 
 // Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
@@ -426,29 +425,6 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 				return r.result()
 			}
 		}
-		// A cancel stores the campaign cancelled, then refunds its orders: a run cut short in
-		// between (killed, a dependency down) left orders confirmed or paid, their units and
-		// their buyers' money held, for good unless someone ran it again. The store confirms
-		// no more of its orders and its reservations are released at their deadline; these
-		// the sweeper refunds, as the cancel would, once the run has had BulkTimeout to do it
-		// (refunded under a run still going, they would be missing from the count it answers).
-		// Skipped, like the other refunds and expiries, once Kafka has not taken an
-		// announcement this sweep.
-		if camp.CancelledAtMs > 0 && now.UnixMilli()-camp.CancelledAtMs >= BulkTimeout.Milliseconds() && !r.over(true) {
-			// A page a sweep: a large sale's thousands must not hold the other campaigns'
-			// overdue reservations past their sweep (I5); the next sweep takes the next page.
-			orders, err := c.campaigns.Confirmed(work, camp.ID, c.page)
-			if err != nil && r.halt(err) {
-				return r.result()
-			}
-			resolveEach(r, orders, true, func(o store.Order) error {
-				_, _, err := c.refundOnce(work, o.OrderID)
-				return err
-			})
-			if r.over(false) {
-				return r.result()
-			}
-		}
 		// A page, and more while they come full and the sweep is within its interval: a
 		// consumer down past the reservations' deadline leaves a sale's thousands due at once,
 		// and I5 gives each one sweep. What stays pending (it failed) is listed again, first: a
@@ -486,8 +462,9 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 		}
 	}
 	// A refund that stopped between the store and Redis (an operator's control cut short, a
-	// compensator killed mid-cancel) holds its units until someone runs the control again; the
-	// sweeper gives them back. Finishing one twice gives nothing twice.
+	// cancel killed after its store step refunded the campaign's orders) holds its units, and
+	// its buyer waits for its announcement, until someone runs the control again; the sweeper
+	// gives them back and announces it. Finishing one twice gives nothing twice.
 	if !sweepList(r, until, &c.pagesMu, &c.refundsAfter, c.page, func(after string) ([]store.Order, error) {
 		return c.campaigns.UnfinishedRefunds(work, after, c.page)
 	}, func(o store.Order) string { return o.OrderID }, func(o store.Order) error {
@@ -530,9 +507,7 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 const paidGrace = 2 * announceTimeout
 
 // BulkTimeout bounds an operator's cancel or bulk compensation run by the api: it goes on when
-// the admin stops waiting, and running it again finishes what it left. The sweeper refunds the
-// orders a cancel left only once its run has had this long (a run from the command is rarely
-// longer).
+// the admin stops waiting, and running it again finishes what it left.
 const BulkTimeout = 10 * time.Minute
 
 // sweepList resolves a store list of refunds, expiries or payments to announce page by page
@@ -685,7 +660,8 @@ func resolveEach[T any](r *sweepRun, items []T, announcing bool, resolve func(T)
 
 // retire drops from Redis what selling no longer needs: records of reservations released or
 // refunded more than the retention ago (a page per sweep), and the keys of a campaign that
-// ended more than the retention ago, unless it was cancelled and its cancel is not done. It
+// ended more than the retention ago (a cancel's refunds left unfinished are finished without
+// them: their announcement is what the buyers wait for, and the sale's units are of no use). It
 // reports whether the campaign's keys are gone: the sweeper then spends no call on it, so a
 // sweep's work does not grow with the campaigns of the past.
 func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.Time) (bool, error) {
@@ -695,16 +671,6 @@ func (c *Compensator) retire(ctx context.Context, camp store.Campaign, now time.
 		// Its keys must go again then.
 		if v, ok := c.dropped.Load(camp.ID); ok && v.(int64) == camp.Version {
 			return true, nil
-		}
-		// A cancel cut short leaves orders holding units, which the sweep refunds below only for
-		// a campaign it does not skip: one ended past the retention may still be cancelled (to
-		// refund its buyers), and dropped and skipped from then on, its orders kept their
-		// buyers' money for good. Its keys go once its cancel is done.
-		if camp.CancelledAtMs > 0 {
-			held, err := c.campaigns.Confirmed(ctx, camp.ID, 1)
-			if err != nil || len(held) > 0 {
-				return false, err
-			}
 		}
 		// At the version read at the sweep's start: an extend that reopened the sale since,
 		// and reached Redis, keeps its keys.
