@@ -386,7 +386,7 @@ func (syncFails) Sync(context.Context, lua.Campaign) (lua.Synced, error) {
 // releasing the pending reservations.
 type confirmedUnreadable struct{ *store.Store }
 
-func (confirmedUnreadable) Confirmed(context.Context, string, int) ([]store.Order, error) {
+func (confirmedUnreadable) Confirmed(context.Context, string) ([]store.Order, error) {
 	return nil, errors.New("read tcp 10.0.0.2:5432: connection reset by peer")
 }
 

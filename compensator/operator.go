@@ -19,7 +19,7 @@ import (
 type CampaignStore interface {
 	ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, []store.Order, error)
 	Campaign(ctx context.Context, id string) (store.Campaign, error)
-	Confirmed(ctx context.Context, campaign string, limit int) ([]store.Order, error)
+	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
 	Refunding(ctx context.Context, campaign string) ([]store.Order, error)
 }
 
@@ -415,7 +415,7 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 // refundable returns the campaign's orders a refund of its confirmed ones resolves: those
 // confirmed or paid, and those whose refund stopped before Redis gave their units back.
 func (o *Operator) refundable(ctx context.Context, id string) ([]store.Order, error) {
-	orders, err := o.Campaigns.Confirmed(ctx, id, 0)
+	orders, err := o.Campaigns.Confirmed(ctx, id)
 	if err != nil {
 		return nil, err
 	}

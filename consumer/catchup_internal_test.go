@@ -25,7 +25,7 @@ func (s slowRefunds) Campaigns(context.Context) ([]store.Campaign, error) {
 	return []store.Campaign{{ID: "camp"}}, nil
 }
 
-func (s slowRefunds) Confirmed(context.Context, string, int) ([]store.Order, error) {
+func (s slowRefunds) Confirmed(context.Context, string) ([]store.Order, error) {
 	return s.orders, nil
 }
 

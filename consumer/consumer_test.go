@@ -81,7 +81,7 @@ func TestMaxRate(t *testing.T) {
 	if conf.largest > rate {
 		t.Errorf("a batch of %d events, want at most a second's worth (%d)", conf.largest, rate)
 	}
-	orders, err := st.Confirmed(ctx, campaign, 0)
+	orders, err := st.Confirmed(ctx, campaign)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ type ReplayStats struct {
 type ReplayStore interface {
 	Persister
 	Campaigns(ctx context.Context) ([]store.Campaign, error)
-	Confirmed(ctx context.Context, campaign string, limit int) ([]store.Order, error)
+	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
 	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
 	MarkPaidAnnounced(ctx context.Context, orderID string) error
 }
@@ -390,7 +390,7 @@ func catchUp(ctx context.Context, cfg Config, st ReplayStore, r Confirmer, progr
 	for i, c := range cs {
 		var held []store.Order
 		err := events.Retry(ctx, cfg.Logger, "replay: read confirmed orders", func() (err error) {
-			held, err = st.Confirmed(ctx, c.ID, 0)
+			held, err = st.Confirmed(ctx, c.ID)
 			return err
 		})
 		if err != nil {

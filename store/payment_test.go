@@ -382,23 +382,6 @@ func TestCancelRacesPayments(t *testing.T) {
 	})
 }
 
-// TestConfirmedTakesALimit: the sweeper refunds a page of a cancelled campaign's orders a
-// sweep, and reads no more than that page from the store; 0 reads them all, on both databases.
-func TestConfirmedTakesALimit(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, s *store.Store) {
-		ctx := context.Background()
-		evs := payConfirmed(t, s, 5)
-		if _, _, err := s.PayOrder(ctx, evs[0].OrderID, "p-0", time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		for limit, want := range map[int]int{0: 5, 2: 2, 5: 5, 9: 5} {
-			if os, err := s.Confirmed(ctx, evs[0].CampaignID, limit); err != nil || len(os) != want {
-				t.Errorf("Confirmed with limit %d: %d orders (%v), want %d", limit, len(os), err, want)
-			}
-		}
-	})
-}
-
 // openAt opens the database at url migrated to version only, as an earlier release left it,
 // and closes it when the test ends.
 func openAt(t *testing.T, url string, version int) *store.Store {

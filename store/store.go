@@ -617,20 +617,15 @@ func (s *Store) AuditView(ctx context.Context, campaign string) (Campaign, []Ord
 	return c, orders, holdings, err
 }
 
-// Confirmed returns up to limit (0: all) of the orders of a campaign that hold units, confirmed
-// or paid (which Redis knows both as confirmed). The sweeper takes a page of a cancelled
-// campaign's a sweep, and must not read its thousands each time to do so.
-func (s *Store) Confirmed(ctx context.Context, campaign string, limit int) ([]Order, error) {
-	return s.confirmedOn(ctx, s.db, campaign, limit)
+// Confirmed returns the orders of a campaign that hold units, confirmed or paid (which Redis
+// knows both as confirmed).
+func (s *Store) Confirmed(ctx context.Context, campaign string) ([]Order, error) {
+	return s.confirmedOn(ctx, s.db, campaign)
 }
 
-func (s *Store) confirmedOn(ctx context.Context, q sqlx.QueryerContext, campaign string, limit int) ([]Order, error) {
-	query, args := `SELECT * FROM orders WHERE campaign_id = ? AND status IN ('confirmed', 'paid')`, []any{campaign}
-	if limit > 0 {
-		query, args = query+` LIMIT ?`, append(args, limit)
-	}
+func (s *Store) confirmedOn(ctx context.Context, q sqlx.QueryerContext, campaign string) ([]Order, error) {
 	var os []Order
-	err := sqlx.SelectContext(ctx, q, &os, s.db.Rebind(query), args...)
+	err := sqlx.SelectContext(ctx, q, &os, s.db.Rebind(`SELECT * FROM orders WHERE campaign_id = ? AND status IN ('confirmed', 'paid')`), campaign)
 	if err != nil {
 		return nil, fmt.Errorf("confirmed orders of %s: %w", campaign, err)
 	}
@@ -720,7 +715,7 @@ func (s *Store) WhileHeld(ctx context.Context, campaign string, endedSince time.
 		if h.Holdings, err = s.holdingsOn(ctx, tx, campaign); err != nil {
 			return err
 		}
-		if h.Orders, err = s.confirmedOn(ctx, tx, campaign, 0); err != nil {
+		if h.Orders, err = s.confirmedOn(ctx, tx, campaign); err != nil {
 			return err
 		}
 		err = tx.SelectContext(ctx, &h.Ended, tx.Rebind(`SELECT * FROM orders
