@@ -378,10 +378,10 @@ func (c *Compensator) sweepWhileHeld(work, stop context.Context, fence store.Fen
 }
 
 // SweepOnce fails every reservation past its deadline that the consumer has not confirmed,
-// expires every order left unpaid past its pay_by, refunds the orders a cancel cut short left
-// confirmed or paid, announces the payments whose OrderPaid Kafka may not have, and returns how
-// many it resolved. fence is
-// the sweeper lock's token (zero: unfenced). A campaign or an order it cannot resolve (its shard
+// expires every order left unpaid past its pay_by, finishes the refunds stored whose units
+// Redis still holds (a cancel's among them), announces the payments whose OrderPaid Kafka may
+// not have, and returns how many it resolved. fence is the sweeper lock's token (zero:
+// unfenced). A campaign or an order it cannot resolve (its shard
 // does not answer, Redis holds a record it cannot parse) is reported in the error once the rest
 // is done: it must not keep every campaign, refund and expiry after it waiting, sweep after
 // sweep. Only a stale fence or the end of ctx stops the sweep at once. Once Kafka has not taken
