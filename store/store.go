@@ -769,7 +769,7 @@ func giveBack(ctx context.Context, tx *sqlx.Tx, o Order) error {
 // Refusals are *events.Error: OrderNotFound (no row: pending or unknown, the caller tells
 // which), PaymentReused (paymentID paid another order), AlreadyPaid (paid with another
 // payment), PaymentWindowClosed (expired, or past its pay_by), OrderNotPayable (failed,
-// refunded, or of a campaign without a payment step), CampaignCancelled (refunded, of a
+// refunded, or of a campaign without a payment step), CampaignCancelled (refunded unpaid, of a
 // cancelled campaign: its cancel refunded it). Paying again with the same paymentID
 // returns the paid order, changed nothing.
 func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (o Order, changed bool, err error) {
@@ -806,8 +806,10 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 			return events.Errorf(events.PaymentReused, "payment %q paid order %q already; a payment pays one order", paymentID, owner)
 		case o.Status == events.Paid:
 			return events.Errorf(events.AlreadyPaid, "order %q is paid already, with another payment", orderID)
-		case o.Status == events.Refunded:
-			// Said so when the cancel of its campaign refunded it: the payer's answer is why.
+		case o.Status == events.Refunded && o.PaymentID == "":
+			// Said so when the cancel of its campaign refunded it: the payer's answer is why,
+			// and the payment service refunds the payer on it. Not for one refunded paid, whose
+			// OrderRefunded names its payment already (a replay records that payment again).
 			var cancelled int64
 			if err := tx.GetContext(ctx, &cancelled, tx.Rebind(`SELECT cancelled_at_ms FROM campaigns WHERE id = ?`), o.CampaignID); err != nil {
 				return err
