@@ -74,7 +74,7 @@ func (s *Store) ChangeCampaign(ctx context.Context, id string, change func(*Camp
 // that lock: on PostgreSQL the update waits on an order row a payment is changing, then
 // checks the row again as the payment left it, and a paid order matches as a confirmed one
 // does, so a payment that commits first is refunded with its payment id, and one that comes
-// after finds the order refunded.
+// after finds the order refunded (SQLite runs one writer at a time).
 func (s *Store) refundCampaign(ctx context.Context, tx *sqlx.Tx, id string, now time.Time) ([]Order, int64, error) {
 	var os []Order
 	err := tx.SelectContext(ctx, &os, tx.Rebind(`UPDATE orders SET status = 'refunded', reason = '', updated_at_ms = ?
@@ -91,7 +91,7 @@ func (s *Store) refundCampaign(ctx context.Context, tx *sqlx.Tx, id string, now 
 	if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE campaigns SET sold = sold - ? WHERE id = ?`), units, id); err != nil {
 		return nil, 0, err
 	}
-	users := slices.Sorted(maps.Keys(bought)) // the rows locked in one order, as every writer does
+	users := slices.Sorted(maps.Keys(bought))
 	rows := make([][]any, len(users))
 	for i, u := range users {
 		rows[i] = []any{id, u, bought[u]}
