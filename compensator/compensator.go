@@ -140,6 +140,10 @@ type Compensator struct {
 
 	mastersMu sync.Mutex
 	masters   map[string]bool // run ids of the primaries at the guard's last round (resharded)
+
+	// sweeperDown and guardDown log the failures of the sweeper's tries for its lease and of
+	// the guard's rounds as outages: a warning for each, not one every few hundred milliseconds.
+	sweeperDown, guardDown events.Outage
 }
 
 // New returns a Compensator over the store and Redis.
@@ -295,6 +299,7 @@ func (c *Compensator) sweep(ctx context.Context) error {
 		lock, err := c.locker.TryLock(ctx, name, lease)
 		switch {
 		case err == nil:
+			c.sweeperDown.Answered(c.cfg.Logger, "sweeper lock: redis answers again")
 			sweeperLeaseHeld.Inc()
 			err = lock.Hold(ctx, func(held context.Context) error { return c.sweepFenced(held, lock, name) })
 			sweeperLeaseHeld.Dec()
@@ -302,8 +307,10 @@ func (c *Compensator) sweep(ctx context.Context) error {
 			if ctx.Err() == nil {
 				c.cfg.Logger.Warn("sweeper lease ended", "err", err)
 			}
-		case !errors.Is(err, lua.ErrLockHeld) && ctx.Err() == nil:
-			c.cfg.Logger.Warn("sweeper lock", "err", err)
+		case errors.Is(err, lua.ErrLockHeld): // another compensator sweeps
+			c.sweeperDown.Answered(c.cfg.Logger, "sweeper lock: redis answers again")
+		case ctx.Err() == nil:
+			c.sweeperDown.Failed(c.cfg.Logger, "sweeper lock: redis calls failing; reservations past their deadline wait for a sweeper", "err", err)
 		}
 		select {
 		case <-ctx.Done():

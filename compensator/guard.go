@@ -27,8 +27,12 @@ func (c *Compensator) guard(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.GuardInterval)
 	defer t.Stop()
 	for {
-		if err := c.guardRound(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("redis guard", "err", err)
+		// A round's error may be the store's too: "rounds succeed again", not "redis answers".
+		switch err := c.guardRound(ctx); {
+		case err == nil:
+			c.guardDown.Answered(c.cfg.Logger, "redis guard: its rounds succeed again")
+		case ctx.Err() == nil:
+			c.guardDown.Failed(c.cfg.Logger, "redis guard: rounds failing; what redis loses meanwhile is rebuilt once one succeeds", "err", err)
 		}
 		select {
 		case <-ctx.Done():
