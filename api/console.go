@@ -77,7 +77,12 @@ type ConsoleSnapshot struct {
 	// back: the sweeper, an operator (a release or a refund), the payment window, a dead letter
 	// (with its reason) or the api after a failed produce.
 	Compensations map[string]int64 `json:"compensations"`
-	Errors        []string         `json:"errors,omitempty"`
+	// GivingBack counts the orders of the shown campaigns being given back, by what gives them
+	// back: refunded or expired in the store, their units not back in Redis yet (the caller's
+	// Redis step, or the sweeper's after a stop between the two, puts them back). They move to
+	// Compensations once their units are back.
+	GivingBack map[string]int64 `json:"giving_back"`
+	Errors     []string         `json:"errors,omitempty"`
 }
 
 // ConsoleCampaign is one campaign's line: units by state, its window, and its last audit.
@@ -213,7 +218,7 @@ func (src *consoleSources) close() {
 func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 	now := time.Now()
 	snap := ConsoleSnapshot{At: now.UTC(), Purchases: map[string]float64{}, DeadLetters: map[string]int64{},
-		Compensations: map[string]int64{}, ConsumerLag: -1, PersistedPerSec: -1}
+		Compensations: map[string]int64{}, GivingBack: map[string]int64{}, ConsumerLag: -1, PersistedPerSec: -1}
 	fail := func(what string, err error) {
 		if ctx.Err() != nil {
 			return
@@ -308,6 +313,7 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 		fail("audit verdicts", err)
 	}
 	byStatus := map[string]map[events.Status]int64{}
+	givingUnits := map[string]int64{} // by campaign: units Redis holds still, of orders ended in the store
 	for _, u := range units {
 		if byStatus[u.Campaign] == nil {
 			byStatus[u.Campaign] = map[events.Status]int64{}
@@ -315,6 +321,10 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 		byStatus[u.Campaign][u.Status] += u.Units
 		if source := givenBackBy(u.Status, u.Reason); source != "" {
 			snap.Compensations[source] += u.Orders
+		}
+		if source := givingBackBy(u.Status, u.Reason); source != "" {
+			snap.GivingBack[source] += u.Orders
+			givingUnits[u.Campaign] += u.Units
 		}
 	}
 	// Every sale is asked at once: a shard that does not answer costs its own campaigns, not
@@ -338,9 +348,11 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 		st := byStatus[c.ID]
 		cc := ConsoleCampaign{
 			CampaignView: ViewCampaign(c, sale, st[events.Paid]),
-			Pending:      max(0, c.Stock-sale.Remaining-c.Sold),
-			Confirmed:    st[events.Confirmed],
-			Refunded:     st[events.Refunded],
+			// Redis holds the units of the orders the store ended and Redis has not given
+			// back yet; sold no longer counts them, and they are no reservation's.
+			Pending:   max(0, c.Stock-sale.Remaining-c.Sold-givingUnits[c.ID]),
+			Confirmed: st[events.Confirmed],
+			Refunded:  st[events.Refunded],
 		}
 		if v, ok := verdicts[c.ID]; ok {
 			cc.Audit = &v
@@ -351,9 +363,11 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 }
 
 // givenBackBy names what gave an order's units back, from its final status and reason: ""
-// for an order that holds its units.
+// for an order that holds its units, and for one being given back (givingBackBy).
 func givenBackBy(status events.Status, reason string) string {
 	switch {
+	case givingBackBy(status, reason) != "":
+		return ""
 	case status == events.Refunded:
 		return "operator refund"
 	case status == events.Expired:
@@ -372,6 +386,21 @@ func givenBackBy(status events.Status, reason string) string {
 		return "unknown (given back in Redis before the store had the order)"
 	}
 	return "dead letter (" + reason + ")"
+}
+
+// givingBackBy names what is giving an order's units back: a refund or an expiry the store
+// holds with reason "", whose units are not back in Redis yet (store.UnfinishedRefunds,
+// store.ExpiringOrders). "" for any other order.
+func givingBackBy(status events.Status, reason string) string {
+	switch {
+	case reason != "":
+		return ""
+	case status == events.Refunded:
+		return "operator refund"
+	case status == events.Expired:
+		return "payment window"
+	}
+	return ""
 }
 
 // readDeadLetters counts the dead letters that arrived since the last read.

@@ -156,8 +156,11 @@ func TestGivenBackBy(t *testing.T) {
 	}{
 		{events.Confirmed, "", ""},
 		{events.Paid, "", ""},
-		{events.Refunded, "", "operator refund"},
+		{events.Refunded, events.ReasonOperator, "operator refund"},
 		{events.Expired, events.ReasonUnpaid, "payment window"},
+		// Their units not back in Redis yet: being given back, not given back.
+		{events.Refunded, "", ""},
+		{events.Expired, "", ""},
 		{events.Failed, events.ReasonExpired, "sweeper"},
 		{events.Failed, events.ReasonOperator, "operator"},
 		{events.Failed, events.ReasonProduce, "api (produce failed)"},

@@ -239,6 +239,7 @@ function render(snap) {
     { name: "persisted/s", color: colors.persisted, values: hist.persisted }], $("#legend-consumer"));
   counts($("#dead-letters tbody"), snap.dead_letters, "no dead letters");
   counts($("#compensations tbody"), snap.compensations, "none given back");
+  counts($("#giving-back tbody"), snap.giving_back, "none");
   const missing = "some figures are missing: ";
   if (snap.errors && snap.errors.length) say(missing + snap.errors.join("; "), true);
   else if ($("#status").textContent.startsWith(missing)) say(""); // the sources answer again
