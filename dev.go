@@ -30,6 +30,11 @@ import (
 )
 
 func runDev(ctx context.Context, args []string, stdout io.Writer) error {
+	return dev(ctx, args, stdout, writeDevAddrs)
+}
+
+// dev is runDev with what writes dev.json, for a test to fail it as a full disk does.
+func dev(ctx context.Context, args []string, stdout io.Writer, writeAddrs func(dataDir string, a devAddrs) error) error {
 	f := newFlags("dev", "Run api, consumer and compensator in one process on embedded Kafka (kfake, kept in\n--data-dir), Redis (miniredis, in memory: every start freezes the campaigns and\nrebuilds them from the store) and SQLite (in --data-dir). Nothing else to install.", stdout)
 	addr := f.listenAddr("addr", "127.0.0.1:8080", "listen address of the API")
 	dataDir := f.String("data-dir", devDataDir, "where the Kafka log and the SQLite database live, and the addresses operator commands read with --dev")
@@ -150,22 +155,28 @@ func runDev(ctx context.Context, args []string, stdout io.Writer) error {
 	work, stopWork := context.WithCancel(context.WithoutCancel(gctx))
 	defer stopWork()
 	g.Go(func() error { return cons.Run(work) })
-	// miniredis starts empty: the start-up rebuild (which waits for the consumer) puts the
-	// store's campaigns back on sale before the api answers, so ready means ready.
-	if err := comp.CheckRedis(gctx); err != nil {
+	// A start that fails from here stops what it started, in order, as a Ctrl-C does: the api
+	// (which has not served), then the consumer, waited for before the deferred calls close the
+	// servers it runs on.
+	abort := func(err error) error {
 		ln.Close()
 		stop()
 		stopWork()
-		return errors.Join(fmt.Errorf("start-up rebuild: %w", err), g.Wait())
+		return errors.Join(err, g.Wait())
+	}
+	// miniredis starts empty: the start-up rebuild (which waits for the consumer) puts the
+	// store's campaigns back on sale before the api answers, so ready means ready.
+	if err := comp.CheckRedis(gctx); err != nil {
+		return abort(fmt.Errorf("start-up rebuild: %w", err))
 	}
 	dbPath, err := filepath.Abs(filepath.Join(*dataDir, "seckill.db"))
 	if err != nil {
-		return err
+		return abort(err)
 	}
 	addrs := devAddrs{RedisURL: "redis://" + mr.Addr() + "/0", StoreURL: "sqlite:" + dbPath, KafkaBrokers: strings.Join(brokers, ","),
 		APIURL: "http://" + ln.Addr().String(), AdminToken: *adminToken, JWTSecret: *guards.secret, JWTIssuer: *guards.issuer, JWTAudience: *guards.audience}
-	if err := writeDevAddrs(*dataDir, addrs); err != nil {
-		return err
+	if err := writeAddrs(*dataDir, addrs); err != nil {
+		return abort(err)
 	}
 	defer os.Remove(devAddrsFile(*dataDir))
 	printQuickStart(stdout, "http://"+ln.Addr().String(), *adminToken, *dataDir, addrs)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -400,4 +401,25 @@ func TestMakeDemoCtrlC(t *testing.T) {
 	if got := out.String(); strings.Contains(got, "make: ***") || !strings.Contains(got, " purchases: ") {
 		t.Errorf("make demo after Ctrl-C: want its summary and no error from make:\n%s", got)
 	}
+}
+
+// TestDevStopsWhatItStartedWhenDevJSONFails: a dev that cannot write its dev.json (a full disk,
+// a read-only data dir) returned the error at once, leaving its consumer running and its api's
+// address held, with the embedded servers closed under them. It stops what it started, as on
+// Ctrl-C, and returns the reason.
+func TestDevStopsWhatItStartedWhenDevJSONFails(t *testing.T) {
+	dir, addr := t.TempDir(), freeAddr(t)
+	full := errors.New("write /data/dev.json.123: no space left on device")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	err := dev(ctx, []string{"--addr", addr, "--data-dir", dir}, &out, func(string, devAddrs) error { return full })
+	if !errors.Is(err, full) || ctx.Err() != nil {
+		t.Errorf("dev whose dev.json cannot be written returned %v (after its deadline: %v), want at once: %v", err, ctx.Err() != nil, full)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the api's address after the dev returned: %v: want it let go", err)
+	}
+	ln.Close()
 }
