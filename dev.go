@@ -309,7 +309,7 @@ func printQuickStart(w io.Writer, base, token, dataDir string, a devAddrs) {
 		if abs, err := filepath.Abs(dataDir); err == nil {
 			dataDir = abs
 		}
-		dev += " --data-dir " + dataDir
+		dev += " --data-dir " + shellQuote(dataDir)
 	}
 	fmt.Fprintf(w, `seckill dev: api at %[1]s, state in %[3]s (Ctrl-C stops and drains)
 console: %[8]s
@@ -330,6 +330,18 @@ a sale for the console to show: make demo (go run . demo %[7]s) in another termi
   curl -s %[1]s/v1/campaigns/demo
 
 `, base, token, dataDir, a.RedisURL, a.KafkaBrokers, a.StoreURL, dev, consoleLink(base, token))
+}
+
+// shellQuote returns s as one word of a POSIX shell's command line: as it is if no character
+// of it is special to the shell, in single quotes otherwise, where a single quote of s closes
+// the quoting, is escaped, and opens it again:
+//
+//	it's here → 'it'\''s here'
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // consoleLink is the address of the console at base that signs the page in with token. The

@@ -423,3 +423,23 @@ func TestDevStopsWhatItStartedWhenDevJSONFails(t *testing.T) {
 	}
 	ln.Close()
 }
+
+// TestQuickStartQuotesTheDataDir: the start-up hints name a data dir other than the default in
+// the operator commands they print. Unquoted, a path with a space or a quote in it broke the
+// command pasted into a shell; a POSIX shell now reads it back as the one argument.
+func TestQuickStartQuotesTheDataDir(t *testing.T) {
+	for _, dir := range []string{"/srv/seckill", "/tmp/my data", "/tmp/it's here", `/tmp/a"b$c`, "/tmp/tab\there"} {
+		var out bytes.Buffer
+		printQuickStart(&out, "http://127.0.0.1:8080", "token", dir, devAddrs{})
+		_, hint, _ := strings.Cut(out.String(), "operator commands reach them with ")
+		hint, _, _ = strings.Cut(hint, ":\n")
+		words, err := exec.Command("sh", "-c", `for w in `+hint+`; do printf '%s\n' "$w"; done`).Output()
+		if err != nil {
+			t.Errorf("%q: the shell refused %s: %v", dir, hint, err)
+			continue
+		}
+		if got, want := string(words), "--dev\n--data-dir\n"+dir+"\n"; got != want {
+			t.Errorf("%q: the shell reads %s as %q, want %q", dir, hint, got, want)
+		}
+	}
+}
