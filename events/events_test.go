@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -355,16 +356,20 @@ func TestNewID(t *testing.T) {
 	}
 }
 
+// TestNewIDTimeOrdered: an id made a millisecond after another sorts after it. In a bubble,
+// a millisecond is exactly one.
 func TestNewIDTimeOrdered(t *testing.T) {
-	prev := events.NewID()
-	for range 20 {
-		time.Sleep(2 * time.Millisecond)
-		id := events.NewID()
-		if id <= prev {
-			t.Fatalf("NewID() = %q after %q, 2ms later: want a greater id", id, prev)
+	synctest.Test(t, func(t *testing.T) {
+		prev := events.NewID()
+		for range 20 {
+			time.Sleep(time.Millisecond)
+			id := events.NewID()
+			if id <= prev {
+				t.Fatalf("NewID() = %q after %q, 1ms later: want a greater id", id, prev)
+			}
+			prev = id
 		}
-		prev = id
-	}
+	})
 }
 
 func TestOrderIDRoundTrip(t *testing.T) {
