@@ -101,6 +101,8 @@ func TestConsolePersistedRateAfterAKafkaMiss(t *testing.T) {
 	if first.ConsumerLag != orders {
 		t.Fatalf("first snapshot: lag %d, want %d (errors %v)", first.ConsumerLag, orders, first.Errors)
 	}
+	// The snapshots half a second apart, by the clock the rate is measured with: the bug's
+	// rate, over the last interval alone, is then twice the true one.
 	time.Sleep(500 * time.Millisecond)
 	missed, cancel := context.WithCancel(ctx)
 	cancel() // Kafka does not answer this one in time

@@ -305,7 +305,7 @@ func TestKeyedRetryNearItsReservationsDeadline(t *testing.T) {
 	if _, err := h.redis.Reserve(ctx, "pd", id, "alice", 2, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // past the reservation's 50 ms deadline
 
 	again := h.serve(t, keyed("pd", "alice", "k-1", `{"quantity": 2}`))
 	if again.Code != http.StatusServiceUnavailable || !strings.Contains(again.Body.String(), "was cancelled") {
@@ -344,7 +344,7 @@ func TestKeyedRetryWhileTheBreakerIsOpen(t *testing.T) {
 	p.deliver.Store(false)
 	for i := range 3 {
 		if i > 0 {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // failures within 250 ms of a burst's first are one
 		}
 		apitest.Serve(t, h.spec, srv, request("POST", "/v1/campaigns/bo/purchases", `{"quantity": 1}`, user("bob")...))
 	}
@@ -371,7 +371,7 @@ func TestKeyedRetryNearItsDeadlineWhileTheStoreFails(t *testing.T) {
 	if _, err := h.redis.Reserve(context.Background(), "pf", id, "alice", 2, 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // past the reservation's 50 ms deadline
 	srv := h.replica(t, downStore{h.store}, h.redis, kafkatest.Client(t, h.brokers))
 	logs.take()
 	again := apitest.Serve(t, h.spec, srv.Handler(), keyed("pf", "alice", "k-1", `{"quantity": 2}`))
@@ -402,7 +402,7 @@ func TestSoldOutKeyedPurchaseTakesNoProbe(t *testing.T) {
 	p.fail.Store(true)
 	for i := range 3 {
 		if i > 0 {
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // failures within 250 ms of a burst's first are one
 		}
 		buy(request("POST", "/v1/campaigns/open/purchases", `{"quantity": 1}`, user("carol")...))
 	}
@@ -410,6 +410,7 @@ func TestSoldOutKeyedPurchaseTakesNoProbe(t *testing.T) {
 		t.Fatalf("the breaker is not open: %d %s", got.Code, got.Body)
 	}
 	p.fail.Store(false) // Kafka is back
+	// Past the breaker's cooldown (1 s), by the api's clock: the next purchase may probe.
 	time.Sleep(1100 * time.Millisecond)
 
 	if got := buy(keyed("gone", "bob", "k-1", `{"quantity": 1}`)); got.Code != http.StatusConflict {

@@ -299,7 +299,7 @@ func TestSweepers(t *testing.T) {
 	t.Run("paused former holder", func(t *testing.T) {
 		e := newEnv(t, 100, 10)
 		evs := e.reserve(t, 2, 10*time.Millisecond)
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // past their deadlines
 		name := e.topics.Prefix + ".sweeper"
 		holder := func(lease time.Duration) store.Fence { // as the sweeper takes its lease
 			t.Helper()

@@ -28,7 +28,7 @@ func TestSweeperAfterRedisLostItsFence(t *testing.T) {
 	// token 1000, which the store recorded. This test's Redis has never seen the lock, as one
 	// that lost its data.
 	old := e.reserve(t, 1, time.Millisecond)
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // past its deadline
 	res := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: nopProducer{}, Results: e.topics.Results}
 	if _, err := res.FailFenced(e.ctx, old[0], events.ReasonExpired, "sweeper", store.Fence{Name: name, Token: 1000}); err != nil {
 		t.Fatal(err)

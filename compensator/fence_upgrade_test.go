@@ -31,7 +31,7 @@ func TestFenceDuringARollingUpgrade(t *testing.T) {
 	lockKey := "seckill:{lock:" + name + "}"
 	t.Cleanup(func() { e.r.Client().Del(context.Background(), lockKey, lockKey+":fence") })
 	evs := e.reserve(t, 3, time.Millisecond)
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // past their deadlines
 	oldAcquire := func() int64 {
 		tok, err := oldLockAcquire.Run(e.ctx, e.r.Client(), []string{lockKey, lockKey + ":fence"}, events.NewID(), 100).Int64()
 		if err != nil || tok == 0 {
@@ -49,7 +49,7 @@ func TestFenceDuringARollingUpgrade(t *testing.T) {
 
 	// An old compensator takes the lease, then pauses past it.
 	paused := oldAcquire()
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // past its lease of 100 ms, in Redis
 
 	// An upgraded compensator takes the lease and its token from the store, as sweep does.
 	lock, err := e.r.TryLock(e.ctx, name, time.Minute)

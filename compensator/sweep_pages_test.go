@@ -155,7 +155,7 @@ func TestSweepReleasesEveryReservationDue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, 100, 10)
 			evs := e.reserve(t, due, 50*time.Millisecond)
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // past their deadlines
 			c := e.compensator(t, compensator.Config{SweepInterval: tc.interval})
 			compensator.SetSweepPage(c, page)
 			for i, want := range tc.done {
