@@ -40,6 +40,9 @@ func (l Limiter) Allow(key string, now time.Time) (bool, time.Duration) { return
 // Size is limiter.size.
 func (l Limiter) Size() int { return l.l.size() }
 
+// OrderReadTimeout is orderReadTimeout, the bound of an order's reads.
+const OrderReadTimeout = orderReadTimeout
+
 // SetReadyClock makes readyz read the time from now.
 func SetReadyClock(s *Server, now func() time.Time) { s.ready.now = now }
 

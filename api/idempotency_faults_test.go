@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -273,22 +274,37 @@ func TestKeyedRetryWhileTheStoreHangs(t *testing.T) {
 // context alone: on a store that stopped answering it waited as long as its client did (and a
 // stopping api's drain with it). It answers 503 once orderReadTimeout has passed.
 func TestOrderReadWhileTheStoreHangs(t *testing.T) {
-	h := newHarness(t)
-	srv := h.replica(t, hungStore{h.store}, h.redis, kafkatest.Client(t, h.brokers))
-	req := httptest.NewRequest(http.MethodGet, "/v1/orders/"+events.NewOrderID("sh"), nil)
-	req.Header.Set("X-User-ID", "alice")
-	answered := make(chan *httptest.ResponseRecorder, 1)
-	go func() {
-		answered <- apitest.Serve(t, h.spec, srv.Handler(), req)
-	}()
-	select {
-	case got := <-answered:
-		if got.Code != http.StatusServiceUnavailable {
-			t.Errorf("GET of an order on a hung store answered %d %s; want 503", got.Code, strings.TrimSpace(got.Body.String()))
+	spec := apitest.LoadSpec(t)
+	synctest.Test(t, func(t *testing.T) {
+		srv := api.New(api.Config{InsecureUserHeader: true, Logger: slog.New(slog.DiscardHandler)},
+			hungStore{}, unreadableRedis{}, nil) // the store's error is answered: Redis's is not used
+		defer srv.Close()
+		ctx, hangUp := context.WithCancel(context.Background())
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, "/v1/orders/"+events.NewOrderID("sh"), nil)
+		req.Header.Set("X-User-ID", "alice")
+		answered := make(chan *httptest.ResponseRecorder, 1)
+		go func() {
+			answered <- apitest.Serve(t, spec, srv.Handler(), req)
+		}()
+		defer func() { hangUp(); synctest.Wait() }() // a test that fails leaves no request in the bubble
+		time.Sleep(api.OrderReadTimeout - time.Nanosecond)
+		synctest.Wait()
+		select {
+		case got := <-answered:
+			t.Fatalf("GET of an order on a hung store answered %d before %v", got.Code, api.OrderReadTimeout)
+		default:
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("GET of an order still waits on the hung store after 20 s")
-	}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		select {
+		case got := <-answered:
+			if got.Code != http.StatusServiceUnavailable {
+				t.Errorf("GET of an order on a hung store answered %d %s; want 503", got.Code, strings.TrimSpace(got.Body.String()))
+			}
+		default:
+			t.Fatalf("GET of an order still waits on the hung store %v after it asked", api.OrderReadTimeout)
+		}
+	})
 }
 
 // TestKeyedRetryNearItsReservationsDeadline: the first purchase reserved and stopped before its
