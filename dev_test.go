@@ -396,7 +396,7 @@ func TestMakeDemoCtrlC(t *testing.T) {
 	out, ctrlC := makeJob(t, "demo", "SECKILL_DATA_DIR="+dir)
 	// The first make demo compiles seckill.
 	eventually(t, 5*time.Minute, "make demo sells", func() bool { return strings.Contains(out.String(), "demo: campaign ") })
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // Ctrl-C a second into the sale
 	ctrlC(time.Minute)
 	if got := out.String(); strings.Contains(got, "make: ***") || !strings.Contains(got, " purchases: ") {
 		t.Errorf("make demo after Ctrl-C: want its summary and no error from make:\n%s", got)

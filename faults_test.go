@@ -402,6 +402,7 @@ func TestFaultRedisLoss(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	})
 
+	// The sale under way before the loss.
 	time.Sleep(1500 * time.Millisecond)
 	stopQuiet() // its requests in flight finish across the loss
 	lossAt := time.Now()

@@ -316,18 +316,18 @@ func TestTopologyCluster(t *testing.T) {
 		campaign, s := bigSale(t, c, refusals)
 		ctx, cancel := context.WithCancel(context.Background())
 		wg := s.run(ctx, 8, 500, 20*time.Millisecond)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the sale under way before the kill
 		victim := c.consumers[1]
 		if err := victim.stop(true); err != nil {
 			t.Fatal(err)
 		}
 		killed := time.Now()
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the consumer stays dead 3 s
 		victim.mu.Lock()
 		victim.stopping = false
 		victim.mu.Unlock()
 		victim.start(t)
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // the sale goes on across its restart
 		cancel()
 		wg.Wait()
 		lines := s.settle(t, 60*time.Second)
@@ -347,7 +347,7 @@ func TestTopologyCluster(t *testing.T) {
 		watch, stopWatch := context.WithCancel(context.Background())
 		go s.watchReady(watch)
 		wg := s.run(ctx, 16, 500, 10*time.Millisecond)
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the sale under way before the restarts
 		start := time.Now()
 		for i, api := range c.apis {
 			if err := api.restart(t); err != nil {
@@ -356,7 +356,7 @@ func TestTopologyCluster(t *testing.T) {
 			c.waitReady(t, c.bases[i], 30*time.Second)
 		}
 		restarted := time.Since(start)
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // and a second past the last
 		cancel()
 		wg.Wait()
 		stopWatch()
@@ -378,7 +378,7 @@ func TestTopologyCluster(t *testing.T) {
 		campaign, s := bigSale(t, c, refusals) // no 503: a reshard loses nothing, so nothing freezes
 		ctx, cancel := context.WithCancel(context.Background())
 		wg := s.run(ctx, 16, 500, 10*time.Millisecond)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the sale under way before the move
 		generation := func() lua.Generation {
 			gens, _ := c.redis.Generations(context.Background(), []string{campaign})
 			return gens[campaign]
@@ -413,17 +413,17 @@ func TestTopologyCluster(t *testing.T) {
 		campaign, s := bigSale(t, c, allowedUnderFaults)
 		ctx, cancel := context.WithCancel(context.Background())
 		wg := s.run(ctx, 24, 500, 5*time.Millisecond)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // the sale under way before the kill
 		leader := leaderOf(t, c, c.topics.Requested)
 		pidFile := filepath.Join(servicesDir(t), "kafka3", strconv.Itoa(int(leader)-1), "kafka.pid")
 		killPidFile(t, pidFile)
 		killed := time.Now()
-		time.Sleep(6 * time.Second)
+		time.Sleep(6 * time.Second) // the sale goes on 6 s without the broker
 		if out, err := exec.Command(servicesScript, "start", "kafka3").CombinedOutput(); err != nil {
 			t.Fatalf("restart the killed broker: %v\n%s", err, out)
 		}
 		c.waitInSync(t, 60*time.Second)
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // and on with the broker back
 		cancel()
 		wg.Wait()
 		lines := s.settle(t, 60*time.Second)
@@ -464,11 +464,11 @@ func (s *sale) killRedisMidSale(t *testing.T, addr, service string, l *ledger, s
 			t.Logf("%s ends:\n%s", path, tail(path, 30))
 		}
 	})
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the sale under way before the kill
 	killed = time.Now()
 	killRedis(t, addr)
 	back = sellsAgain(t, l, killed)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // and on after it sells again
 	stop()
 	wg.Wait()
 	if out, err := exec.Command(servicesScript, "start", service).CombinedOutput(); err != nil {
