@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -526,24 +527,26 @@ func TestCheckCatchesBreaches(t *testing.T) {
 
 // TestReadyWhileTheStoreHangs: a store that hangs rather than refuses (a failover behind a
 // stale address) is reported and does not make the api unready, whichever dependency readyz
-// asks first: it must not spend the time Redis and Kafka are given.
+// asks first: it must not spend the time Redis and Kafka are given. In a bubble, the store's
+// ping waits out readyTimeout at once.
 func TestReadyWhileTheStoreHangs(t *testing.T) {
-	h := newHarness(t)
-	entered := make(chan struct{})
-	// Redis answers readyz's ping only once the store's ping hangs, so an api that asked
-	// Redis first would wait for the store as much as one that asked the store first.
-	h.redis.Client().AddHook(pingAfter{entered})
-	srv := api.New(h.cfg, hangingStore{h.store, entered}, h.redis, kafkatest.Client(t, h.brokers))
-	t.Cleanup(srv.Close)
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, request("GET", "/readyz", ""))
-	var ready map[string]string
-	if err := json.Unmarshal(rec.Body.Bytes(), &ready); err != nil {
-		t.Fatal(err)
-	}
-	if rec.Code != http.StatusOK || ready["store"] != "unavailable" || ready["redis"] != "ok" || ready["kafka"] != "ok" {
-		t.Errorf("readyz while the store hangs: %d %v, want 200 with only the store unavailable", rec.Code, ready)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		entered := make(chan struct{})
+		// Redis answers readyz's ping only once the store's ping hangs, so an api that asked
+		// Redis first would wait for the store as much as one that asked the store first. Kafka
+		// is a test's producer (none): ready.
+		srv := api.New(api.Config{Logger: slog.New(slog.DiscardHandler)}, hangingStore{entered: entered}, pingAfter{entered: entered}, nil)
+		defer srv.Close()
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, request("GET", "/readyz", ""))
+		var ready map[string]string
+		if err := json.Unmarshal(rec.Body.Bytes(), &ready); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != http.StatusOK || ready["store"] != "unavailable" || ready["redis"] != "ok" || ready["kafka"] != "ok" {
+			t.Errorf("readyz while the store hangs: %d %v, want 200 with only the store unavailable", rec.Code, ready)
+		}
+	})
 }
 
 // hangingStore is a store whose Ping closes entered and waits for the end of its context.
@@ -558,24 +561,19 @@ func (s hangingStore) Ping(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// pingAfter is a go-redis hook that holds PING until entered is closed or its context ends.
-type pingAfter struct{ entered chan struct{} }
-
-func (p pingAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (p pingAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "ping" {
-			select {
-			case <-p.entered:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return next(ctx, cmd)
-	}
+// pingAfter is Redis whose Ping waits until entered is closed or its context ends.
+type pingAfter struct {
+	api.Redis
+	entered chan struct{}
 }
-func (p pingAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+
+func (p pingAfter) Ping(ctx context.Context) error {
+	select {
+	case <-p.entered:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // TestReadyWithoutTheStore: while the order store fails over, the api stays ready and sells:
