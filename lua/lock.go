@@ -72,9 +72,7 @@ func (l *Lock) Hold(ctx context.Context, fn func(ctx context.Context) error) err
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := l.watch(ctx); err != nil {
-			cancel(err)
-		}
+		l.watch(ctx, cancel)
 	}()
 	err := fn(ctx)
 	cancel(nil)
@@ -85,40 +83,66 @@ func (l *Lock) Hold(ctx context.Context, fn func(ctx context.Context) error) err
 	return err
 }
 
-// watch renews the lease until ctx ends (and then returns nil), or until the lease can no
-// longer be trusted: it returns why. The lease is trusted up to a renewal interval before it
-// would lapse, counted from when the renewal that set it was sent. That margin covers a clock
-// that runs slower here than Redis's, and the time fn takes to stop once told. A failed
-// renewal is retried every twelfth of the lease within that time; each renewal is cut off
-// where the trust ends, so one that hangs does not keep fn working past it.
-func (l *Lock) watch(ctx context.Context) error {
+// watch renews the lease until ctx ends, or until the lease can no longer be trusted: it then
+// cancels ctx with why (lost). The lease is trusted up to a renewal interval before it would
+// lapse, counted from when the renewal that set it was sent. That margin covers a clock that
+// runs slower here than Redis's, and the time fn takes to stop once told. A failed renewal is
+// retried every twelfth of the lease within that time. A renewal still unanswered where the
+// trust ends is not waited for: go-redis applies a context's deadline to a call only with
+// ContextTimeoutEnabled, and waits its read timeout (3 s by default) otherwise, so fn is
+// told to stop then, and the renewal's end is awaited after, that no call outlives Hold.
+func (l *Lock) watch(ctx context.Context, lost context.CancelCauseFunc) {
+	type renewal struct {
+		ok  bool
+		err error
+	}
 	every := l.lease / 3
 	retry := max(l.lease/12, time.Millisecond)
 	trusted := l.taken.Add(l.lease - every)
+	var failed error // the last renewal's error, if it failed
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 		}
 		sent := time.Now()
+		if failed != nil && !sent.Before(trusted) {
+			lost(fmt.Errorf("lock %s: no renewal within the lease, less a renewal interval: %w", l.key, failed))
+			return
+		}
 		rctx, rcancel := context.WithDeadline(ctx, trusted)
-		ok, err := l.Renew(rctx)
+		answered := make(chan renewal, 1)
+		go func() {
+			ok, err := l.Renew(rctx)
+			answered <- renewal{ok, err}
+		}()
+		var got renewal
+		select {
+		case got = <-answered:
+		case <-rctx.Done():
+			if ctx.Err() == nil {
+				lost(fmt.Errorf("lock %s: no renewal within the lease, less a renewal interval: %w", l.key, rctx.Err()))
+			}
+			<-answered
+			rcancel()
+			return
+		}
 		rcancel()
 		switch {
 		case ctx.Err() != nil:
-			return nil
-		case err == nil && !ok:
-			return fmt.Errorf("lock %s: lease lost", l.key)
-		case err == nil:
-			trusted = sent.Add(l.lease - every)
+			return
+		case got.err == nil && !got.ok:
+			lost(fmt.Errorf("lock %s: lease lost", l.key))
+			return
+		case got.err == nil:
+			trusted, failed = sent.Add(l.lease-every), nil
 			t.Reset(every)
-		case !time.Now().Before(trusted):
-			return fmt.Errorf("lock %s: no renewal within the lease, less a renewal interval: %w", l.key, err)
 		default:
-			t.Reset(min(retry, time.Until(trusted)))
+			failed = got.err
+			t.Reset(max(0, min(retry, time.Until(trusted))))
 		}
 	}
 }
