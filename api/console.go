@@ -5,8 +5,10 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -327,6 +329,7 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 			givingUnits[u.Campaign] += u.Units
 		}
 	}
+	src.heldInRedis(ctx, givingUnits, fail)
 	// Every sale is asked at once: a shard that does not answer costs its own campaigns, not
 	// the time of each one after them.
 	sales, errs := make([]lua.Sale, len(cs)), make([]error, len(cs))
@@ -360,6 +363,37 @@ func (src *consoleSources) campaigns(ctx context.Context, snap *ConsoleSnapshot,
 		snap.Campaigns = append(snap.Campaigns, cc)
 	}
 	return nil
+}
+
+// heldInRedis narrows givingUnits, the units by campaign of the orders being given back (their
+// reason ""), to those whose reservation Redis still holds, pending or confirmed. The reason
+// becomes the source's only once Kafka has the order's announcement, after Redis gave its units
+// back: during a Kafka outage, or once a rebuild restored such an order ended, its units are
+// in remaining already, and taking them off again hid as many units of pending reservations.
+// A read that fails leaves the store's figure, and says so.
+func (src *consoleSources) heldInRedis(ctx context.Context, givingUnits map[string]int64, fail func(string, error)) {
+	if len(givingUnits) == 0 {
+		return
+	}
+	orders, err := src.s.store.GivingBack(ctx, slices.Sorted(maps.Keys(givingUnits)))
+	var held map[string]lua.Reservation
+	if err == nil {
+		ids := make([]string, len(orders))
+		for i, o := range orders {
+			ids[i] = o.OrderID
+		}
+		held, err = src.s.redis.Reservations(ctx, ids)
+	}
+	if err != nil {
+		fail("orders being given back", err)
+		return
+	}
+	clear(givingUnits)
+	for _, o := range orders {
+		if res, ok := held[o.OrderID]; ok && (res.State == lua.StatePending || res.State == lua.StateConfirmed) {
+			givingUnits[o.CampaignID] += o.Quantity
+		}
+	}
 }
 
 // givenBackBy names what gave an order's units back, from its final status and reason: ""

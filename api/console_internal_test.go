@@ -207,9 +207,25 @@ func (halfRefunded) UnitsByStatus(context.Context, []string) ([]store.Units, err
 	}, nil
 }
 
+func (halfRefunded) GivingBack(context.Context, []string) ([]store.Order, error) {
+	return []store.Order{
+		{OrderID: "r1", CampaignID: "c1", Quantity: 1, Status: events.Refunded},
+		{OrderID: "e1", CampaignID: "c1", Quantity: 2, Status: events.Expired},
+	}, nil
+}
+
 type heldBy struct {
 	Redis
 	remaining int64
+}
+
+// Reservations holds every order's units: confirmed.
+func (heldBy) Reservations(_ context.Context, ids []string) (map[string]lua.Reservation, error) {
+	out := map[string]lua.Reservation{}
+	for _, id := range ids {
+		out[id] = lua.Reservation{OrderID: id, State: lua.StateConfirmed}
+	}
+	return out, nil
 }
 
 func (r heldBy) Sale(context.Context, string) (lua.Sale, error) {
@@ -237,5 +253,67 @@ func TestConsoleGivingBackIsNotGivenBack(t *testing.T) {
 	}
 	if len(snap.Campaigns) != 1 || snap.Campaigns[0].Pending != 1 {
 		t.Errorf("campaigns %+v, want c1 with 1 unit pending", snap.Campaigns)
+	}
+}
+
+// announcing is a store of one campaign of stock 10, 3 units paid, whose refund of 1 unit and
+// expiry of 2 are stored with reason "": the refund's units still held in Redis, the expiry's
+// given back there already, its announcement not yet taken by Kafka (MarkUnpaid runs after it).
+type announcing struct{ noCampaigns }
+
+func (announcing) NewestCampaigns(context.Context, int) ([]store.Campaign, error) {
+	return []store.Campaign{{ID: "c1", Name: "one", Stock: 10, Sold: 3, PerUserLimit: 5}}, nil
+}
+
+func (announcing) UnitsByStatus(context.Context, []string) ([]store.Units, error) {
+	return []store.Units{
+		{Campaign: "c1", Status: events.Paid, Units: 3, Orders: 3},
+		{Campaign: "c1", Status: events.Refunded, Reason: "", Units: 1, Orders: 1},
+		{Campaign: "c1", Status: events.Expired, Reason: "", Units: 2, Orders: 1},
+	}, nil
+}
+
+func (announcing) GivingBack(context.Context, []string) ([]store.Order, error) {
+	return []store.Order{
+		{OrderID: "r1", CampaignID: "c1", Quantity: 1, Status: events.Refunded},
+		{OrderID: "e1", CampaignID: "c1", Quantity: 2, Status: events.Expired},
+	}, nil
+}
+
+// recorded is a Redis that holds all but remaining of a campaign's units, and the reservation
+// records states (order id -> state).
+type recorded struct {
+	heldBy
+	states map[string]string
+}
+
+func (r recorded) Reservations(_ context.Context, ids []string) (map[string]lua.Reservation, error) {
+	out := map[string]lua.Reservation{}
+	for _, id := range ids {
+		if st, ok := r.states[id]; ok {
+			out[id] = lua.Reservation{OrderID: id, State: st}
+		}
+	}
+	return out, nil
+}
+
+// TestConsolePendingOfAnExpiryRedisGaveBack: an expiry's (or a refund's) reason stays "" until
+// Kafka has its announcement, after Redis gave its units back: during a Kafka outage, or after a
+// rebuild of Redis from the store, which restores such an order's units to the sale. The console
+// took every such order's units as held by Redis, and took them off the pending reservations'
+// units, so a campaign's pending reservations were hidden (shown 0) for as long as Kafka was down.
+func TestConsolePendingOfAnExpiryRedisGaveBack(t *testing.T) {
+	// Redis holds the 3 paid units, the refund's 1 and 1 pending reservation: 10 - 5 remain.
+	r := recorded{heldBy: heldBy{remaining: 5}, states: map[string]string{"r1": lua.StateConfirmed, "e1": lua.StateExpired}}
+	s := New(Config{InsecureUserHeader: true, Logger: slog.New(slog.DiscardHandler)}, announcing{}, r, nil)
+	defer s.Close()
+	src := s.newConsoleSources()
+	defer src.close()
+	snap := src.snapshot(context.Background())
+	if len(snap.Campaigns) != 1 || snap.Campaigns[0].Pending != 1 {
+		t.Errorf("campaigns %+v, want c1 with 1 unit pending", snap.Campaigns)
+	}
+	if want := map[string]int64{"operator refund": 1, "payment window": 1}; !maps.Equal(snap.GivingBack, want) {
+		t.Errorf("being given back: %v, want %v", snap.GivingBack, want)
 	}
 }

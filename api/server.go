@@ -192,6 +192,7 @@ type Store interface {
 	// The console's snapshot.
 	NewestCampaigns(ctx context.Context, n int) ([]store.Campaign, error)
 	UnitsByStatus(ctx context.Context, campaigns []string) ([]store.Units, error)
+	GivingBack(ctx context.Context, campaigns []string) ([]store.Order, error)
 	AuditVerdicts(ctx context.Context) (map[string]store.AuditVerdict, error)
 }
 
@@ -201,6 +202,7 @@ type Redis interface {
 	compensator.Redis
 	compensator.CampaignRedis
 	Sale(ctx context.Context, campaign string) (lua.Sale, error)
+	Reservations(ctx context.Context, orderIDs []string) (map[string]lua.Reservation, error)
 	Reserve(ctx context.Context, campaign, orderID, user string, qty int, ttl time.Duration) (lua.Reservation, error)
 	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
 	Ping(ctx context.Context) error

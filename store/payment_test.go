@@ -398,3 +398,35 @@ func openAt(t *testing.T, url string, version int) *store.Store {
 	}
 	return s
 }
+
+// TestGivingBack lists the refunds and expiries of the campaigns asked for whose reason is still
+// "", and no other order, on both databases: the console reads their reservations in Redis.
+func TestGivingBack(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		evs := payConfirmed(t, s, 4)
+		other := payConfirmed(t, s, 1)
+		for _, e := range []events.Event{evs[0], evs[1], other[0]} {
+			if _, err := s.RefundOrder(ctx, e.OrderID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.MarkRefunded(ctx, evs[1].OrderID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ExpireOrder(ctx, evs[2].OrderID, time.Now().Add(2*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.GivingBack(ctx, []string{evs[0].CampaignID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]bool{}
+		for _, o := range got {
+			ids[o.OrderID] = true
+		}
+		if len(got) != 2 || !ids[evs[0].OrderID] || !ids[evs[2].OrderID] {
+			t.Errorf("GivingBack: %+v; want the unfinished refund and the unfinished expiry of the campaign", got)
+		}
+	})
+}

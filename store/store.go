@@ -660,6 +660,25 @@ func (s *Store) UnfinishedRefunds(ctx context.Context, after string, limit int) 
 	return os, nil
 }
 
+// GivingBack returns the refunded and expired orders of the campaigns whose reason is still
+// "": their units may not be back in Redis yet, and their announcement is not in Kafka yet.
+// The orders_refunding index reads the refunds; the expiries are few unless the sweeper is
+// behind.
+func (s *Store) GivingBack(ctx context.Context, campaigns []string) ([]Order, error) {
+	if len(campaigns) == 0 {
+		return nil, nil
+	}
+	q, args, err := sqlx.In(`SELECT * FROM orders WHERE campaign_id IN (?) AND status IN ('refunded', 'expired') AND reason = ''`, campaigns)
+	if err != nil {
+		return nil, err
+	}
+	var os []Order
+	if err := s.db.SelectContext(ctx, &os, s.db.Rebind(q), args...); err != nil {
+		return nil, fmt.Errorf("orders being given back: %w", err)
+	}
+	return os, nil
+}
+
 // MarkRefunded records that a refunded order's units are back in Redis.
 func (s *Store) MarkRefunded(ctx context.Context, orderID string) error {
 	return s.markBack(ctx, orderID, events.Refunded, events.ReasonOperator)
