@@ -100,7 +100,9 @@ func (l *Lock) watch(ctx context.Context, lost context.CancelCauseFunc) {
 	retry := max(l.lease/12, time.Millisecond)
 	trusted := l.taken.Add(l.lease - every)
 	var failed error // the last renewal's error, if it failed
-	t := time.NewTimer(every)
+	// The first renewal is due a third of the lease after the acquisition, not after Hold: a
+	// holder may have worked a while before it called Hold.
+	t := time.NewTimer(max(0, time.Until(l.taken.Add(every))))
 	defer t.Stop()
 	for {
 		select {

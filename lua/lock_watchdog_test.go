@@ -25,10 +25,11 @@ func TestHoldThroughFailedRenewals(t *testing.T) {
 	const lease = 3 * time.Second
 	injected := errors.New("connection reset (injected)")
 
-	// hold takes a lock whose renewals go through renew, and runs Hold with an fn that works
-	// until its context ends or stop is closed (at the latest when the test ends). It returns
-	// when the lock was taken, Hold's result, and when fn's context ended (nil if it did not).
-	hold := func(t *testing.T, renew func(ctx context.Context) error, stop chan struct{}) (taken time.Time, result <-chan error, ended *atomic.Pointer[time.Time]) {
+	// hold takes a lock whose renewals go through renew, and runs Hold, late after taking it,
+	// with an fn that works until its context ends or stop is closed (at the latest when the
+	// test ends). It returns when the lock was taken, Hold's result, and when fn's context ended
+	// (nil if it did not).
+	hold := func(t *testing.T, late time.Duration, renew func(ctx context.Context) error, stop chan struct{}) (taken time.Time, result <-chan error, ended *atomic.Pointer[time.Time]) {
 		rdb := luatest.MustRedis(t)
 		name := "test-" + events.NewID()
 		key := "seckill:{lock:" + name + "}"
@@ -53,6 +54,7 @@ func TestHoldThroughFailedRenewals(t *testing.T) {
 			}
 			<-returned
 		})
+		time.Sleep(late)
 		go func() {
 			defer close(returned)
 			res <- l.Hold(ctx, func(ctx context.Context) error {
@@ -73,7 +75,7 @@ func TestHoldThroughFailedRenewals(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var renewals atomic.Int32
 			stop := make(chan struct{})
-			taken, result, ended := hold(t, func(context.Context) error {
+			taken, result, ended := hold(t, 0, func(context.Context) error {
 				if renewals.Add(1) == 1 {
 					return injected
 				}
@@ -97,7 +99,7 @@ func TestHoldThroughFailedRenewals(t *testing.T) {
 	t.Run("renewals that keep failing end the holding before the lease could lapse", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var renewals atomic.Int32
-			taken, result, ended := hold(t, func(context.Context) error {
+			taken, result, ended := hold(t, 0, func(context.Context) error {
 				renewals.Add(1)
 				return injected
 			}, make(chan struct{}))
@@ -118,9 +120,26 @@ func TestHoldThroughFailedRenewals(t *testing.T) {
 		})
 	})
 
+	// The lease runs from the acquisition, not from Hold: a Hold that starts late (the holder
+	// did some work first) renewed a third of a lease after it started, so a renewal failing
+	// then let fn run on past the lease's trusted part.
+	t.Run("a holding that starts late ends where its lease stops being trusted", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			taken, result, ended := hold(t, lease/2, func(context.Context) error { return injected }, make(chan struct{}))
+			<-result
+			at := ended.Load()
+			if at == nil {
+				t.Fatal("fn returned without its context ending")
+			}
+			if trusted := lease - lease/3; at.Sub(taken) > trusted {
+				t.Errorf("fn's context ended %v after the lock was taken, want by %v: the lease less a renewal interval", at.Sub(taken), trusted)
+			}
+		})
+	})
+
 	t.Run("a renewal that hangs ends the holding before the lease could lapse", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			taken, result, ended := hold(t, func(ctx context.Context) error {
+			taken, result, ended := hold(t, 0, func(ctx context.Context) error {
 				<-ctx.Done()
 				return ctx.Err()
 			}, make(chan struct{}))
