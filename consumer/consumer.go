@@ -347,10 +347,11 @@ const redisFailing = "redis calls failing: persisting orders without checking fo
 
 // redisAnswered logs the outcome of a call to Redis, op, over n orders: a failure as part of an
 // outage (h.redisDown), and a success, which may end one. A call over no orders did not reach
-// Redis. A malformed record is Redis answering, and a warning of its own.
+// Redis, and one cut short by its context (a shutdown, a lost partition) says nothing of it. A
+// malformed record is Redis answering, and a warning of its own.
 func (h *handler) redisAnswered(err error, n int, op string) {
 	switch {
-	case n == 0:
+	case n == 0, errors.Is(err, context.Canceled): // no call, or one this consumer cut short
 	case errors.Is(err, lua.ErrMalformed):
 		h.redisDown.Answered(h.cfg.Logger, "redis answers again")
 		h.cfg.Logger.Warn(op, "orders", n, "err", err)

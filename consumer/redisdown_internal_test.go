@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -100,4 +101,16 @@ func TestRedisOutageLoggedOnce(t *testing.T) {
 			logs.Reset()
 		}
 	})
+}
+
+// TestRedisCallCutShortByShutdownIsNoOutage: a call that a stopping consumer (or a lost
+// partition) cut short failed with its context's error, not Redis's, and was logged as the start
+// of a Redis outage.
+func TestRedisCallCutShortByShutdownIsNoOutage(t *testing.T) {
+	var logs strings.Builder
+	h := &handler{cfg: Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}}
+	h.redisAnswered(fmt.Errorf("confirm: %w", context.Canceled), 3, "confirm reservations")
+	if logs.Len() > 0 {
+		t.Errorf("logged a shutdown's cut calls:\n%s", logs.String())
+	}
 }
