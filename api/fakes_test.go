@@ -237,9 +237,10 @@ func (s *refundingStore) Order(_ context.Context, id string) (store.Order, error
 	return o, nil
 }
 
-func (s *refundingStore) RefundOrder(ctx context.Context, id string) (store.Order, error) {
+func (s *refundingStore) RefundOrder(ctx context.Context, id string) (store.Order, bool, error) {
 	s.refunded = true
-	return s.Order(ctx, id)
+	o, err := s.Order(ctx, id)
+	return o, true, err
 }
 
 // downRedis does not answer.
@@ -278,8 +279,8 @@ func (expiredMeanwhile) Order(_ context.Context, id string) (store.Order, error)
 	return store.Order{OrderID: id, CampaignID: "fake", UserID: "ann", Quantity: 1, Status: events.Confirmed}, nil
 }
 
-func (expiredMeanwhile) RefundOrder(_ context.Context, id string) (store.Order, error) {
-	return store.Order{OrderID: id, CampaignID: "fake", UserID: "ann", Quantity: 1, Status: events.Expired, Reason: events.ReasonUnpaid}, nil
+func (expiredMeanwhile) RefundOrder(_ context.Context, id string) (store.Order, bool, error) {
+	return store.Order{OrderID: id, CampaignID: "fake", UserID: "ann", Quantity: 1, Status: events.Expired, Reason: events.ReasonUnpaid}, false, nil
 }
 
 // TestRefundOfAnOrderExpiredMeanwhile: an operator compensates a confirmed order that the

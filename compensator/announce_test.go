@@ -121,7 +121,7 @@ func TestSweepLeavesAnnouncementsToTheNextWhileKafkaIsDown(t *testing.T) {
 	for i, ev := range evs {
 		var err error
 		if i < refunds {
-			_, err = e.st.RefundOrder(e.ctx, ev.OrderID)
+			_, _, err = e.st.RefundOrder(e.ctx, ev.OrderID)
 		} else {
 			_, err = e.st.ExpireOrder(e.ctx, ev.OrderID, time.Now().Add(2*time.Hour))
 		}

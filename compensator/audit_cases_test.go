@@ -46,7 +46,7 @@ func TestAuditOrderMovedOnWhileRedisStillPending(t *testing.T) {
 			return err
 		}},
 		{"refund stored, its redis step not run yet", func(e *env, c *compensator.Compensator, ev events.Event) error {
-			_, err := e.st.RefundOrder(e.ctx, ev.OrderID)
+			_, _, err := e.st.RefundOrder(e.ctx, ev.OrderID)
 			return err
 		}},
 	} {
@@ -174,7 +174,7 @@ func TestAuditGivenBackButStillHeldInRedis(t *testing.T) {
 		give func(e *env, orderID string) error // the store's step alone
 	}{
 		{"refund", func(e *env, orderID string) error {
-			_, err := e.st.RefundOrder(e.ctx, orderID)
+			_, _, err := e.st.RefundOrder(e.ctx, orderID)
 			return err
 		}},
 		{"expiry", func(e *env, orderID string) error {

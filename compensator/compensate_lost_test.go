@@ -118,7 +118,7 @@ func TestCompensateAnswersAHalfDoneRefundFinished(t *testing.T) {
 	e := newEnv(t, 10, 5)
 	ann := e.reserve(t, 1, time.Hour)[0]
 	e.confirm(t, []events.Event{ann})
-	if _, err := e.st.RefundOrder(e.ctx, ann.OrderID); err != nil { // Redis's half never ran
+	if _, _, err := e.st.RefundOrder(e.ctx, ann.OrderID); err != nil { // Redis's half never ran
 		t.Fatal(err)
 	}
 	o, err := e.operator().Resolver.Compensate(e.ctx, ann.OrderID)

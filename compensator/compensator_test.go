@@ -852,7 +852,7 @@ func TestSweeperFinishesInterruptedRefunds(t *testing.T) {
 	e := newEnv(t, 100, 10)
 	evs := e.reserve(t, 3, time.Hour)
 	e.confirm(t, evs)
-	if _, err := e.st.RefundOrder(e.ctx, evs[0].OrderID); err != nil { // and Redis never heard of it
+	if _, _, err := e.st.RefundOrder(e.ctx, evs[0].OrderID); err != nil { // and Redis never heard of it
 		t.Fatal(err)
 	}
 	c := e.compensator(t, compensator.Config{})

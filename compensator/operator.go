@@ -246,10 +246,8 @@ const bulkWorkers = 8
 // the pending ones are done, and one found in both is counted once, by the refund. Refunding
 // also finishes the refunds stored before (by a run cut short, or by a cancel's store step)
 // whose units Redis still holds, and counts them unchanged: an order is counted refunded by the
-// run that refunded it in the store, when the store holds it refunded after this run's refund
-// (two runs at once may both count one they both refunded: the store does not say which of
-// them moved it). An order is counted released only when this run gave its units back, so that
-// two runs at once do not both count it. An order whose reservation record Redis cannot parse
+// run whose call moved it to refunded in the store (store.RefundOrder says which), and released
+// by the run that gave its units back in Redis, so that two runs at once do not both count it. An order whose reservation record Redis cannot parse
 // (lua.ErrMalformed) is left as it is and counted nowhere; the run goes on, and its error names
 // each such order once the rest is done.
 func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, confirmed bool, progress Progress) (Tally, error) {
@@ -393,13 +391,13 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 			count(ord.OrderID, &t.Unchanged)
 			return true, nil
 		}
-		// Counted by the store's row, not by Redis's change: the compensator's sweep finishes
-		// a stored refund whose Redis half is still to run (Store.UnfinishedRefunds), and may
+		// Counted by the store's change, not by Redis's: the compensator's sweep finishes a
+		// stored refund whose Redis half is still to run (Store.UnfinishedRefunds), and may
 		// give its units back first. Counted even when its Redis half failed here: it is
 		// refunded, and no later run counts it.
-		got, _, err := o.refundOnce(ctx, ord.OrderID)
+		_, refunded, err := o.refundOnce(ctx, ord.OrderID)
 		switch {
-		case got.Status == events.Refunded:
+		case refunded:
 			count(ord.OrderID, &t.Refunded)
 		case err == nil:
 			count(ord.OrderID, &t.Unchanged)

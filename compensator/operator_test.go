@@ -173,6 +173,33 @@ func TestConcurrentCancelsCountEachOrderOnce(t *testing.T) {
 	}
 }
 
+// TestConcurrentRefundsCountEachOrderOnce: two runs refunding one campaign's confirmed orders at
+// once both read the same orders, and each counted refunded every order the store held refunded
+// after its own call, the other run's too.
+func TestConcurrentRefundsCountEachOrderOnce(t *testing.T) {
+	e := newEnv(t, 500, 10)
+	op := e.operator()
+	evs := e.reserve(t, 60, time.Hour)
+	e.confirm(t, evs)
+	var wg sync.WaitGroup
+	var tallies [2]compensator.Tally
+	for i := range tallies {
+		wg.Go(func() {
+			var err error
+			if tallies[i], err = op.CompensateCampaign(e.ctx, e.campaign, false, true, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if refunded := tallies[0].Refunded + tallies[1].Refunded; refunded != 60 {
+		t.Errorf("two refunds: %+v and %+v; want 60 refunded between them", tallies[0], tallies[1])
+	}
+	if states := e.check(t, evs); states[events.Refunded] != 60 {
+		t.Errorf("states %v", states)
+	}
+}
+
 // TestBulkCompensateTwice releases the pending reservations, then refunds the confirmed
 // orders, then does both again: the second run finds nothing to do.
 func TestBulkCompensateTwice(t *testing.T) {
@@ -214,7 +241,7 @@ func TestBulkRefundFinishesInterruptedRefunds(t *testing.T) {
 	}
 	refundInStoreOnly := func(ev events.Event) {
 		t.Helper()
-		if _, err := e.st.RefundOrder(e.ctx, ev.OrderID); err != nil {
+		if _, _, err := e.st.RefundOrder(e.ctx, ev.OrderID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -642,7 +669,7 @@ func TestCancelCountsAHalfDoneRefundOfAPendingReservation(t *testing.T) {
 	if _, err := e.st.ConfirmOrders(e.ctx, evs); err != nil {
 		t.Fatal(err)
 	}
-	if o, err := e.st.RefundOrder(e.ctx, evs[0].OrderID); err != nil || o.Status != events.Refunded {
+	if o, _, err := e.st.RefundOrder(e.ctx, evs[0].OrderID); err != nil || o.Status != events.Refunded {
 		t.Fatalf("refund in the store: %+v, %v", o, err)
 	}
 	_, tally, err := op.Cancel(e.ctx, e.campaign, nil)

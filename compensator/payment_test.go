@@ -121,7 +121,7 @@ func TestExpiryOfAnOrderEndedMeanwhile(t *testing.T) {
 	if _, err := r.Pay(e.ctx, evs[0].OrderID, "pay-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.RefundOrder(e.ctx, evs[1].OrderID); err != nil { // its redis step not run yet
+	if _, _, err := e.st.RefundOrder(e.ctx, evs[1].OrderID); err != nil { // its redis step not run yet
 		t.Fatal(err)
 	}
 	for i, want := range []events.Status{events.Paid, events.Refunded} {

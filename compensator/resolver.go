@@ -19,7 +19,7 @@ import (
 type Store interface {
 	Order(ctx context.Context, id string) (store.Order, error)
 	FailOrderFenced(ctx context.Context, e events.Event, reason string, f store.Fence) (store.Order, error)
-	RefundOrder(ctx context.Context, orderID string) (store.Order, error)
+	RefundOrder(ctx context.Context, orderID string) (store.Order, bool, error)
 	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
 	ExpireOrder(ctx context.Context, orderID string, now time.Time) (store.Order, error)
 	MarkUnpaid(ctx context.Context, orderID string) error
@@ -273,22 +273,23 @@ func (r *Resolver) refund(ctx context.Context, o store.Order) (store.Order, erro
 	return o, err
 }
 
-// refundOnce refunds a stored order, and reports whether this call gave its units back in
-// Redis: an order another run refunded meanwhile comes back refunded all the same, and a bulk
-// run must not count it too. An order that ended otherwise meanwhile (expired unpaid by the
-// sweeper between the caller's read and this) is left as it is: no refund to announce.
+// refundOnce refunds a stored order, and reports whether this call refunded it in the store:
+// an order another run refunded meanwhile comes back refunded all the same, and a bulk run
+// must not count it too. Its units are given back in Redis either way (the other run may have
+// stopped before). An order that ended otherwise meanwhile (expired unpaid by the sweeper
+// between the caller's read and this) is left as it is: no refund to announce.
 func (r *Resolver) refundOnce(ctx context.Context, orderID string) (store.Order, bool, error) {
-	o, err := r.Store.RefundOrder(ctx, orderID)
+	o, refunded, err := r.Store.RefundOrder(ctx, orderID)
 	if err != nil || o.Status != events.Refunded {
 		return o, false, err
 	}
-	changed, err := r.refundReservation(ctx, o, "operator")
-	if err == nil {
-		// The order as the store now holds it: MarkRefunded gave it the reason that says its
-		// units are back, and an answer without it would say they are not.
-		o.Reason = events.ReasonOperator
+	if _, err := r.refundReservation(ctx, o, "operator"); err != nil {
+		return o, refunded, err
 	}
-	return o, changed, err
+	// The order as the store now holds it: MarkRefunded gave it the reason that says its units
+	// are back, and an answer without it would say they are not.
+	o.Reason = events.ReasonOperator
+	return o, refunded, nil
 }
 
 // refundReservation gives a refunded order's units back in Redis, once, announces it, and once

@@ -45,7 +45,7 @@ func TestSweepPagesMoveOn(t *testing.T) {
 	for i, ev := range stuck {
 		var err error
 		if i < failing {
-			_, err = e.st.RefundOrder(e.ctx, ev.OrderID)
+			_, _, err = e.st.RefundOrder(e.ctx, ev.OrderID)
 		} else {
 			_, err = e.st.ExpireOrder(e.ctx, ev.OrderID, late)
 		}
@@ -53,7 +53,7 @@ func TestSweepPagesMoveOn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.st.RefundOrder(e.ctx, healthy[0].OrderID); err != nil {
+	if _, _, err := e.st.RefundOrder(e.ctx, healthy[0].OrderID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.st.ExpireOrder(e.ctx, healthy[1].OrderID, late); err != nil {

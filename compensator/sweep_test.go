@@ -39,7 +39,7 @@ func TestSweepGetsPastAFailingOrder(t *testing.T) {
 	}
 	refunded := e.reserve(t, 1, time.Hour)
 	e.confirm(t, refunded)
-	if _, err := e.st.RefundOrder(e.ctx, refunded[0].OrderID); err != nil { // and Redis never heard of it
+	if _, _, err := e.st.RefundOrder(e.ctx, refunded[0].OrderID); err != nil { // and Redis never heard of it
 		t.Fatal(err)
 	}
 	overdue := e.reserve(t, 2, time.Millisecond)

@@ -91,7 +91,7 @@ func testReplayCatchUp(t *testing.T, st *store.Store) {
 		s.confirm(e)
 	}
 	s.pay(fay)
-	if o, err := st.RefundOrder(s.ctx, gil.OrderID); err != nil || o.Status != events.Refunded {
+	if o, _, err := st.RefundOrder(s.ctx, gil.OrderID); err != nil || o.Status != events.Refunded {
 		t.Fatalf("the store refunds gil's order: %+v %v", o, err)
 	}
 	s.unpaid(cy)

@@ -68,7 +68,7 @@ func TestChangeCampaign(t *testing.T) {
 			c, other := mustCampaign(t, s, 10, 5), mustCampaign(t, s, 10, 5)
 			a, b, x := newEvent(c.ID, "a", 2), newEvent(c.ID, "b", 3), newEvent(other.ID, "x", 1)
 			confirm(t, s, a, b, x)
-			if _, err := s.RefundOrder(ctx, b.OrderID); err != nil {
+			if _, _, err := s.RefundOrder(ctx, b.OrderID); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.FailOrder(ctx, newEvent(c.ID, "d", 1), events.ReasonExpired); err != nil {

@@ -306,7 +306,7 @@ func TestRefundRacesRedelivery(t *testing.T) {
 		for range 2 {
 			wg.Go(func() {
 				for i := n - 1; i >= 0; i-- {
-					o, err := s.RefundOrder(context.Background(), old[i].OrderID)
+					o, _, err := s.RefundOrder(context.Background(), old[i].OrderID)
 					if err != nil {
 						t.Errorf("RefundOrder: %v", err)
 						return

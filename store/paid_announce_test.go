@@ -88,7 +88,7 @@ func TestPaidListedUntilAnnounced(t *testing.T) {
 			t.Errorf("unannounced after a retry of %s's payment: %v, want %v", a, got, []string{b, c})
 		}
 		// A refunded order is no payment to announce.
-		if _, err := s.RefundOrder(ctx, b); err != nil {
+		if _, _, err := s.RefundOrder(ctx, b); err != nil {
 			t.Fatal(err)
 		}
 		if got := unannounced(t, s, time.Now()); !slices.Equal(got, []string{c}) {

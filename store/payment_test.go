@@ -168,7 +168,7 @@ func TestPaymentPaysOneOrder(t *testing.T) {
 		}
 
 		// A refunded order keeps its payment: the payer is refunded, no one else may use it.
-		if o, err := s.RefundOrder(ctx, a); err != nil || o.Status != events.Refunded || o.PaymentID != "pay-1" {
+		if o, _, err := s.RefundOrder(ctx, a); err != nil || o.Status != events.Refunded || o.PaymentID != "pay-1" {
 			t.Fatalf("refund %s: %+v, %v; want refunded with its payment id", a, o, err)
 		}
 		more := payConfirmed(t, s, 1)[0].OrderID
@@ -261,7 +261,7 @@ func TestCancelRefundsItsOrders(t *testing.T) {
 		if _, _, err := s.PayOrder(ctx, evs[0].OrderID, "p-before", time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.RefundOrder(ctx, evs[3].OrderID); err != nil { // refunded before the cancel
+		if _, _, err := s.RefundOrder(ctx, evs[3].OrderID); err != nil { // refunded before the cancel
 			t.Fatal(err)
 		}
 		cancelled, refunded, err := s.ChangeCampaign(ctx, c.ID, func(c *store.Campaign) error {
@@ -407,7 +407,7 @@ func TestGivingBack(t *testing.T) {
 		evs := payConfirmed(t, s, 4)
 		other := payConfirmed(t, s, 1)
 		for _, e := range []events.Event{evs[0], evs[1], other[0]} {
-			if _, err := s.RefundOrder(ctx, e.OrderID); err != nil {
+			if _, _, err := s.RefundOrder(ctx, e.OrderID); err != nil {
 				t.Fatal(err)
 			}
 		}

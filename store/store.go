@@ -747,10 +747,11 @@ func (s *Store) WhileHeld(ctx context.Context, campaign string, endedSince time.
 }
 
 // RefundOrder moves a confirmed or paid order to refunded and takes its units off the campaign's
-// and the buyer's totals, once. It returns the order's row; an order in another state is
-// returned unchanged. The refunded row's reason stays "" until MarkRefunded says its units are
-// back in Redis.
-func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) {
+// and the buyer's totals, once. It returns the order's row, and whether this call refunded it;
+// an order in another state is returned unchanged. The refunded row's reason stays "" until
+// MarkRefunded says its units are back in Redis.
+func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, bool, error) {
+	var refunded bool
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var campaign string
 		err := tx.GetContext(ctx, &campaign, tx.Rebind(`SELECT campaign_id FROM orders WHERE order_id = ?`), orderID)
@@ -764,13 +765,14 @@ func (s *Store) RefundOrder(ctx context.Context, orderID string) (Order, error) 
 		if _, err := s.lockCampaign(ctx, tx, campaign); err != nil {
 			return err
 		}
-		_, _, err = endOrder(ctx, tx, orderID, events.Refunded, "", time.Now())
+		_, refunded, err = endOrder(ctx, tx, orderID, events.Refunded, "", time.Now())
 		return err
 	})
 	if err != nil {
-		return Order{}, fmt.Errorf("refund order %s: %w", orderID, err)
+		return Order{}, false, fmt.Errorf("refund order %s: %w", orderID, err)
 	}
-	return s.Order(ctx, orderID)
+	o, err := s.Order(ctx, orderID)
+	return o, refunded, err
 }
 
 // giveBack takes an order's units off its campaign's sold and its buyer's bought.

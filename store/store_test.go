@@ -254,7 +254,7 @@ func TestStore(t *testing.T) {
 			if code := events.ErrorCode(err); code != events.OrderNotFound {
 				t.Errorf("Order(missing) = %v, want code %q", err, events.OrderNotFound)
 			}
-			_, err = s.RefundOrder(ctx, events.NewOrderID("missing"))
+			_, _, err = s.RefundOrder(ctx, events.NewOrderID("missing"))
 			if code := events.ErrorCode(err); code != events.OrderNotFound {
 				t.Errorf("RefundOrder(missing) = %v, want code %q", err, events.OrderNotFound)
 			}
@@ -498,7 +498,7 @@ func TestStore(t *testing.T) {
 			a, b := newEvent(c.ID, "alice", 2), newEvent(c.ID, "alice", 1)
 			wantResults(t, confirm(t, s, a, b), confirmed, confirmed)
 			for i := range 2 {
-				o, err := s.RefundOrder(ctx, a.OrderID)
+				o, _, err := s.RefundOrder(ctx, a.OrderID)
 				if err != nil {
 					t.Fatalf("RefundOrder #%d: %v", i+1, err)
 				}
@@ -526,7 +526,7 @@ func TestStore(t *testing.T) {
 			a, b, kept := newEvent(c.ID, "alice", 2), newEvent(c.ID, "bob", 1), newEvent(c.ID, "carol", 1)
 			wantResults(t, confirm(t, s, a, b, kept), confirmed, confirmed, confirmed)
 			for _, e := range []events.Event{a, b} {
-				if _, err := s.RefundOrder(ctx, e.OrderID); err != nil {
+				if _, _, err := s.RefundOrder(ctx, e.OrderID); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -583,7 +583,7 @@ func TestStore(t *testing.T) {
 			if err != nil {
 				t.Fatalf("FailOrder: %v", err)
 			}
-			o, err := s.RefundOrder(ctx, e.OrderID)
+			o, _, err := s.RefundOrder(ctx, e.OrderID)
 			if err != nil {
 				t.Fatalf("RefundOrder: %v", err)
 			}
@@ -634,7 +634,7 @@ func TestStore(t *testing.T) {
 			if _, _, err := s.PayOrder(ctx, paid.OrderID, "pay-1", time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.RefundOrder(ctx, refunded.OrderID); err != nil {
+			if _, _, err := s.RefundOrder(ctx, refunded.OrderID); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.ExpireOrder(ctx, expired.OrderID, time.Now().Add(2*time.Minute)); err != nil { // not paid in its window

@@ -48,7 +48,7 @@ func TestSweepListsPage(t *testing.T) {
 		}
 		// 6–8 refunded with their units not back; 9 refunded and finished.
 		for _, i := range []int{6, 7, 8, 9} {
-			if _, err := s.RefundOrder(ctx, ids[i]); err != nil {
+			if _, _, err := s.RefundOrder(ctx, ids[i]); err != nil {
 				t.Fatal(err)
 			}
 		}
