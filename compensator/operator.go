@@ -247,9 +247,9 @@ const bulkWorkers = 8
 // also finishes the refunds stored before (by a run cut short, or by a cancel's store step)
 // whose units Redis still holds, and counts them unchanged: an order is counted refunded by the
 // run whose call moved it to refunded in the store (store.RefundOrder says which), and released
-// by the run that gave its units back in Redis, so that two runs at once do not both count it. An order whose reservation record Redis cannot parse
-// (lua.ErrMalformed) is left as it is and counted nowhere; the run goes on, and its error names
-// each such order once the rest is done.
+// by the run that gave its units back in Redis, so that two runs at once do not both count it.
+// An order whose reservation record Redis cannot parse (lua.ErrMalformed) is left as it is and
+// counted nowhere; the run goes on, and its error names each such order once the rest is done.
 func (o *Operator) CompensateCampaign(ctx context.Context, id string, pending, confirmed bool, progress Progress) (Tally, error) {
 	return o.compensateCampaign(ctx, id, pending, confirmed, nil, progress)
 }

@@ -100,6 +100,9 @@ func (l *Lock) watch(ctx context.Context, lost context.CancelCauseFunc) {
 	retry := max(l.lease/12, time.Millisecond)
 	trusted := l.taken.Add(l.lease - every)
 	var failed error // the last renewal's error, if it failed
+	untrusted := func(err error) {
+		lost(fmt.Errorf("lock %s: no renewal within the lease, less a renewal interval: %w", l.key, err))
+	}
 	// The first renewal is due a third of the lease after the acquisition, not after Hold: a
 	// holder may have worked a while before it called Hold.
 	t := time.NewTimer(max(0, time.Until(l.taken.Add(every))))
@@ -112,7 +115,7 @@ func (l *Lock) watch(ctx context.Context, lost context.CancelCauseFunc) {
 		}
 		sent := time.Now()
 		if failed != nil && !sent.Before(trusted) {
-			lost(fmt.Errorf("lock %s: no renewal within the lease, less a renewal interval: %w", l.key, failed))
+			untrusted(failed)
 			return
 		}
 		rctx, rcancel := context.WithDeadline(ctx, trusted)
@@ -126,7 +129,7 @@ func (l *Lock) watch(ctx context.Context, lost context.CancelCauseFunc) {
 		case got = <-answered:
 		case <-rctx.Done():
 			if ctx.Err() == nil {
-				lost(fmt.Errorf("lock %s: no renewal within the lease, less a renewal interval: %w", l.key, rctx.Err()))
+				untrusted(rctx.Err())
 			}
 			<-answered
 			rcancel()

@@ -129,9 +129,8 @@ var migrations = []migration{
 		CREATE INDEX orders_refunding_by_id ON orders (order_id) WHERE status = 'refunded' AND reason = '';`},
 	// payment_unannounced says that Kafka may not have a paid order's OrderPaid: PayOrder
 	// stores it true, Store.MarkPaidAnnounced false once the announcement is acknowledged, and
-	// until then
-	// Store.UnannouncedPayments lists the order for the sweeper to announce, as refunds and
-	// expiries are listed until theirs is. A column of its own, not the reason as for those:
+	// until then Store.UnannouncedPayments lists the order for the sweeper to announce, as
+	// refunds and expiries are listed until theirs is. A column of its own, not the reason as for those:
 	// a paid order's reason is "" in every answer and stream, and one that changed there would
 	// tell buyers of a change that is not theirs. Orders paid before it take the default,
 	// announced: else the first sweeps after an upgrade would announce every payment ever
