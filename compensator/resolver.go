@@ -1,6 +1,7 @@
 package compensator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,8 @@ type Resolver struct {
 	// the outcome was stored. Default: slog.Default().
 	Logger *slog.Logger
 }
+
+func (r *Resolver) logger() *slog.Logger { return cmp.Or(r.Logger, slog.Default()) }
 
 // Fail resolves the order of e as failed for reason, unless the consumer confirmed it first, and
 // returns the order's final row. source labels the metrics.
@@ -187,9 +190,16 @@ func (r *Resolver) lost(ctx context.Context, orderID string) (store.Order, bool,
 func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Order, error) {
 	o, _, err := r.Store.PayOrder(ctx, orderID, paymentID, time.Now())
 	if events.ErrorCode(err) == events.OrderNotFound {
-		if _, rerr := r.Redis.Reservation(ctx, orderID); rerr == nil {
+		_, rerr := r.Redis.Reservation(ctx, orderID)
+		switch {
+		case errors.Is(rerr, lua.ErrMalformed):
+			// Redis holds the order, in a record no retry makes readable: not confirmed, as
+			// below, and for an operator to look at (seckill audit names such records).
+			r.logger().Warn("pay: the order's reservation record in Redis is malformed", "order_id", orderID, "err", rerr)
+			fallthrough
+		case rerr == nil:
 			return o, events.Errorf(events.OrderNotConfirmed, "order %q is not confirmed yet; try again shortly", orderID)
-		} else if !errors.Is(rerr, lua.ErrNoReservation) {
+		case !errors.Is(rerr, lua.ErrNoReservation):
 			return o, events.Wrap(events.Unavailable, rerr, "the order cannot be read right now; try again shortly")
 		}
 	}
@@ -343,10 +353,7 @@ func (r *Resolver) publish(ctx context.Context, e events.Event) error {
 	// sweeper's releases (and everything behind them) while Kafka is down, so the client keeps
 	// the record and delivers it when Kafka is back; past its buffer (50,000 records by
 	// default) it refuses the record at once, and the promise logs it.
-	log := r.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := r.logger()
 	r.Producer.TryProduce(context.WithoutCancel(ctx), rec, func(rec *kgo.Record, err error) {
 		if err != nil {
 			log.Warn("announce an order's outcome", "type", e.Type, "order_id", e.OrderID, "err", err)
