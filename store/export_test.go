@@ -7,7 +7,9 @@ import "context"
 func UseReads(s *Store) { s.readsOnly = true }
 
 // MigrateTo migrates s up to version last only, as an earlier release left its database.
-func MigrateTo(ctx context.Context, s *Store, last int) error { return s.migrateTo(ctx, last) }
+func MigrateTo(ctx context.Context, s *Store, last int, opts ...MigrateOption) error {
+	return s.migrateTo(ctx, last, opts...)
+}
 
 // Migrations is how many migrations this build has.
 func Migrations() int { return len(migrations) }

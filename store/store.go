@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -210,13 +211,51 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	return nil
 }
 
+// DefaultLockTimeout is how long a migration waits for a table's lock on PostgreSQL when
+// LockTimeout does not say.
+const DefaultLockTimeout = 5 * time.Second
+
+// lockWarnEvery spaces the WARN lines of a migration that keeps waiting for its lock.
+const lockWarnEvery = 10 * time.Second
+
+// MigrateOption changes how Migrate runs.
+type MigrateOption func(*migrateOptions)
+
+type migrateOptions struct {
+	lockTimeout time.Duration
+	log         *slog.Logger
+}
+
+// LockTimeout bounds each wait of a migration for a table's lock on PostgreSQL (its
+// transaction's lock_timeout); d must be positive. A migration whose wait runs out is rolled
+// back and tried again after as long again, until Migrate's context ends. Default:
+// DefaultLockTimeout. SQLite, which has one writer and its busy_timeout, ignores it.
+func LockTimeout(d time.Duration) MigrateOption {
+	return func(o *migrateOptions) { o.lockTimeout = d }
+}
+
+// MigrateLog makes Migrate say on log that a migration waits for a lock and tries again
+// (WARN, at most every 10 s), and when it got it. Default: nothing is logged.
+func MigrateLog(log *slog.Logger) MigrateOption {
+	return func(o *migrateOptions) { o.log = log }
+}
+
 // Migrate applies the migrations the database lacks. Concurrent callers on PostgreSQL wait for
 // each other on an advisory lock.
-func (s *Store) Migrate(ctx context.Context) error { return s.migrateTo(ctx, len(migrations)) }
+func (s *Store) Migrate(ctx context.Context, opts ...MigrateOption) error {
+	return s.migrateTo(ctx, len(migrations), opts...)
+}
 
 // migrateTo applies the migrations the database lacks up to version last: Migrate, or a test's
 // database as an earlier release left it.
-func (s *Store) migrateTo(ctx context.Context, last int) error {
+func (s *Store) migrateTo(ctx context.Context, last int, opts ...MigrateOption) error {
+	o := migrateOptions{lockTimeout: DefaultLockTimeout, log: slog.New(slog.DiscardHandler)}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.lockTimeout <= 0 {
+		return fmt.Errorf("migrate: lock timeout %v: want a positive duration", o.lockTimeout)
+	}
 	conn, err := s.db.Connx(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -236,23 +275,95 @@ func (s *Store) migrateTo(ctx context.Context, last int) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	for v := have + 1; v <= last; v++ {
-		tx, err := conn.BeginTxx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("migrate %d: %w", v, err)
-		}
-		if _, err := tx.ExecContext(ctx, migrations[v-1].on(s.sqlite)); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migrate %d: %w", v, err)
-		}
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO schema_migrations (version) VALUES (?)`), v); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("migrate %d: %w", v, err)
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migrate %d: commit: %w", v, err)
+		if err := s.apply(ctx, conn, v, o); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// apply runs migration v, retrying it while a lock it needs is held by others. On PostgreSQL an
+// ALTER TABLE waits for an ACCESS EXCLUSIVE lock, and while it waits behind any open
+// transaction that read the table (a slow report, the console, a stuck session) every new
+// query on that table queues behind the ALTER: the order path stops for as long as the
+// blocker lasts. So a wait is bounded by o.lockTimeout; when it runs out the migration rolls
+// back, the queue drains for as long again, and the migration tries again until ctx ends.
+func (s *Store) apply(ctx context.Context, conn *sqlx.Conn, v int, o migrateOptions) error {
+	var (
+		lockErr error // the last lock timeout, nil while there has been none
+		warned  time.Time
+	)
+	for tries := 1; ; tries++ {
+		err := s.applyOnce(ctx, conn, v, o.lockTimeout)
+		switch {
+		case err == nil:
+			if lockErr != nil {
+				o.log.Info("migration applied after waiting for its lock", "migration", v, "tries", tries)
+			}
+			return nil
+		case isLockTimeout(err):
+			lockErr = err
+		case lockErr != nil && ctx.Err() != nil: // ended while it waited for the lock again
+			return lockWaitError(v, tries, o.lockTimeout, lockErr, context.Cause(ctx))
+		default:
+			return fmt.Errorf("migrate %d: %w", v, err)
+		}
+		if now := time.Now(); now.Sub(warned) >= lockWarnEvery {
+			warned = now
+			o.log.Warn("migration waits for a table lock another transaction holds; it let go so that the queries queued behind it run, and retries",
+				"migration", v, "tries", tries, "lock_timeout", o.lockTimeout, "sqlstate", lockNotAvailable)
+		}
+		backoff := time.NewTimer(o.lockTimeout)
+		select {
+		case <-ctx.Done():
+			backoff.Stop()
+			return lockWaitError(v, tries, o.lockTimeout, lockErr, context.Cause(ctx))
+		case <-backoff.C:
+		}
+	}
+}
+
+// applyOnce runs migration v and records it, in one transaction: rolled back on any error.
+func (s *Store) applyOnce(ctx context.Context, conn *sqlx.Conn, v int, lockTimeout time.Duration) error {
+	tx, err := conn.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	if !s.sqlite {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, max(lockTimeout.Milliseconds(), 1))); err != nil {
+			return fmt.Errorf("set lock_timeout: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, migrations[v-1].on(s.sqlite)); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO schema_migrations (version) VALUES (?)`), v); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// lockNotAvailable is PostgreSQL's SQLSTATE for a lock wait that ran out its lock_timeout.
+const lockNotAvailable = "55P03"
+
+func isLockTimeout(err error) bool {
+	var pe *pq.Error
+	return errors.As(err, &pe) && pe.Code == lockNotAvailable
+}
+
+// lockWaitError is the error of migration v whose context ended (cause) while it waited for a
+// lock: it wraps cause and the last lock timeout.
+func lockWaitError(v, tries int, lockTimeout time.Duration, lockErr, cause error) error {
+	times := fmt.Sprintf("%d times", tries)
+	if tries == 1 {
+		times = "once"
+	}
+	return fmt.Errorf("migrate %d: could not get its lock, waited %s for %v (SQLSTATE %s, lock_not_available: another transaction holds a table it alters; pg_locks and pg_stat_activity show which): %w: %w",
+		v, times, lockTimeout, lockNotAvailable, cause, lockErr)
 }
 
 // Campaign is a sale of one item.
