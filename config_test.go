@@ -131,6 +131,9 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"consumer", "--batch-size", "0"}, "", "--batch-size: want at least 1"},
 		{[]string{"consumer", "--max-rate", "-1"}, "", "--max-rate: want at least 0"},
 		{[]string{"compensator", "--sweep-interval", "0s"}, "", "--sweep-interval: want a positive duration"},
+		// 0 is PostgreSQL's lock_timeout of no bound: what the flag is there to prevent.
+		{[]string{"migrate", "--lock-timeout", "0s"}, "", "--lock-timeout: want a positive duration"},
+		{[]string{"migrate"}, "SECKILL_LOCK_TIMEOUT=-1s", "--lock-timeout: want a positive duration (--lock-timeout is SECKILL_LOCK_TIMEOUT from the environment)"},
 		{[]string{"consumer", "--postgres-url", "mysql://x"}, "", `unsupported url "mysql://x"`},
 		// net/url's escape error quotes the '%' and the two characters after it, a piece of the
 		// password.

@@ -67,7 +67,7 @@ func TestHelpListsOnlyTheFlagsRead(t *testing.T) {
 		{"consumer", all},
 		{"compensator", all},
 		{"dev", "log-format data-dir"},
-		{"migrate", "postgres-url dev data-dir"},
+		{"migrate", "postgres-url log-format dev data-dir"},
 		{"replay", all},
 		{"compensate", all},
 		{"campaign close", all},

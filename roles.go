@@ -313,8 +313,9 @@ func depsReady(d deps, pingKafka func(context.Context) error, log *slog.Logger) 
 }
 
 func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
-	f := newFlags("migrate", "Apply the order database schema (idempotent).", stdout)
-	c := f.conn(usesStore)
+	f := newFlags("migrate", "Apply the order database schema (idempotent). On PostgreSQL a migration that waits\nlonger than --lock-timeout for a table's lock (a long transaction holds it) lets go, so\nthat the queries queued behind it run, and tries again until it gets it; it logs a WARN\nwhile it waits.", stdout)
+	c := f.conn(usesStore | usesLog)
+	lockTimeout := f.duration("lock-timeout", store.DefaultLockTimeout, false, "PostgreSQL: the longest a migration waits for a table's lock before it lets go and tries again (every query on the table waits behind it meanwhile)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -323,7 +324,7 @@ func runMigrate(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	if err := st.Migrate(ctx); err != nil {
+	if err := st.Migrate(ctx, store.LockTimeout(*lockTimeout), store.MigrateLog(c.logger(os.Stderr))); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "migrate: schema is up to date")
