@@ -72,7 +72,7 @@ func TestMigrationLetsTheServiceRunWhileBlocked(t *testing.T) {
 		t.Errorf("after the migration: %v", err)
 	}
 	want := fmt.Sprintf("level=WARN msg=\"migration waits for a table lock another transaction holds; it let go so that the queries queued behind it run, and retries\" migration=%d", store.Migrations())
-	if got := log.String(); !strings.Contains(got, want) || !strings.Contains(got, "level=INFO msg=\"migration applied after waiting for its lock\"") {
+	if got := log.String(); !strings.Contains(got, want) || !strings.Contains(got, fmt.Sprintf("level=INFO msg=\"migration %d applied after waiting for its lock\"", store.Migrations())) {
 		t.Errorf("the log:\n%s\nwant a WARN line %q, and an INFO line once it is applied", got, want)
 	}
 	if c := strings.Count(log.String(), "level=WARN"); c != 1 {

@@ -215,9 +215,6 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 // LockTimeout does not say.
 const DefaultLockTimeout = 5 * time.Second
 
-// lockWarnEvery spaces the WARN lines of a migration that keeps waiting for its lock.
-const lockWarnEvery = 10 * time.Second
-
 // MigrateOption changes how Migrate runs.
 type MigrateOption func(*migrateOptions)
 
@@ -289,17 +286,13 @@ func (s *Store) migrateTo(ctx context.Context, last int, opts ...MigrateOption) 
 // blocker lasts. So a wait is bounded by o.lockTimeout; when it runs out the migration rolls
 // back, the queue drains for as long again, and the migration tries again until ctx ends.
 func (s *Store) apply(ctx context.Context, conn *sqlx.Conn, v int, o migrateOptions) error {
-	var (
-		lockErr error // the last lock timeout, nil while there has been none
-		warned  time.Time
-	)
+	var lockErr error       // the last lock timeout, nil while there has been none
+	var waits events.Outage // a WARN when the waits start, at most one every 10 s after
 	for tries := 1; ; tries++ {
 		err := s.applyOnce(ctx, conn, v, o.lockTimeout)
 		switch {
 		case err == nil:
-			if lockErr != nil {
-				o.log.Info("migration applied after waiting for its lock", "migration", v, "tries", tries)
-			}
+			waits.Answered(o.log, fmt.Sprintf("migration %d applied after waiting for its lock", v))
 			return nil
 		case isLockTimeout(err):
 			lockErr = err
@@ -308,11 +301,8 @@ func (s *Store) apply(ctx context.Context, conn *sqlx.Conn, v int, o migrateOpti
 		default:
 			return fmt.Errorf("migrate %d: %w", v, err)
 		}
-		if now := time.Now(); now.Sub(warned) >= lockWarnEvery {
-			warned = now
-			o.log.Warn("migration waits for a table lock another transaction holds; it let go so that the queries queued behind it run, and retries",
-				"migration", v, "tries", tries, "lock_timeout", o.lockTimeout, "sqlstate", lockNotAvailable)
-		}
+		waits.Failed(o.log, "migration waits for a table lock another transaction holds; it let go so that the queries queued behind it run, and retries",
+			"migration", v, "tries", tries, "lock_timeout", o.lockTimeout, "sqlstate", lockNotAvailable)
 		backoff := time.NewTimer(o.lockTimeout)
 		select {
 		case <-ctx.Done():
