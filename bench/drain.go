@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
 
@@ -176,6 +178,14 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 // produce writes n OrderRequested events of campaign to topic, as the api would have, and
 // returns the rate it wrote them at.
 func (r *runner) produce(ctx context.Context, name, topic, campaign string, n int64) (float64, error) {
+	// Each order is reserved in Redis before its event is produced, as the api does: the
+	// consumer's per-batch read and confirmation then find pending reservations and confirm
+	// them, their work in production. Without them the consumer found none, did no confirming,
+	// and warned once a batch that Redis did not hold what the store did.
+	start := time.Now()
+	if _, err := r.env.Lua.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: n, Limit: n, StartsAt: start.Add(-time.Hour)}); err != nil {
+		return 0, err
+	}
 	cl, err := events.NewClient(r.env.Brokers, kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(50_000))
 	if err != nil {
 		return 0, err
@@ -187,36 +197,43 @@ func (r *runner) produce(ctx context.Context, name, topic, campaign string, n in
 		firstErr error
 	)
 	users := r.users(name)
-	stop := r.prog.Watch(name+" produce", n, acked.Load, nil)
-	start := time.Now()
-	deadline := start.Add(time.Hour)
-	var user []byte
+	stop := r.prog.Watch(name+" reserve and produce", n, acked.Load, nil)
+	// Enough purchases at once for the coalescer to fill its batches, as a crowd does.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(256)
 	for i := range n {
-		if ctx.Err() != nil {
-			break
-		}
-		user = users.appendUser(user[:0], i)
-		now := time.Now()
-		ev := events.Event{
-			Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now.UTC(),
-			OrderID: events.NewOrderID(campaign), CampaignID: campaign, UserID: string(user), Quantity: 1, Deadline: deadline.UTC(),
-		}
-		rec, err := events.Record(topic, ev)
-		if err != nil {
-			stop()
-			return 0, err
-		}
-		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+		g.Go(func() error {
+			id, user := events.NewOrderID(campaign), string(users.appendUser(nil, i))
+			res, err := r.env.Lua.Reserve(gctx, campaign, id, user, 1, time.Hour)
 			if err != nil {
-				errMu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				errMu.Unlock()
-				return
+				return err
 			}
-			acked.Add(1)
+			ev := events.Event{
+				Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: time.Now().UTC(),
+				OrderID: id, CampaignID: campaign, UserID: user, Quantity: 1, Deadline: res.Deadline.UTC(),
+			}
+			rec, err := events.Record(topic, ev)
+			if err != nil {
+				return err
+			}
+			// ctx, not gctx: Wait ends gctx while records are still in the client's buffer.
+			cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+				if err != nil {
+					errMu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					errMu.Unlock()
+					return
+				}
+				acked.Add(1)
+			})
+			return nil
 		})
+	}
+	if err := g.Wait(); err != nil {
+		stop()
+		return 0, fmt.Errorf("reserve the backlog: %w", err)
 	}
 	flushErr := cl.Flush(ctx)
 	el := time.Since(start).Seconds()

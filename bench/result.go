@@ -108,7 +108,8 @@ type DrainResult struct {
 	Events    int64 `json:"events"`
 	BatchSize int   `json:"batch_size"`
 	Persisted int64 `json:"persisted"`
-	// ProduceRate is how fast the backlog was written to Kafka beforehand (events/s).
+	// ProduceRate is how fast the backlog was reserved in Redis and written to Kafka beforehand
+	// (orders/s).
 	ProduceRate float64 `json:"produce_rate"`
 	// FirstAfter is when the first order reached the store, in seconds since the consumer
 	// started; Elapsed runs from then to the last.
