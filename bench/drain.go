@@ -32,6 +32,14 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 	if err := r.env.Store.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "bench " + name, Stock: n, PerUserLimit: n, StartsAtMs: now, CreatedAtMs: now}); err != nil {
 		return ScenarioResult{}, err
 	}
+	if !r.cfg.Keep {
+		// Deferred before the consumer's stop, so run after it.
+		defer func() {
+			if err := r.env.DropCampaign(context.WithoutCancel(ctx), campaign); err != nil {
+				r.res.Notes = append(r.res.Notes, fmt.Sprintf("%s: drop the campaign's Redis keys: %v", name, err))
+			}
+		}()
+	}
 	d := &DrainResult{Events: n, BatchSize: batch}
 	var err error
 	if d.ProduceRate, err = r.produce(ctx, name, topics.Requested, campaign, n); err != nil {
