@@ -2,7 +2,8 @@
 // or a cluster: deploy/compose.yaml through the Compose specification's own loader,
 // every manifest under deploy/k8s/ strictly decoded into the Kubernetes API types
 // (an unknown or misspelled field fails, as it does with the API server's strict
-// field validation) and the deploy/k8s-try overlay checked against them, deploy/Dockerfile through BuildKit's parser (and the root .dockerignore, which must keep
+// field validation), their NetworkPolicies evaluated for who reaches which port, and the
+// deploy/k8s-try overlay checked against them, deploy/Dockerfile through BuildKit's parser (and the root .dockerignore, which must keep
 // filled-in Secrets and .env files out of the build context), and the alert rules
 // (deploy/prometheus, through promtool) and the Grafana dashboard (deploy/grafana) against the
 // metrics the seckill code registers, with Prometheus's PromQL parser.

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -24,14 +25,15 @@ import (
 // kinds maps apiVersion/kind to the typed struct a document decodes into. A kind
 // not listed here is a problem: add it deliberately, with its checks.
 var kinds = map[string]func() object{
-	"v1/Namespace":                  func() object { return new(corev1.Namespace) },
-	"v1/ConfigMap":                  func() object { return new(corev1.ConfigMap) },
-	"v1/Secret":                     func() object { return new(corev1.Secret) },
-	"v1/Service":                    func() object { return new(corev1.Service) },
-	"apps/v1/Deployment":            func() object { return new(appsv1.Deployment) },
-	"apps/v1/StatefulSet":           func() object { return new(appsv1.StatefulSet) },
-	"batch/v1/Job":                  func() object { return new(batchv1.Job) },
-	"policy/v1/PodDisruptionBudget": func() object { return new(policyv1.PodDisruptionBudget) },
+	"v1/Namespace":                       func() object { return new(corev1.Namespace) },
+	"v1/ConfigMap":                       func() object { return new(corev1.ConfigMap) },
+	"v1/Secret":                          func() object { return new(corev1.Secret) },
+	"v1/Service":                         func() object { return new(corev1.Service) },
+	"apps/v1/Deployment":                 func() object { return new(appsv1.Deployment) },
+	"apps/v1/StatefulSet":                func() object { return new(appsv1.StatefulSet) },
+	"batch/v1/Job":                       func() object { return new(batchv1.Job) },
+	"policy/v1/PodDisruptionBudget":      func() object { return new(policyv1.PodDisruptionBudget) },
+	"networking.k8s.io/v1/NetworkPolicy": func() object { return new(networkingv1.NetworkPolicy) },
 }
 
 // object is what every typed Kubernetes object offers through its ObjectMeta.

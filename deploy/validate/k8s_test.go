@@ -114,6 +114,7 @@ func checkK8s(bundles []*bundle) problems {
 	}
 	probs = append(probs, checkRoles(app)...)
 	probs = append(probs, checkInfra(app, infra)...)
+	probs = append(probs, checkNetworkPolicies(app, infra)...)
 	return probs
 }
 
