@@ -743,7 +743,28 @@ func checkInfra(app, infra *bundle) problems {
 		probs.addf("k8s: SECKILL_POSTGRES_URL: %v", err)
 		return probs
 	}
-	reaches("SECKILL_POSTGRES_URL", u.Host)
+	// deploy/k8s is what production copies: a URL that sends the orders and the password
+	// unencrypted, or to a server whose certificate nobody checks, must not be the example.
+	// deploy/k8s-try says disable for infra/'s server, which has no TLS.
+	if mode := u.Query().Get("sslmode"); !slices.Contains(verifiedSSLModes, mode) {
+		probs.addf("secret.yaml: SECKILL_POSTGRES_URL has sslmode=%q, want one of %v: production copies it as it is (deploy/k8s-try sets disable for infra/)", mode, verifiedSSLModes)
+	}
+	probs = append(probs, checkInfraPostgres(app, infra, "SECKILL_POSTGRES_URL", u)...)
+	return probs
+}
+
+// verifiedSSLModes are the sslmodes under which lib/pq checks the server's certificate. Its
+// default, require, encrypts without checking whom it talks to.
+var verifiedSSLModes = []string{"verify-full", "verify-ca"}
+
+// checkInfraPostgres checks that a PostgreSQL URL (u, named where) reaches infra/'s server
+// with its user, database and password, and that the server admits the roles' connections.
+func checkInfraPostgres(app, infra *bundle, where string, u *url.URL) problems {
+	var probs problems
+	host, port, _ := strings.Cut(u.Host, ":")
+	if !serviceExposes(infra, host, port) {
+		probs.addf("k8s: %s points at %s, which no Service in infra/ exposes", where, u.Host)
+	}
 	sts, _ := infra.get("apps/v1/StatefulSet", "postgres").(*appsv1.StatefulSet)
 	if sts == nil || len(sts.Spec.Template.Spec.Containers) == 0 {
 		probs.addf("infra: no StatefulSet postgres")
@@ -769,7 +790,7 @@ func checkInfra(app, infra *bundle) problems {
 			}
 		}
 		if v != want.got {
-			probs.addf("k8s: SECKILL_POSTGRES_URL's %s does not match infra/ postgres %s", strings.ToLower(strings.TrimPrefix(want.env, "POSTGRES_")), want.env)
+			probs.addf("k8s: %s's %s does not match infra/ postgres %s", where, strings.ToLower(strings.TrimPrefix(want.env, "POSTGRES_")), want.env)
 		}
 	}
 	return probs
