@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -109,11 +110,17 @@ func matches(sel *metav1.LabelSelector, lbls map[string]string) bool {
 
 // portMatches reports whether a rule's ports admit port (TCP) on p; no ports admit all.
 func portMatches(ports []networkingv1.NetworkPolicyPort, p netPod, port int32) bool {
+	return protoPortMatches(ports, p, port, corev1.ProtocolTCP)
+}
+
+// protoPortMatches reports whether a rule's ports admit port over proto (a named port is
+// p's); no ports admit all.
+func protoPortMatches(ports []networkingv1.NetworkPolicyPort, p netPod, port int32, proto corev1.Protocol) bool {
 	if len(ports) == 0 {
 		return true
 	}
 	for _, pp := range ports {
-		if pp.Protocol != nil && *pp.Protocol != corev1.ProtocolTCP {
+		if (pp.Protocol == nil && proto != corev1.ProtocolTCP) || (pp.Protocol != nil && *pp.Protocol != proto) {
 			continue
 		}
 		switch {
@@ -121,7 +128,7 @@ func portMatches(ports []networkingv1.NetworkPolicyPort, p netPod, port int32) b
 			return true
 		case pp.Port.Type == intstr.String:
 			if slices.ContainsFunc(p.ports, func(cp corev1.ContainerPort) bool {
-				return cp.Name == pp.Port.StrVal && cp.ContainerPort == port && (cp.Protocol == "" || cp.Protocol == corev1.ProtocolTCP)
+				return cp.Name == pp.Port.StrVal && cp.ContainerPort == port && (cp.Protocol == proto || cp.Protocol == "" && proto == corev1.ProtocolTCP)
 			}) {
 				return true
 			}
@@ -256,10 +263,10 @@ func checkNetworkPolicies(app, infra *bundle) problems {
 	ns := app.kust.Namespace
 	seckillNS := nsLabels(app, ns)
 
-	for _, np := range allPols {
-		if slices.Contains(np.pol.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.pol.Spec.Egress) > 0 {
-			probs.addf("%s: an egress policy: the roles' egress stays open (README, Network policies) until its ports are those of the servers they are given", np.m)
-		}
+	// Egress is open in deploy/k8s (README, Network policies); one added must still let each
+	// role reach DNS and the ports of the servers it is given.
+	for _, set := range [][]netPolicy{appPols, allPols} {
+		probs = append(probs, checkEgress(app, set)...)
 	}
 
 	// Every role's pod is isolated by a policy that admits nothing, so that what the others
@@ -352,6 +359,60 @@ func checkNetworkPolicies(app, infra *bundle) problems {
 	return probs
 }
 
+// egressAdmits reports whether the policies let p connect out to port over proto, to some
+// destination: the destinations of managed servers are not the manifests' to know.
+func egressAdmits(pols []netPolicy, p netPod, port int32, proto corev1.Protocol) bool {
+	isolated := false
+	for _, np := range pols {
+		types := np.pol.Spec.PolicyTypes
+		egress := slices.Contains(types, networkingv1.PolicyTypeEgress) || len(types) == 0 && len(np.pol.Spec.Egress) > 0
+		if !egress || np.ns != p.ns || !matches(&np.pol.Spec.PodSelector, p.labels) {
+			continue
+		}
+		isolated = true
+		for _, r := range np.pol.Spec.Egress {
+			if protoPortMatches(r.Ports, p, port, proto) {
+				return true
+			}
+		}
+	}
+	return !isolated
+}
+
+// serverEnv are the variables that give a role a server's address.
+var serverEnv = []string{"SECKILL_REDIS_URL", "SECKILL_POSTGRES_URL", "SECKILL_KAFKA_BROKERS"}
+
+// checkEgress checks that every role may resolve names (53, UDP and TCP) and connect to the
+// port of each server its configuration names.
+func checkEgress(app *bundle, pols []netPolicy) problems {
+	var probs problems
+	for _, p := range netPods(app) {
+		for _, proto := range []corev1.Protocol{corev1.ProtocolUDP, corev1.ProtocolTCP} {
+			if !egressAdmits(pols, p, 53, proto) {
+				probs.addf("%s: egress to DNS (53/%s) is admitted by no policy: it resolves no server's name", p, proto)
+			}
+		}
+		for _, c := range podTemplate(p.m.obj).Spec.Containers {
+			for _, env := range serverEnv {
+				v, ok := envValue(app, c, env)
+				if !ok {
+					continue
+				}
+				for _, hp := range serverAddrs(v) {
+					port, ok := portNumber(hp)
+					if !ok {
+						port = 5432 // the one URL here whose port may go unsaid
+					}
+					if !egressAdmits(pols, p, port, corev1.ProtocolTCP) {
+						probs.addf("%s: egress to %s (%s) is admitted by no policy", p, hp, env)
+					}
+				}
+			}
+		}
+	}
+	return probs
+}
+
 type portUse struct {
 	port int32
 	by   string
@@ -405,7 +466,7 @@ func checkInfraReach(app, infra *bundle, pols []netPolicy, seckillNS map[string]
 	users := map[string]map[int32][]string{} // server pod -> port -> role pods that must reach it
 	for _, role := range netPods(app) {
 		for _, c := range podTemplate(role.m.obj).Spec.Containers {
-			for _, env := range []string{"SECKILL_REDIS_URL", "SECKILL_POSTGRES_URL", "SECKILL_KAFKA_BROKERS"} {
+			for _, env := range serverEnv {
 				v, ok := envValue(app, c, env)
 				if !ok {
 					continue
@@ -501,4 +562,37 @@ func portNumber(addr string) (int32, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// TestK8sEgressAccepted: an egress policy like the one README.md (Network policies) tells an
+// operator to add, DNS and each server's port, passes the checks.
+func TestK8sEgressAccepted(t *testing.T) {
+	fsys := k8sFiles(t)
+	const egress = `
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: seckill-egress
+spec:
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: seckill
+  policyTypes: [Egress]
+  egress:
+    - ports:
+        - port: 53
+          protocol: UDP
+        - port: 53
+          protocol: TCP
+        - port: 5432
+        - port: 6379
+        - port: 9092
+`
+	fsys["networkpolicy.yaml"].Data = append(fsys["networkpolicy.yaml"].Data, egress...)
+	bundles, probs, err := loadBundles(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	append(probs, checkK8s(bundles)...).report(t)
 }
