@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -186,6 +187,8 @@ type handler struct {
 	// redisDown logs Redis's failures to answer a batch's reads and confirmations as outages: a
 	// warning for each, not two a batch.
 	redisDown events.Outage
+	// redisBusy holds the ops (askRedis) whose last call is still waiting for Redis.
+	redisBusy sync.Map
 	// counted holds, in a replay, the places in the log of the poison events and refusals
 	// counted: a data loss's rewind reads some of the range again (topicRange.read), and each is
 	// counted once, as the events read are.
@@ -323,7 +326,7 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 	var movedErr error
 	go func() {
 		defer close(redisDone)
-		left, err := h.redis.ConfirmAll(work, confirmed)
+		left, err := askRedis(h, "confirm reservations", func() (map[string]string, error) { return h.redis.ConfirmAll(work, confirmed) })
 		// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
 		h.redisAnswered(err, len(confirmed), "confirm reservations")
 		if len(left) > 0 { // a redelivery's, or a restored store's: new orders are all pending
@@ -339,6 +342,51 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 		return err
 	}
 	return movedErr
+}
+
+// redisWait is how long the group consumer waits for Redis to answer a batch's read or confirm.
+// go-redis applies no context's deadline to a call (only with ContextTimeoutEnabled, which no
+// URL of seckill sets), and a Redis that takes connections and does not answer (paused by a
+// fork, stopped, a network that drops its replies) held each call for its timeouts and retries:
+// 40 s a call with the defaults, and the consumer persisted a batch a minute. Redis answers a
+// batch's calls in milliseconds.
+const redisWait = time.Second
+
+// errRedisSlow is a Redis call that did not answer within redisWait.
+var errRedisSlow = errors.New("no answer from redis")
+
+// askRedis makes call, op's call to Redis, and returns its answer, or errRedisSlow once it has
+// waited redisWait, which the group consumer takes as it does a Redis that refused the call:
+// it persists without the read, and leaves the confirm to the sweeper. The call left behind
+// ends with the Redis client's own timeouts; while it runs, op is not called again, and
+// answers errRedisSlow at once, so a Redis that hangs costs one call at a time, not one a
+// batch. A replay, there to put a restored store right, waits for Redis's answer.
+func askRedis[T any](h *handler, op string, call func() (T, error)) (T, error) {
+	if h.replay != nil {
+		return call()
+	}
+	var none T
+	if _, busy := h.redisBusy.LoadOrStore(op, true); busy {
+		return none, fmt.Errorf("%s: %w: the last call still waits", op, errRedisSlow)
+	}
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		v, err := call()
+		h.redisBusy.Delete(op) // before the answer: the next call must not find op busy
+		done <- answer{v, err}
+	}()
+	t := time.NewTimer(redisWait)
+	defer t.Stop()
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-t.C:
+		return none, fmt.Errorf("%s: %w within %v", op, errRedisSlow, redisWait)
+	}
 }
 
 // redisFailing is the warning of a Redis that fails the consumer's calls, and what the consumer
