@@ -127,3 +127,32 @@ func TestOrderStreamInAHungReadEndsWithItsToken(t *testing.T) {
 		}
 	})
 }
+
+// pendingOrder is a store that holds one order of alice's, pending: a stream of it waits.
+type pendingOrder struct{ Store }
+
+func (pendingOrder) Order(_ context.Context, id string) (store.Order, error) {
+	return store.Order{OrderID: id, CampaignID: "close", UserID: "alice", Quantity: 1, Status: events.Pending}, nil
+}
+
+// TestOrderStreamEndsAtClose: Close stops the reader of the results topic, which is all that
+// wakes a stream. A stream still open then (its server not shut down through Serve: a caller
+// that serves Handler() itself, or Close before the drain ends) would never hear of its order
+// again, and held its buyer's place, its connection and its goroutine until maxStream, ten
+// minutes. It ends at Close, so its client reconnects.
+func TestOrderStreamEndsAtClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := New(Config{InsecureUserHeader: true, Logger: slog.New(slog.DiscardHandler)}, pendingOrder{}, noReservations{}, nil)
+		req := httptest.NewRequest(http.MethodGet, "/v1/orders/"+events.NewOrderID("close")+"/events", nil)
+		req.Header.Set("X-User-ID", "alice")
+		isOver, leave := serveStream(srv, req)
+		defer leave()
+		if isOver() {
+			t.Fatal("the stream ended at once")
+		}
+		srv.Close()
+		if !isOver() {
+			t.Fatal("the stream is still open after Close, deaf to its order")
+		}
+	})
+}
