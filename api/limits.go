@@ -42,6 +42,7 @@ type limiter struct {
 	cur, prev map[string]bucket
 	turnedAt  time.Time // when cur became the current generation
 	timer     *time.Timer
+	closed    bool // no timer is started again: the generations turn over in allow alone
 }
 
 // bucket is a token bucket: tokens left at the time at (Unix nanoseconds).
@@ -91,7 +92,7 @@ func (l *limiter) allow(key string, now time.Time) (bool, time.Duration) {
 		} else {
 			b = bucket{tokens: burst, at: ns}
 		}
-		if l.timer == nil {
+		if l.timer == nil && !l.closed {
 			l.timer = time.AfterFunc(l.period, l.tick)
 		}
 	}
@@ -120,6 +121,9 @@ func (l *limiter) turn(now time.Time) {
 func (l *limiter) tick() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed { // stopped by close while this tick waited for the lock
+		return
+	}
 	now := time.Now()
 	if now.Sub(l.turnedAt) >= l.period {
 		l.turn(now)
@@ -129,6 +133,21 @@ func (l *limiter) tick() {
 		return
 	}
 	l.timer.Reset(max(l.period-now.Sub(l.turnedAt), time.Millisecond))
+}
+
+// close stops the timer, whose turn-overs would otherwise go on for up to three periods after
+// the server closed.
+func (l *limiter) close() {
+	if l.off() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if l.timer != nil {
+		l.timer.Stop()
+		l.timer = nil
+	}
 }
 
 // size returns the number of buckets held.

@@ -2,6 +2,9 @@ package api
 
 import (
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -132,4 +135,29 @@ func TestSoldOutMarkOfALargerQuantity(t *testing.T) {
 	if f.refuses("c", 1, t0.Add(600*time.Millisecond)) {
 		t.Error("1 unit refused 600ms after the refusal of 1 unit, past SoldOutTTL (500ms)")
 	}
+}
+
+// TestLimitersStopAtClose: the limiters' timers turn their generations over while buckets are
+// held, up to three periods after the last request. Close stops them: nothing of the server's
+// runs after it.
+func TestLimitersStopAtClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := New(Config{InsecureUserHeader: true, UserLimit: Limit{Rate: 10, Burst: 10}, IPLimit: Limit{Rate: 10, Burst: 10},
+			Logger: slog.New(slog.DiscardHandler)}, nil, nil, nil)
+		req := httptest.NewRequest(http.MethodGet, "/v1/orders/not-an-order", nil)
+		req.Header.Set("X-User-ID", "alice")
+		srv.Handler().ServeHTTP(httptest.NewRecorder(), req)
+		if srv.userLimit.size() != 1 || srv.ipLimit.size() != 1 {
+			t.Fatalf("buckets held: buyer %d, address %d; want 1 each", srv.userLimit.size(), srv.ipLimit.size())
+		}
+		srv.Close()
+		for _, l := range []*limiter{srv.userLimit, srv.ipLimit} {
+			l.mu.Lock()
+			armed := l.timer != nil
+			l.mu.Unlock()
+			if armed {
+				t.Errorf("the %s limiter's timer still runs after Close", l.what)
+			}
+		}
+	})
 }
