@@ -333,8 +333,9 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 }
 
 // Close stops what New started, the reader of the results topic, the console's snapshot loop
-// and the rate limiters' timers, and waits for the first two. It ends the event streams still open, as Serve's shutdown does:
-// with the reader stopped nothing would wake them again. Closing twice is closing once.
+// and the rate limiters' timers, and waits for the first two. It ends the event streams still
+// open, as Serve's shutdown does: with the reader stopped nothing would wake them again.
+// Closing twice is closing once.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		s.stop()
