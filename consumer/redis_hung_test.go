@@ -3,8 +3,6 @@ package consumer_test
 import (
 	"context"
 	"log/slog"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/seckill/seckill/consumer"
 	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/lua/luatest"
 )
 
 // TestConsumerPersistsWhileRedisHangs: a Redis that takes connections and never answers (a
@@ -22,34 +21,12 @@ import (
 func TestConsumerPersistsWhileRedisHangs(t *testing.T) {
 	const n = 100
 	st, campaign, brokers, topics := backlog(t, "hung", n)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // held open, never answered
-			mu.Unlock()
-		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String()})
+	addr, _ := luatest.Silent(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	r := lua.New(rdb)
 	t.Cleanup(func() {
 		r.Close()
 		rdb.Close()
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
 	})
 	cons, err := consumer.New(consumer.Config{Brokers: brokers, Topics: topics, BatchSize: 10, Logger: slog.New(slog.DiscardHandler)}, st, r)
 	if err != nil {

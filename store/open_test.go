@@ -3,16 +3,15 @@ package store_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua/luatest"
 	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
 )
@@ -22,35 +21,14 @@ import (
 // role waiting for its store retries, says so, and stops when told. lib/pq reads the start-up
 // answer with no deadline and without the context: Open waited forever, deaf to SIGTERM.
 func TestOpenGivesUpOnASilentServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var held []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
+	addr, hangUp := luatest.Silent(t)
 	done := make(chan error, 1)
 	go func() {
-		_, err := store.Open(context.Background(), "postgres://u:p@"+ln.Addr().String()+"/db?sslmode=disable")
+		_, err := store.Open(context.Background(), "postgres://u:p@"+addr+"/db?sslmode=disable")
 		done <- err
 	}()
 	defer func() { // unblocks an Open that still waits, so that the test ends
-		ln.Close()
-		mu.Lock()
-		for _, c := range held {
-			c.Close()
-		}
-		mu.Unlock()
+		hangUp()
 		recvWithin(t, done, "Open (its server's connections closed)")
 	}()
 	select {
