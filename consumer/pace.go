@@ -139,6 +139,26 @@ func (p *pace) set() {
 func partitions(ctx context.Context, cl *kgo.Client, topic string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, metadataTimeout)
 	defer cancel()
+	// Asked again until the bound while Kafka refuses (a leader election in a broker's restart):
+	// a member's first assignment has nothing to fall back on but the partitions it owns, which
+	// can make its share the whole group's pace.
+	for {
+		n, err := askPartitions(ctx, cl, topic)
+		if err == nil {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(metadataRetry):
+		}
+	}
+}
+
+// metadataRetry spaces partitions' questions.
+const metadataRetry = 250 * time.Millisecond
+
+func askPartitions(ctx context.Context, cl *kgo.Client, topic string) (int, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	t := kmsg.NewMetadataRequestTopic()
 	t.Topic = kmsg.StringPtr(topic)
