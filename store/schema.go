@@ -130,13 +130,13 @@ var migrations = []migration{
 	// payment_unannounced says that Kafka may not have a paid order's OrderPaid: PayOrder
 	// stores it true, Store.MarkPaidAnnounced false once the announcement is acknowledged, and
 	// until then Store.UnannouncedPayments lists the order for the sweeper to announce, as
-	// refunds and expiries are listed until theirs is. A column of its own, not the reason as for those:
-	// a paid order's reason is "" in every answer and stream, and one that changed there would
-	// tell buyers of a change that is not theirs. Orders paid before it take the default,
-	// announced: else the first sweeps after an upgrade would announce every payment ever
-	// taken again. (False, not a true "announced", is the default so that every order but a
-	// payment in flight has Go's zero value.) orders_paid_unannounced keeps the sweeper's read
-	// off paid history.
+	// refunds and expiries are listed until theirs is. A column of its own, not the reason as
+	// for those: a paid order's reason is "" in every answer and stream, and one that changed
+	// there would tell buyers of a change that is not theirs. Orders paid before it take the
+	// default, announced: else the first sweeps after an upgrade would announce every payment
+	// ever taken again. (False, not a true "announced", is the default so that every order but
+	// a payment in flight has Go's zero value.) orders_paid_unannounced keeps the sweeper's
+	// read off paid history.
 	{sql: `ALTER TABLE orders ADD COLUMN payment_unannounced BOOLEAN NOT NULL DEFAULT FALSE;
 		CREATE INDEX orders_paid_unannounced ON orders (order_id) WHERE status = 'paid' AND payment_unannounced;`},
 }
