@@ -326,9 +326,8 @@ func (h *handler) finish(work, stop context.Context, evs []events.Event, srcs []
 	var movedErr error
 	go func() {
 		defer close(redisDone)
-		left, err := askRedis(h, "confirm reservations", func() (map[string]string, error) { return h.redis.ConfirmAll(work, confirmed) })
 		// Not fatal: the sweeper finds these orders confirmed in the store and confirms them.
-		h.redisAnswered(err, len(confirmed), "confirm reservations")
+		left, _ := askRedis(h, "confirm reservations", len(confirmed), func() (map[string]string, error) { return h.redis.ConfirmAll(work, confirmed) })
 		if len(left) > 0 { // a redelivery's, or a restored store's: new orders are all pending
 			movedErr = h.unconfirmed(work, stop, evs, left)
 		}
@@ -355,13 +354,15 @@ const redisWait = time.Second
 // errRedisSlow is a Redis call that did not answer within redisWait.
 var errRedisSlow = errors.New("no answer from redis")
 
-// askRedis makes call, op's call to Redis, and returns its answer, or errRedisSlow once it has
-// waited redisWait, which the group consumer takes as it does a Redis that refused the call:
-// it persists without the read, and leaves the confirm to the sweeper. The call left behind
-// ends with the Redis client's own timeouts; while it runs, op is not called again, and
-// answers errRedisSlow at once, so a Redis that hangs costs one call at a time, not one a
-// batch. A replay, there to put a restored store right, waits for Redis's answer.
-func askRedis[T any](h *handler, op string, call func() (T, error)) (T, error) {
+// askRedis makes call, op's call to Redis over n orders, and returns its answer, or
+// errRedisSlow once it has waited redisWait, which the group consumer takes as it does a Redis
+// that refused the call: it persists without the read, and leaves the confirm to the sweeper.
+// The outcome is logged as redisAnswered says. The call left behind ends with the Redis
+// client's own timeouts; while it runs, op is not called again, and answers errRedisSlow at
+// once, so a Redis that hangs costs one call at a time, not one a batch. A replay, there to put
+// a restored store right, waits for Redis's answer.
+func askRedis[T any](h *handler, op string, n int, call func() (T, error)) (_ T, err error) {
+	defer func() { h.redisAnswered(err, n, op) }()
 	if h.replay != nil {
 		return call()
 	}

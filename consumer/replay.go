@@ -448,8 +448,7 @@ func (h *handler) recordGivenBack(work, stop context.Context, evs []events.Event
 			return err
 		}
 	} else {
-		held, err = askRedis(h, "read reservations", func() (map[string]lua.Reservation, error) { return h.redis.Reservations(work, ids) })
-		h.redisAnswered(err, len(ids), "read reservations")
+		held, err = askRedis(h, "read reservations", len(ids), func() (map[string]lua.Reservation, error) { return h.redis.Reservations(work, ids) })
 		if err != nil {
 			// The consumer does not wait for Redis, as it does not for its confirmations: a
 			// restored store meeting an outage is rarer than an outage, whose backlog, left
