@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
-	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
 
@@ -27,9 +27,8 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 	if err := r.env.CreateTopics(ctx, prefix, sz.Partitions); err != nil {
 		return ScenarioResult{}, err
 	}
-	campaign := r.env.Campaign(name)
-	now := time.Now().Add(-time.Hour).UnixMilli()
-	if err := r.env.Store.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "bench " + name, Stock: n, PerUserLimit: n, StartsAtMs: now, CreatedAtMs: now}); err != nil {
+	campaign, err := r.drainCampaign(ctx, name, n)
+	if err != nil {
 		return ScenarioResult{}, err
 	}
 	if !r.cfg.Keep {
@@ -41,7 +40,6 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 		}()
 	}
 	d := &DrainResult{Events: n, BatchSize: batch}
-	var err error
 	if d.ProduceRate, err = r.produce(ctx, name, topics.Requested, campaign, n); err != nil {
 		return ScenarioResult{}, err
 	}
@@ -183,17 +181,27 @@ func (r *runner) drain(ctx context.Context, name string, n int64, batch int) (Sc
 	return res, stopErr
 }
 
-// produce writes n OrderRequested events of campaign to topic, as the api would have, and
-// returns the rate it wrote them at.
-func (r *runner) produce(ctx context.Context, name, topic, campaign string, n int64) (float64, error) {
-	// Each order is reserved in Redis before its event is produced, as the api does: the
-	// consumer's per-batch read and confirmation then find pending reservations and confirm
-	// them, their work in production. Without them the consumer found none, did no confirming,
-	// and warned once a batch that Redis did not hold what the store did.
-	start := time.Now()
-	if _, err := r.env.Lua.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: n, Limit: n, StartsAt: start.Add(-time.Hour)}); err != nil {
-		return 0, err
+// drainCampaign makes a drain's campaign of n units, as many a buyer, on sale since an hour
+// ago: in the store, and in Redis from the same record, as a campaign is put on sale.
+func (r *runner) drainCampaign(ctx context.Context, name string, n int64) (string, error) {
+	now := time.Now().Add(-time.Hour).UnixMilli()
+	c := store.Campaign{ID: r.env.Campaign(name), Name: "bench " + name, Stock: n, PerUserLimit: n, StartsAtMs: now, CreatedAtMs: now}
+	if err := r.env.Store.CreateCampaign(ctx, c); err != nil {
+		return "", err
 	}
+	if _, err := r.env.Lua.LoadCampaign(ctx, compensator.RedisCampaign(c)); err != nil {
+		return "", err
+	}
+	return c.ID, nil
+}
+
+// produce reserves n orders of campaign in Redis and writes their OrderRequested events to
+// topic, as the api would have, and returns the rate it did so at. The reservations make the
+// consumer's per-batch read and confirmation find pending orders and confirm them, their work
+// in production: without them it found none, confirmed nothing, and warned once a batch that
+// Redis did not hold what the store did.
+func (r *runner) produce(ctx context.Context, name, topic, campaign string, n int64) (float64, error) {
+	start := time.Now()
 	cl, err := events.NewClient(r.env.Brokers, kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(50_000))
 	if err != nil {
 		return 0, err

@@ -35,8 +35,12 @@ func TestDrainBacklogIsReservedInRedis(t *testing.T) {
 	if err := env.CreateTopics(ctx, prefix, 2); err != nil {
 		t.Fatal(err)
 	}
-	topic, campaign := events.NewTopics(prefix).Requested, env.Campaign("drain-test")
 	const n = 300
+	topic := events.NewTopics(prefix).Requested
+	campaign, err := r.drainCampaign(ctx, "drain-test", n)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := r.produce(ctx, "drain-test", topic, campaign, n); err != nil {
 		t.Fatal(err)
 	}
