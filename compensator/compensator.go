@@ -285,6 +285,17 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 			}
 		}
 		_, err = c.Fail(work, e, reason, "dlq")
+		if errors.Is(err, lua.ErrMalformed) {
+			// The record parsed, but release.lua will not add to its campaign's stock or its
+			// buyer's count, which are not whole numbers: no retry mends that either, and it
+			// held the partition as a malformed record did. The order stays failed in the
+			// store, its units held in Redis; the sweeper names it each sweep past its deadline
+			// and gives them back once a person has mended the count.
+			where.Error("dead letter of an order whose campaign's stock or buyer's count Redis cannot parse: its units left held; "+
+				"mend the count, then run `seckill compensate --order`", "order_id", e.OrderID, "campaign", e.CampaignID, "reason", reason, "err", err)
+			compensations.WithLabelValues("dlq", "malformed").Inc()
+			return nil
+		}
 		return err
 	})
 }
