@@ -253,6 +253,16 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 		compensations.WithLabelValues("dlq", "unreadable").Inc()
 		return nil
 	}
+	// leave logs an order no retry can resolve, because Redis holds something of it that it
+	// cannot parse: retrying would hold every dead letter behind it on its partition. The
+	// sweeper names it each sweep once its deadline has passed, until a person mends what is
+	// named and compensates it.
+	leave := func(what, left string, err error) error {
+		where.Error("dead letter of an order whose "+what+" Redis cannot parse: "+left+"; mend it, then run `seckill compensate --order`",
+			"order_id", e.OrderID, "campaign", e.CampaignID, "reason", reason, "err", err)
+		compensations.WithLabelValues("dlq", "malformed").Inc()
+		return nil
+	}
 	return events.Retry(stop, c.cfg.Logger, "resolve dead letter "+e.OrderID, func() error {
 		// The store refused an order Redis holds confirmed, refunded or expired only if it
 		// lost the order and what let it be stored (a restore from a backup without its
@@ -260,13 +270,7 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 		// ended it once the operator has put that back.
 		res, err := c.Redis.Reservation(work, e.OrderID)
 		if errors.Is(err, lua.ErrMalformed) {
-			// No retry mends it, and retrying would hold every dead letter behind it on its
-			// partition. Its order stays pending; the sweeper names it each sweep once its
-			// deadline has passed, until a person mends the record and compensates it.
-			where.Error("dead letter of an order whose reservation record Redis cannot parse: left pending; "+
-				"mend the record, then run `seckill compensate --order`", "order_id", e.OrderID, "campaign", e.CampaignID, "reason", reason, "err", err)
-			compensations.WithLabelValues("dlq", "malformed").Inc()
-			return nil
+			return leave("reservation record", "left pending", err)
 		}
 		if err != nil && !errors.Is(err, lua.ErrNoReservation) {
 			return err
@@ -286,15 +290,9 @@ func (c *Compensator) deadLetter(work, stop context.Context, rec *kgo.Record) er
 		}
 		_, err = c.Fail(work, e, reason, "dlq")
 		if errors.Is(err, lua.ErrMalformed) {
-			// The record parsed, but release.lua will not add to its campaign's stock or its
-			// buyer's count, which are not whole numbers: no retry mends that either, and it
-			// held the partition as a malformed record did. The order stays failed in the
-			// store, its units held in Redis; the sweeper names it each sweep past its deadline
-			// and gives them back once a person has mended the count.
-			where.Error("dead letter of an order whose campaign's stock or buyer's count Redis cannot parse: its units left held; "+
-				"mend the count, then run `seckill compensate --order`", "order_id", e.OrderID, "campaign", e.CampaignID, "reason", reason, "err", err)
-			compensations.WithLabelValues("dlq", "malformed").Inc()
-			return nil
+			// The record parsed, but release.lua will not add to a stock or a buyer's count
+			// that is not a whole number. The order is failed in the store (written first).
+			return leave("campaign's stock or buyer's count", "its units left held", err)
 		}
 		return err
 	})
