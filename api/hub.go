@@ -1,12 +1,17 @@
 package api
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/events"
 )
@@ -18,10 +23,11 @@ import (
 // however many streams are open: an idle stream costs the store and Redis nothing.
 type hub struct {
 	cl       *kgo.Client
+	topic    string
 	giveBack func(campaign string)
 	log      *slog.Logger
 	cancel   context.CancelFunc
-	done     chan struct{}
+	wg       sync.WaitGroup // run and follow
 
 	mu   sync.Mutex
 	subs map[string]map[chan struct{}]struct{} // order id → its streams' wake-ups
@@ -32,33 +38,164 @@ type hub struct {
 // wakes streams that are not there yet and ends sold-out flags that are not set: nothing.
 const hubLookback = 10 * time.Second
 
+// hubRetry is how soon the hub asks again for the start of a partition Kafka could not answer
+// for (a topic created a moment before is not on its leader yet): its events wait that long.
+const hubRetry = time.Second
+
 // newHub starts reading topic on brokers; Close stops it.
 func newHub(brokers []string, topic string, giveBack func(campaign string), log *slog.Logger) (*hub, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		// From the events stamped since the hub started, not from where the topic ends when the
-		// client first asks (at once, or once Kafka answers): a stream opened before that reads
-		// its order, and the event of the order's next change may be on the topic already.
-		kgo.ConsumeStartOffset(kgo.NewOffset().AfterMilli(time.Now().Add(-hubLookback).UnixMilli())),
+	since := time.Now().Add(-hubLookback).UnixMilli()
+	// No topic to consume here: follow gives the client each partition with the offset to start
+	// at, which franz-go's own start offsets got wrong (see follow).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
 		// Results come a few per produce batch; waiting for a fuller fetch saves the broker a
 		// round trip per batch for each api, and a stream or a sold-out flag hears of a change
 		// at most this much later.
 		kgo.FetchMinBytes(64<<10), kgo.FetchMaxWait(100*time.Millisecond),
-		// A partition added to the results topic while the api runs: read within seconds, not
-		// at franz-go's 5-minute refresh, or the sold-out flags wait that long for its events.
+		// The partitions follow gives the client are known to its metadata within seconds.
 		kgo.MetadataMaxAge(events.ConsumerMetadataMaxAge))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &hub{cl: cl, giveBack: giveBack, log: log, cancel: cancel, done: make(chan struct{}),
+	h := &hub{cl: cl, topic: topic, giveBack: giveBack, log: log, cancel: cancel,
 		subs: map[string]map[chan struct{}]struct{}{}}
+	h.wg.Add(2)
 	go h.run(ctx)
+	go h.follow(ctx, since)
 	return h, nil
 }
 
+// follow gives the reader the topic's partitions as Kafka lists them, until ctx ends. Those
+// the topic has when the hub first lists it start at the events stamped since the millisecond
+// since, not where the topic ends when the hub asks (at once, or once Kafka answers): a stream
+// opened before that reads its order, and the event of the order's next change may be on the
+// topic already. A partition added later (the topics are grown together while the apis run)
+// holds only events newer than the hub, and is read from its start.
+func (h *hub) follow(ctx context.Context, since int64) {
+	defer h.wg.Done()
+	f := &following{cl: h.cl, adm: kadm.NewClient(h.cl), topic: h.topic, since: since,
+		pending: map[int32]bool{}, added: map[int32]bool{}}
+	var warned time.Time
+	for {
+		start, err := f.list(ctx)
+		if len(start) > 0 {
+			h.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.topic: start})
+		}
+		wait := events.ConsumerMetadataMaxAge
+		if err != nil || !f.listed || len(f.pending) > 0 {
+			wait = hubRetry
+		}
+		if err != nil && ctx.Err() == nil && time.Since(warned) >= 10*time.Second {
+			warned = time.Now()
+			h.log.Warn("results topic cannot be listed: order streams and the sold-out flag wait for it", "topic", h.topic, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// following is what follow knows of the topic's partitions.
+type following struct {
+	cl     *kgo.Client
+	adm    *kadm.Client
+	topic  string
+	since  int64
+	listed bool // the partitions the topic had when first listed are known
+
+	pending map[int32]bool // of those, the ones without a start yet
+	added   map[int32]bool // given to the reader
+}
+
+// list returns where to start each partition not given to the reader yet, and the error of
+// any it cannot tell yet.
+//
+// The end of each partition is asked before the events since: franz-go's
+// ConsumeStartOffset(AfterMilli) asks both at once and takes the end where Kafka has no event
+// since yet, and an event that lands between its two answers lies before that end, never read.
+func (f *following) list(ctx context.Context) (map[int32]kgo.Offset, error) {
+	// Asked of Kafka, not of the client's cache, which keeps an answer for 5 s: a topic
+	// created a moment before, not on the broker yet, would keep the hub from its events as long.
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(f.topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, f.cl)
+	if err != nil {
+		return nil, err
+	}
+	partitions := map[int32]bool{}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || *t.Topic != f.topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil { // not on the broker asked yet
+			return nil, err
+		}
+		for _, p := range t.Partitions {
+			partitions[p.Partition] = true
+		}
+	}
+	if len(partitions) == 0 {
+		return nil, fmt.Errorf("topic %s: no partitions", f.topic)
+	}
+	if !f.listed {
+		f.listed = true
+		for p := range partitions {
+			f.pending[p] = true
+		}
+	}
+	start := map[int32]kgo.Offset{}
+	for p := range partitions {
+		if !f.added[p] && !f.pending[p] {
+			start[p] = kgo.NewOffset().AtStart()
+			f.added[p] = true
+		}
+	}
+	if len(f.pending) == 0 {
+		return start, nil
+	}
+	// Each answers what it can: the others wait for the next round. Where no event is stamped
+	// since, kadm answers the end, asked after the one above: later, so possibly past an event
+	// the end above is not.
+	ends, err := f.adm.ListEndOffsets(ctx, f.topic)
+	after, aerr := f.adm.ListOffsetsAfterMilli(ctx, f.since, f.topic)
+	err = cmp.Or(err, aerr)
+	for p := range f.pending {
+		if !partitions[p] {
+			delete(f.pending, p) // gone from the topic: nothing to read
+			continue
+		}
+		end, eok := ends.Lookup(f.topic, p)
+		at, aok := after.Lookup(f.topic, p)
+		switch {
+		case !eok || !aok:
+			err = cmp.Or(err, fmt.Errorf("partition %d: not listed", p))
+			continue
+		case end.Err != nil || at.Err != nil:
+			err = cmp.Or(err, fmt.Errorf("partition %d: %w", p, cmp.Or(end.Err, at.Err)))
+			continue
+		case end.Offset < 0: // would be read as the end, whenever franz-go asks
+			err = cmp.Or(err, fmt.Errorf("partition %d: end offset %d", p, end.Offset))
+			continue
+		}
+		o := end.Offset
+		if at.Offset >= 0 && at.Offset < o {
+			o = at.Offset
+		}
+		start[p] = kgo.NewOffset().At(o)
+		f.added[p] = true
+		delete(f.pending, p)
+	}
+	return start, err
+}
+
 func (h *hub) run(ctx context.Context) {
-	defer close(h.done)
+	defer h.wg.Done()
 	var warned time.Time
 	for {
 		fs := h.cl.PollFetches(ctx)
@@ -125,6 +262,6 @@ func (h *hub) Close() {
 		return
 	}
 	h.cancel()
-	<-h.done
+	h.wg.Wait()
 	h.cl.Close()
 }
