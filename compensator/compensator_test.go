@@ -125,7 +125,6 @@ func (e *env) reserve(t testing.TB, n int, ttl time.Duration) []events.Event {
 func (e *env) check(t *testing.T, evs []events.Event) map[events.Status]int {
 	t.Helper()
 	states := map[events.Status]int{}
-	var confirmed int64
 	held := map[string]int64{}
 	for _, ev := range evs {
 		o, err := e.st.Order(e.ctx, ev.OrderID)
@@ -143,9 +142,21 @@ func (e *env) check(t *testing.T, evs []events.Event) map[events.Status]int {
 		}
 		states[o.Status]++
 		if o.Status == events.Confirmed {
-			confirmed += o.Quantity
 			held[o.UserID] += o.Quantity
 		}
+	}
+	e.wantConserved(t, held, "confirmed")
+	return states
+}
+
+// wantConserved asserts that the units the buyers of holds keep (what: "confirmed", "paid") and
+// those left on sale add up to the stock, in Redis and in the store, and that Redis and the
+// store count exactly those units for each buyer.
+func (e *env) wantConserved(t *testing.T, holds map[string]int64, what string) {
+	t.Helper()
+	var kept int64
+	for _, n := range holds {
+		kept += n
 	}
 	remaining, _, err := e.r.Remaining(e.ctx, e.campaign)
 	if err != nil {
@@ -155,22 +166,25 @@ func (e *env) check(t *testing.T, evs []events.Event) map[events.Status]int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if remaining+confirmed != e.stock || c.Sold != confirmed {
-		t.Errorf("stock not conserved: remaining %d + confirmed %d != stock %d (store sold %d)", remaining, confirmed, e.stock, c.Sold)
+	if remaining+kept != e.stock || c.Sold != kept {
+		t.Errorf("stock not conserved: remaining %d + %s %d != stock %d (store sold %d)", remaining, what, kept, e.stock, c.Sold)
 	}
 	buyers, err := e.r.Client().HGetAll(e.ctx, lua.KeysOf(e.campaign).Buyers).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for user, n := range held {
-		if buyers[user] != fmt.Sprint(n) {
-			t.Errorf("buyer %s holds %d confirmed units, redis counts %q", user, n, buyers[user])
+	bought, err := e.st.Holdings(e.ctx, e.campaign)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for user, n := range holds {
+		if buyers[user] != fmt.Sprint(n) || bought[user] != n {
+			t.Errorf("buyer %s holds %d %s units; Redis counts %q, the store %d", user, n, what, buyers[user], bought[user])
 		}
 	}
-	if len(buyers) != len(held) {
-		t.Errorf("redis counts %d buyers, %d hold confirmed units", len(buyers), len(held))
+	if len(buyers) != len(holds) {
+		t.Errorf("Redis counts %d buyers, %d hold %s units", len(buyers), len(holds), what)
 	}
-	return states
 }
 
 type nopProducer struct{}

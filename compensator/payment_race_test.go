@@ -191,7 +191,6 @@ func TestPaymentWindowRacesAndKills(t *testing.T) {
 	inRedis := map[events.Status]string{events.Paid: lua.StateConfirmed, events.Refunded: lua.StateRefunded,
 		events.Expired: lua.StateExpired, events.Failed: lua.StateReleased}
 	states := map[events.Status]int{}
-	var held int64
 	holds := map[string]int64{}
 	for _, ev := range evs {
 		o, err := e.st.Order(e.ctx, ev.OrderID)
@@ -214,38 +213,11 @@ func TestPaymentWindowRacesAndKills(t *testing.T) {
 			t.Errorf("order %s was answered refunded, and ended %s", ev.OrderID, o.Status)
 		}
 		if o.Status == events.Paid {
-			held += o.Quantity
 			holds[o.UserID] += o.Quantity
 		}
 	}
 	t.Logf("final states: %v", states)
-	remaining, _, err := e.r.Remaining(e.ctx, e.campaign)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := e.st.Campaign(e.ctx, e.campaign)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if remaining+held != e.stock || c.Sold != held {
-		t.Errorf("stock not conserved: remaining %d + paid %d != stock %d (store sold %d)", remaining, held, e.stock, c.Sold)
-	}
-	buyers, err := e.r.Client().HGetAll(e.ctx, lua.KeysOf(e.campaign).Buyers).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bought, err := e.st.Holdings(e.ctx, e.campaign)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for user, n := range holds {
-		if buyers[user] != fmt.Sprint(n) || bought[user] != n {
-			t.Errorf("buyer %s holds %d paid units; Redis counts %q, the store %d", user, n, buyers[user], bought[user])
-		}
-	}
-	if len(buyers) != len(holds) {
-		t.Errorf("Redis counts %d buyers, %d hold paid units", len(buyers), len(holds))
-	}
+	e.wantConserved(t, holds, "paid")
 	for _, s := range []events.Status{events.Paid, events.Expired, events.Refunded, events.Failed} {
 		if states[s] == 0 {
 			t.Errorf("no order ended %s: the race did not happen", s)
