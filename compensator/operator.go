@@ -271,9 +271,17 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 	}
 	// resolve reports false for an order it left to the refund pass, which counts it.
 	run := func(n, total int, resolve func(ctx context.Context, i int) (bool, error)) error {
-		g, gctx := errgroup.WithContext(ctx)
+		// A stop (an operator's ^C, the api's bulk timeout) starts no more orders and lets those
+		// in hand finish: cut in the middle, an order was refunded in the store with its units
+		// still held in Redis, and the run failed with its announcement's error, not the stop.
+		work, release := events.Drain(ctx, 0, o.logger(), "the orders in hand of campaign "+id)
+		defer release()
+		g, gctx := errgroup.WithContext(work)
 		g.SetLimit(bulkWorkers)
 		for i := range n {
+			if ctx.Err() != nil {
+				break
+			}
 			g.Go(func() error {
 				resolved, err := resolve(gctx, i)
 				if err == nil && resolved {
@@ -282,7 +290,13 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 				return err
 			})
 		}
-		return g.Wait()
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("stopped with %d of %d orders done, those in hand finished (run it again to do the rest): %w", done.Load(), total, err)
+		}
+		return nil
 	}
 	// An order whose Redis record cannot be parsed is left as it is, as the sweeper and the
 	// dead-letter handler leave it, and named once the rest is done: stopping at it stopped the

@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
@@ -810,5 +811,53 @@ func TestSweepFinishesACancelOfARetiredCampaign(t *testing.T) {
 	}
 	if c, err := e.st.Campaign(e.ctx, e.campaign); err != nil || c.Sold != 0 {
 		t.Errorf("the cancelled campaign after the sweeps: %+v %v; want nothing sold", c, err)
+	}
+}
+
+// stoppingProducer stops the run it announces for (stop) at its first announcement, as an
+// operator's ^C does while orders are in hand, and acknowledges each announcement a moment
+// later, as Kafka does.
+type stoppingProducer struct {
+	stop context.CancelFunc
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+func (p *stoppingProducer) TryProduce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.once.Do(p.stop)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		time.Sleep(50 * time.Millisecond)
+		promise(r, nil)
+	}()
+}
+
+// TestBulkCompensateStoppedFinishesTheOrdersInHand: a bulk run stopped (seckill compensate
+// --campaign or campaign cancel given ^C) starts no more orders and finishes those in hand, each
+// refunded in the store, in Redis and on Kafka, then says that it stopped, how far it got, and
+// to run it again. It cancelled the orders in hand with the stop: a refund stored whose units
+// Redis still held, and an error about Kafka ("its announcement did not reach Kafka … interrupt
+// signal received") that read as an outage, not a stop.
+func TestBulkCompensateStoppedFinishesTheOrdersInHand(t *testing.T) {
+	e := newEnv(t, 200, 10)
+	evs := e.reserve(t, 40, time.Hour)
+	e.confirm(t, evs)
+	ctx, stop := context.WithCancel(e.ctx)
+	defer stop()
+	kafka := &stoppingProducer{stop: stop}
+	defer kafka.wg.Wait()
+	op := e.operator()
+	op.Producer = kafka
+	tally, err := op.CompensateCampaign(ctx, e.campaign, false, true, nil)
+	if !errors.Is(err, context.Canceled) || events.ErrorCode(err) == events.Unavailable || !strings.Contains(err.Error(), "stopped") {
+		t.Errorf("a bulk refund stopped with orders in hand: %v; want it to say it stopped (context canceled), not unavailable", err)
+	}
+	if tally.Refunded == 0 || tally.Refunded == int64(len(evs)) {
+		t.Errorf("a bulk refund stopped at its first announcement refunded %d of %d; want those in hand, not none or all", tally.Refunded, len(evs))
+	}
+	states := e.check(t, evs) // each order final in the store and in Redis alike
+	if int64(states[events.Refunded]) != tally.Refunded {
+		t.Errorf("%d orders refunded in the store, the tally says %d", states[events.Refunded], tally.Refunded)
 	}
 }
