@@ -190,7 +190,9 @@ func openRange(ctx context.Context, cfg Config, topic string, from From, progres
 		return nil, err
 	}
 	tr := &topicRange{cl: cl, topic: topic, remaining: events.Ends{}, next: map[int32]int64{}}
+	var last int64 // the highest end offset of the topic's partitions
 	ends.Each(func(o kadm.ListedOffset) {
+		last = max(last, o.Offset)
 		tr.fetching = append(tr.fetching, o.Partition)
 		start := starts[o.Partition]
 		if o.Offset > start {
@@ -198,6 +200,12 @@ func openRange(ctx context.Context, cfg Config, topic string, from From, progres
 			tr.total += o.Offset - start
 		}
 	})
+	if from.Time.IsZero() && from.Offset > last {
+		// No event was ever there (a typo, another cluster's offset): replayed, it read
+		// nothing and succeeded, after catching the store up and recording payments.
+		cl.Close()
+		return nil, events.Errorf(events.Invalid, "--from %d: past the end of every partition of %s, which ends at offset %d at most: nothing was replayed", from.Offset, topic, last)
+	}
 	fmt.Fprintf(progress, "replay: %d events in %s from %s\n", tr.total, topic, describe(from))
 	return tr, nil
 }
