@@ -169,6 +169,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"api", "--insecure-user-header", "--topic-prefix", "bad prefix!"}, "", `--topic-prefix "bad prefix!": want 1 to 232 letters, digits, '.', '_' or '-'`},
 		{[]string{"consumer", "--topic-prefix", ""}, "", `--topic-prefix "": want 1 to 232`},
 		{[]string{"replay", "--from", "yesterday"}, "", `replay: --from "yesterday": want an RFC 3339 time`},
+		// No event is after it: replayed, it read none, caught the store up and exited 0.
+		{pointedNowhere("replay", "--from", "2999-01-01T00:00:00Z"), "", `replay: --from "2999-01-01T00:00:00Z": a time to come`},
 		{[]string{"api"}, "", "buyers cannot authenticate: give --jwt-secret (SECKILL_JWT_SECRET)"},
 		{[]string{"api", "--jwt-secret", "short"}, "", "--jwt-secret (SECKILL_JWT_SECRET): want at least 32 bytes"},
 		{[]string{"api", "--insecure-user-header", "--admin-token", "short"}, "", "--admin-token (SECKILL_ADMIN_TOKEN): want at least 32 bytes"},

@@ -347,6 +347,10 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return usagef("replay: %v", err)
 	}
+	if start.Time.After(time.Now()) {
+		// No event is after it: the replay read none, caught the store up and succeeded.
+		return usagef("replay: --from %q: a time to come: no event is after it (want a time past, an offset or start)", *from)
+	}
 	d, err := c.open(ctx)
 	if err != nil {
 		return err
