@@ -7,12 +7,15 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
 
@@ -79,5 +82,56 @@ func TestCancelOfNoCampaignShowsNoProgress(t *testing.T) {
 	shown, _ := os.ReadFile(progress.Name())
 	if code != 1 || !strings.Contains(out.String(), "campaign_not_found") || strings.Contains(string(shown), "cancel nosuch") {
 		t.Errorf("cancel of no campaign exited %d, %q; stderr %q: want exit 1, campaign_not_found and no progress", code, out.String(), shown)
+	}
+}
+
+// TestBulkCompensateCutShortPrintsTally: seckill compensate --campaign stopped by a failure
+// (here Kafka, which refuses every refund's announcement) has refunded orders all the same:
+// like campaign cancel, it prints what it did along with the error. It printed only the error,
+// and the operator could not tell whether anything had been refunded.
+func TestBulkCompensateCutShortPrintsTally(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	t.Cleanup(func() { r.Close() })
+	storeURL := migratedSQLite(t)
+	st, err := store.Open(ctx, storeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Now()
+	if err := st.CreateCampaign(ctx, store.Campaign{ID: "cut", Name: "c", Stock: 10, PerUserLimit: 1,
+		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli(), OnSale: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: "cut", Remaining: 10, Limit: 1, StartsAt: now.Add(-time.Hour), Stock: 10}); err != nil {
+		t.Fatal(err)
+	}
+	var evs []events.Event
+	for _, user := range []string{"ann", "bob", "cat"} {
+		id := events.NewOrderID("cut")
+		res, err := r.Reserve(ctx, "cut", id, user, 1, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now.UTC(),
+			OrderID: id, CampaignID: "cut", UserID: user, Quantity: 1, Deadline: res.Deadline})
+	}
+	if _, err := st.ConfirmOrders(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if _, err := r.Confirm(ctx, ev.OrderID); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"compensate", "--campaign", "cut", "--status", "confirmed", "--redis-url", "redis://" + mr.Addr() + "/0",
+		"--postgres-url", storeURL, "--kafka-brokers", freeAddr(t)}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "did not reach Kafka") || !strings.Contains(stdout.String(), `"refunded": 3`) {
+		t.Errorf("compensate --campaign whose announcements Kafka did not take: exit %d, stdout %q, stderr %q; want exit 1, the error, and the tally of 3 refunded",
+			code, stdout.String(), stderr.String())
 	}
 }

@@ -400,6 +400,11 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	update, stop := bench.NewProgress(os.Stderr).Track("compensate " + *campaign)
 	tally, err := op.CompensateCampaign(ctx, *campaign, pending, confirmed, update)
 	stop()
+	if err != nil && tally != (compensator.Tally{}) {
+		// A run cut short (a stop, a failure) has done part of its work: the operator sees
+		// what, as campaign cancel shows it, with what is left in the error.
+		return errors.Join(err, printJSON(stdout, tally))
+	}
 	if err != nil {
 		return err
 	}
