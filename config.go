@@ -421,6 +421,21 @@ func validHostPort(s string, listen bool) bool {
 	return err == nil && n > 0 && n < 1<<16
 }
 
+// sameListenPort reports whether listening on a and on b (each valid for listenAddr) would take
+// one port twice: the same port, on the same host or where either is every address. Port 0 (any
+// free port) takes none.
+func sameListenPort(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	na, erra := net.LookupPort("tcp", pa)
+	nb, errb := net.LookupPort("tcp", pb)
+	if erra != nil || errb != nil || na == 0 || na != nb {
+		return false
+	}
+	every := func(h string) bool { ip := net.ParseIP(h); return h == "" || ip != nil && ip.IsUnspecified() }
+	return ha == hb || every(ha) || every(hb)
+}
+
 // onCommandLine returns those of the flags names ("--redis-url") given on the command line,
 // not by their variables.
 func (f *flags) onCommandLine(names ...string) []string {

@@ -163,6 +163,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"consumer", "--kafka-brokers", "http://127.0.0.1:9092"}, "", `--kafka-brokers: want host:port seed brokers, comma-separated (got "http://127.0.0.1:9092")`},
 		{[]string{"api", "--insecure-user-header", "--kafka-brokers", "127.0.0.1:9092,kafka:90o2"}, "", `(got "kafka:90o2")`},
 		{[]string{"api", "--insecure-user-header", "--addr", "8080"}, "", `--addr "8080": want host:port`},
+		// One port for both: the api's own --addr held it, and it said another process had it.
+		{pointedNowhere("api", "--insecure-user-header", "--addr", ":18080", "--metrics-addr", "127.0.0.1:18080"), "", `--metrics-addr "127.0.0.1:18080": want another port than --addr's (":18080")`},
 		{[]string{"consumer", "--metrics-addr", "127.0.0.1:99999"}, "", `--metrics-addr "127.0.0.1:99999": want host:port`},
 		{[]string{"compensator", "--metrics-addr", ""}, "", `--metrics-addr "": want host:port`},
 		{[]string{"dev", "--addr", "localhost"}, "", `--addr "localhost": want host:port`},
@@ -632,5 +634,28 @@ func TestStartLineNamesEverySetting(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSameListenPort: the api's two listen addresses clash on one port of one host, or where
+// either listens on every address; port 0 is any free port, never a clash.
+func TestSameListenPort(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{":8080", ":8080", true},
+		{":8080", "127.0.0.1:8080", true},
+		{"0.0.0.0:9090", "10.0.0.5:9090", true},
+		{"[::]:80", ":http", true},
+		{"127.0.0.1:8080", "127.0.0.1:8080", true},
+		{"127.0.0.1:8080", "127.0.0.2:8080", false},
+		{":8080", ":9090", false},
+		{":0", ":0", false},
+		{"127.0.0.1:0", "127.0.0.1:0", false},
+	} {
+		if got := sameListenPort(c.a, c.b); got != c.want {
+			t.Errorf("sameListenPort(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
 	}
 }

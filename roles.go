@@ -87,6 +87,10 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	// api.Config.Validate refuses it too, but after the start line is logged, and it can name
 	// only the settings.
 	f.after = append(f.after, func() error {
+		if sameListenPort(*addr, *metricsAddr) {
+			// The public port would be taken by the api itself, and listen said "another process".
+			return f.usagef("--metrics-addr %q: want another port than --addr's (%q)", *metricsAddr, *addr)
+		}
 		if *maxConns > 0 && *guards.streams >= *maxConns {
 			return f.usagef("--max-streams %d: want below --max-conns (%d): every stream holds a connection, and purchases need the others", *guards.streams, *maxConns)
 		}
