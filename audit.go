@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
+	"github.com/seckill/seckill/bench"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
 )
@@ -34,8 +36,10 @@ func runAudit(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer cl.Close()
-	a := &compensator.Auditor{Store: d.store, Redis: d.redis, Admin: kadm.NewClient(cl), Topics: c.topics(), Grace: *grace}
+	update, stop := bench.NewProgress(os.Stderr).Track("audit")
+	a := &compensator.Auditor{Store: d.store, Redis: d.redis, Admin: kadm.NewClient(cl), Topics: c.topics(), Grace: *grace, Progress: update}
 	rep, err := a.Audit(ctx, *campaign)
+	stop()
 	// The verdicts of the campaigns it could check stand without Kafka or a shard: they are
 	// printed and kept, and the audit then fails with that error, which is no violation.
 	if err != nil && len(rep.Campaigns) == 0 && !errors.Is(err, compensator.ErrNoKafka) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +51,45 @@ func TestAuditWithoutKafka(t *testing.T) {
 	}
 	if v, ok := vs["nokafka"]; !ok || !v.OK {
 		t.Errorf("verdict kept for the console: %+v (kept: %v), want an ok one", v, ok)
+	}
+}
+
+// TestAuditShowsProgress: audit of every campaign, which reads each one's orders from the store
+// and its keys from Redis, shows how many campaigns it has checked, of how many, on stderr as
+// the other long commands do. It printed nothing until the end: on a big store an operator
+// could not tell an audit at work from one that hung.
+func TestAuditShowsProgress(t *testing.T) {
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	t.Cleanup(func() { r.Close() })
+	storeURL := storetest.SQLiteURL(t)
+	st := storetest.MustOpen(t, storeURL)
+	now := time.Now()
+	for _, id := range []string{"one", "two", "three"} {
+		if err := st.CreateCampaign(ctx, store.Campaign{ID: id, Name: id, Stock: 5, PerUserLimit: 1,
+			StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: id, Remaining: 5, Limit: 1, StartsAt: now.Add(-time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	progress, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer progress.Close()
+	stderr := os.Stderr
+	os.Stderr = progress // where the progress goes
+	t.Cleanup(func() { os.Stderr = stderr })
+
+	var out bytes.Buffer
+	run(ctx, []string{"audit", "--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", storeURL,
+		"--kafka-brokers", "127.0.0.1:1"}, &out, &out)
+	os.Stderr = stderr
+	shown, _ := os.ReadFile(progress.Name())
+	if !strings.Contains(string(shown), "audit") || !strings.Contains(string(shown), "3/3") {
+		t.Errorf("audit of 3 campaigns showed %q on stderr; want its progress, to 3/3", shown)
 	}
 }

@@ -93,6 +93,9 @@ type Auditor struct {
 	// Grace is how long past its deadline a reservation may stay pending before it counts as
 	// lost (I5): the compensator's sweep interval. Default: 5s.
 	Grace time.Duration
+	// Progress, when not nil, is told after each campaign how many of the campaigns the audit
+	// has checked, and of how many.
+	Progress Progress
 }
 
 // ErrNoKafka is the error of an audit that could not read the lag from Kafka.
@@ -119,8 +122,11 @@ func (a *Auditor) Audit(ctx context.Context, campaign string) (AuditReport, erro
 	}
 	var rep AuditReport
 	var unchecked []error
-	for _, c := range cs {
+	for i, c := range cs {
 		ca, err := a.auditCampaign(ctx, c)
+		if a.Progress != nil {
+			a.Progress(i+1, len(cs))
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return rep, err
