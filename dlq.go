@@ -182,7 +182,12 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	switch verb {
 	case "redrive":
-		return redrive(ctx, c, redriveSources{d.store, d.redis}, letters, fix, *dryRun, stdout)
+		if err := redrive(ctx, c, redriveSources{d.store, d.redis}, letters, fix, *dryRun, stdout); err != nil {
+			return err
+		}
+		if one == nil { // --at names its letter, found or refused above
+			fmt.Fprintln(stdout, count)
+		}
 	case "stats":
 		byReason := map[string]int{}
 		for _, l := range letters {

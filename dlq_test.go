@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -230,5 +231,36 @@ func TestShowDeadLetterEscapesControlCharacters(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("dlq show: want %s in\n%s", want, out.String())
 		}
+	}
+}
+
+// TestDLQRedriveSaysOfHowMany: dlq redrive ends, as list and stats do, with how many dead
+// letters there are and how many its filters matched. It said only "nothing to send, 0
+// skipped": a redrive of an empty topic, of the wrong --topic-prefix's, or whose --campaign
+// was mistyped read like one with nothing left to redrive.
+func TestDLQRedriveSaysOfHowMany(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	mr := miniredis.RunT(t)
+	conn := []string{"--kafka-brokers", strings.Join(brokers, ","), "--topic-prefix", topics.Prefix,
+		"--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", migratedSQLite(t)}
+	redrive := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr strings.Builder
+		if code := run(context.Background(), append(append([]string{"dlq", "redrive"}, args...), conn...), &stdout, &stderr); code != 0 {
+			t.Fatalf("dlq redrive %v: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+		}
+		return stdout.String()
+	}
+	if out, want := redrive(), "0 dead letters in "+topics.DLQ+"\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("dlq redrive of an empty topic printed %q; want it to end %q", out, want)
+	}
+	src := &kgo.Record{Topic: topics.Requested, Key: []byte("camp/ann"), Value: []byte("{}")}
+	letter := events.DeadLetter(topics.DLQ, src, events.ReasonStoreSoldOut)
+	if err := kafkatest.Client(t, brokers).ProduceSync(context.Background(), letter).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if out, want := redrive("--dry-run", "--campaign", "cmap"), "0 of the 1 dead letters in "+topics.DLQ+" match --campaign cmap\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("dlq redrive --campaign cmap printed %q; want it to end %q", out, want)
 	}
 }
