@@ -659,3 +659,39 @@ func TestSameListenPort(t *testing.T) {
 		}
 	}
 }
+
+// TestRoleRefusedForGoodLogsAnError: a role that a server turns away for good at start (a wrong
+// password: no wait mends it) ends, exit 1, with an ERROR in its own log, as a role that fails
+// later does: an alert on the role's ERRORs, or a person reading its JSON log, saw nothing but
+// the start line, the reason being a plain line on stderr.
+func TestRoleRefusedForGoodLogsAnError(t *testing.T) {
+	mr := miniredis.RunT(t)
+	mr.RequireAuth("hunter2-hunter2")
+	logFile, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	stderr := os.Stderr
+	os.Stderr = logFile // where the roles log
+	t.Cleanup(func() { os.Stderr = stderr })
+	for _, role := range []string{"consumer", "compensator"} {
+		var out bytes.Buffer
+		code := run(context.Background(), []string{role, "--metrics-addr", "127.0.0.1:0", "--redis-url", "redis://" + mr.Addr() + "/0",
+			"--postgres-url", migratedSQLite(t), "--kafka-brokers", freeAddr(t)}, &out, &out)
+		os.Stderr = stderr
+		logged, _ := os.ReadFile(logFile.Name())
+		logFile.Truncate(0)
+		logFile.Seek(0, 0)
+		os.Stderr = logFile
+		var errorLine bool
+		for _, line := range strings.Split(string(logged), "\n") {
+			if strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, "NOAUTH") {
+				errorLine = true
+			}
+		}
+		if code != 1 || !errorLine {
+			t.Errorf("seckill %s turned away by Redis for good: exit %d, log:\n%s\nwant exit 1 and an ERROR naming NOAUTH", role, code, logged)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func (c conn) open(ctx context.Context) (deps, error) {
 	return d, nil
 }
 
-func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
+func runAPI(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	f := newFlags("api", "Serve the HTTP API: reserve stock in Redis and produce OrderRequested to Kafka.", stdout)
 	c := f.conn(usesAll)
 	addr := f.listenAddr("addr", ":8080", "listen address of the public API")
@@ -118,6 +118,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := c.logger(os.Stderr)
+	defer logStopped(ctx, log, &err)
 	c.logStart(log, "api", append([]any{"addr", *addr, "admin_token_set", *adminToken != "", "payment_token_set", *paymentToken != "", "reservation_ttl", *ttl, "produce_timeout", *produceTimeout, "produce_linger", *linger, "partitions", *partitions, "replication", *replication, "metrics_addr", *metricsAddr, "max_conns", *maxConns, "max_conns_per_addr", *maxConnsPerAddr, "drain_delay", *drainDelay}, guards.logArgs()...)...)
 	cfg := api.Config{DrainDelay: *drainDelay, AdminToken: *adminToken, PaymentToken: *paymentToken, Topics: c.topics(), ReservationTTL: *ttl, ProduceTimeout: *produceTimeout, MaxConns: *maxConns, MaxConnsPerAddr: *maxConnsPerAddr, Logger: log}
 	if err := guards.apply(&cfg, log); err != nil {
@@ -153,10 +154,10 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) error {
 	defer srv.Close()
 	// The operators' port answers /readyz as the public one does (the store is reported, not
 	// required; 503 while draining): a load balancer pointed at either sees one readiness.
-	return runWithOps(ctx, o, log, srv.Handler(), func(ctx context.Context) error { return srv.Serve(ctx, ln) })
+	return runWithOps(ctx, o, srv.Handler(), func(ctx context.Context) error { return srv.Serve(ctx, ln) })
 }
 
-func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
+func runConsumer(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	f := newFlags("consumer", "Persist OrderRequested events into the order database, in batches, idempotently.", stdout)
 	c := f.conn(usesAll)
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
@@ -167,6 +168,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := c.logger(os.Stderr)
+	defer logStopped(ctx, log, &err)
 	c.logStart(log, "consumer", "batch_size", *batch, "max_rate", *maxRate, "session_timeout", *session, "metrics_addr", *metricsAddr)
 	o, err := startOps(*metricsAddr)
 	if err != nil {
@@ -183,10 +185,10 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer cons.Close()
-	return runWithOps(ctx, o, log, depsReady(d, cons.Ping, log), cons.Run)
+	return runWithOps(ctx, o, depsReady(d, cons.Ping, log), cons.Run)
 }
 
-func runCompensator(ctx context.Context, args []string, stdout io.Writer) error {
+func runCompensator(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	f := newFlags("compensator", "Release reservations that will not become orders (dead letters, reservations past their\ndeadline, orders unpaid past their pay_by), and rebuild Redis from the store after it lost\ndata. Run two for a standby: one sweeps at a time, under a lease.", stdout)
 	c := f.conn(usesAll)
 	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
@@ -198,6 +200,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	log := c.logger(os.Stderr)
+	defer logStopped(ctx, log, &err)
 	c.logStart(log, "compensator", "sweep_interval", *sweep, "retention", *retention, "rebuild_grace", *grace, "session_timeout", *session, "metrics_addr", *metricsAddr)
 	o, err := startOps(*metricsAddr)
 	if err != nil {
@@ -214,7 +217,7 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) error 
 		return err
 	}
 	defer comp.Close()
-	return runWithOps(ctx, o, log, depsReady(d, comp.Ping, log), comp.Run)
+	return runWithOps(ctx, o, depsReady(d, comp.Ping, log), comp.Run)
 }
 
 // listen binds the address of flag (--addr, --metrics-addr) at a role's start, before it waits
@@ -259,7 +262,7 @@ func startOps(addr string) (*ops, error) {
 }
 
 // runWithOps runs a role beside its ops server, which answers /readyz with ready from now on.
-func runWithOps(ctx context.Context, o *ops, log *slog.Logger, ready http.Handler, role func(context.Context) error) error {
+func runWithOps(ctx context.Context, o *ops, ready http.Handler, role func(context.Context) error) error {
 	o.ready.Store(&ready)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -272,13 +275,19 @@ func runWithOps(ctx context.Context, o *ops, log *slog.Logger, ready http.Handle
 		defer o.srv.Close()
 		return role(gctx)
 	})
-	err := g.Wait()
-	if err != nil && ctx.Err() == nil { // a role that ends by itself has failed
-		log.Error("stopped", "err", err)
+	return g.Wait()
+}
+
+// logStopped logs a role's end, and why: at ERROR when it ended by itself, as it does when a
+// server turns it away for good at start (a wrong password) or fails it later, for that is a
+// failure a person must look at; at INFO when it was told to stop. Its caller defers it once
+// its logger is made, so that no failure ends a role with only a plain line on stderr.
+func logStopped(ctx context.Context, log *slog.Logger, err *error) {
+	if *err != nil && ctx.Err() == nil {
+		log.Error("stopped", "err", *err)
 	} else {
-		log.Info("stopped", "err", err)
+		log.Info("stopped", "err", *err)
 	}
-	return err
 }
 
 // opsServer is the server of /healthz, /readyz (ready) and /metrics. Its timeouts are the
