@@ -11,10 +11,12 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/api"
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events"
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 )
@@ -92,31 +94,47 @@ func TestCancelOfNoCampaignShowsNoProgress(t *testing.T) {
 func TestBulkCompensateCutShortPrintsTally(t *testing.T) {
 	ctx := context.Background()
 	mr := miniredis.RunT(t)
-	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
-	t.Cleanup(func() { r.Close() })
 	storeURL := migratedSQLite(t)
+	confirmedOrders(t, mr, storeURL, "cut", "ann", "bob", "cat")
+
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"compensate", "--campaign", "cut", "--status", "confirmed", "--redis-url", "redis://" + mr.Addr() + "/0",
+		"--postgres-url", storeURL, "--kafka-brokers", freeAddr(t)}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "did not reach Kafka") || !strings.Contains(stdout.String(), `"refunded": 3`) {
+		t.Errorf("compensate --campaign whose announcements Kafka did not take: exit %d, stdout %q, stderr %q; want exit 1, the error, and the tally of 3 refunded",
+			code, stdout.String(), stderr.String())
+	}
+}
+
+// confirmedOrders creates campaign on sale in the store at storeURL and in the Redis of mr, and
+// an order of one unit for each of users, confirmed in both as the consumer confirms it.
+func confirmedOrders(t *testing.T, mr *miniredis.Miniredis, storeURL, campaign string, users ...string) []events.Event {
+	t.Helper()
+	ctx := context.Background()
+	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	defer r.Close()
 	st, err := store.Open(ctx, storeURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	defer st.Close()
 	now := time.Now()
-	if err := st.CreateCampaign(ctx, store.Campaign{ID: "cut", Name: "c", Stock: 10, PerUserLimit: 1,
+	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "c", Stock: 10, PerUserLimit: 1,
 		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli(), OnSale: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: "cut", Remaining: 10, Limit: 1, StartsAt: now.Add(-time.Hour), Stock: 10}); err != nil {
+	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: 10, Limit: 1, StartsAt: now.Add(-time.Hour), Stock: 10}); err != nil {
 		t.Fatal(err)
 	}
 	var evs []events.Event
-	for _, user := range []string{"ann", "bob", "cat"} {
-		id := events.NewOrderID("cut")
-		res, err := r.Reserve(ctx, "cut", id, user, 1, time.Hour)
+	for _, user := range users {
+		id := events.NewOrderID(campaign)
+		res, err := r.Reserve(ctx, campaign, id, user, 1, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
 		evs = append(evs, events.Event{Type: events.OrderRequested, Version: events.Version, EventID: events.NewID(), OccurredAt: now.UTC(),
-			OrderID: id, CampaignID: "cut", UserID: user, Quantity: 1, Deadline: res.Deadline})
+			OrderID: id, CampaignID: campaign, UserID: user, Quantity: 1, Deadline: res.Deadline})
 	}
 	if _, err := st.ConfirmOrders(ctx, evs); err != nil {
 		t.Fatal(err)
@@ -126,12 +144,37 @@ func TestBulkCompensateCutShortPrintsTally(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return evs
+}
 
+// TestCompensateStoppedFinishesTheOrderInHand: seckill compensate --order given ^C while it
+// resolves its order finishes it (refunded in the store, in Redis and on Kafka) and says so,
+// exit 0. It cancelled the order in hand with the signal: a refund stored whose units Redis held
+// until the sweeper, and an error that read as a Kafka outage ("its announcement did not reach
+// Kafka ... interrupt signal received"), exit 1.
+func TestCompensateStoppedFinishesTheOrderInHand(t *testing.T) {
+	mr := miniredis.RunT(t)
+	storeURL := migratedSQLite(t)
+	ev := confirmedOrders(t, mr, storeURL, "stopped", "ann")[0]
+	kafka := kafkatest.FakeCluster(t)
+	topics := kafkatest.Topics(t, kafka.ListenAddrs())
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	kafka.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		stop() // the operator's ^C, as the refund's announcement goes out
+		time.Sleep(100 * time.Millisecond)
+		return nil, nil, false // then Kafka takes it
+	})
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"compensate", "--campaign", "cut", "--status", "confirmed", "--redis-url", "redis://" + mr.Addr() + "/0",
-		"--postgres-url", storeURL, "--kafka-brokers", freeAddr(t)}, &stdout, &stderr)
-	if code != 1 || !strings.Contains(stderr.String(), "did not reach Kafka") || !strings.Contains(stdout.String(), `"refunded": 3`) {
-		t.Errorf("compensate --campaign whose announcements Kafka did not take: exit %d, stdout %q, stderr %q; want exit 1, the error, and the tally of 3 refunded",
+	code := run(ctx, []string{"compensate", "--order", ev.OrderID, "--redis-url", "redis://" + mr.Addr() + "/0",
+		"--postgres-url", storeURL, "--kafka-brokers", strings.Join(kafka.ListenAddrs(), ","), "--topic-prefix", topics.Prefix}, &stdout, &stderr)
+	if code != 0 || !strings.Contains(stdout.String(), `"status": "refunded"`) {
+		t.Errorf("compensate --order stopped as its order's refund went out: exit %d, stdout %q, stderr %q; want exit 0 and the order refunded",
 			code, stdout.String(), stderr.String())
+	}
+	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	defer r.Close()
+	if res, err := r.Reservation(context.Background(), ev.OrderID); err != nil || res.State != lua.StateRefunded {
+		t.Errorf("the order's reservation in Redis: %+v, %v; want it refunded, its unit back", res, err)
 	}
 }

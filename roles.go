@@ -401,7 +401,12 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer done()
 	if *order != "" {
-		o, err := op.Compensate(ctx, *order)
+		// A stop (^C) lets the order in hand finish, as a bulk run's orders do: cut in the
+		// middle, its refund was stored with its announcement not sent, and the command failed
+		// as if Kafka were down.
+		work, release := events.Drain(ctx, 0, c.logger(os.Stderr), "the order in hand")
+		o, err := op.Compensate(work, *order)
+		release()
 		if err != nil {
 			return err
 		}
