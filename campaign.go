@@ -136,6 +136,9 @@ func answerControl(ctx context.Context, stdout io.Writer, id string, camp store.
 				return errors.Join(err, perr)
 			}
 		}
+		if errors.Is(err, compensator.ErrStopped) {
+			return err // it says what it did, and to run it again
+		}
 		return api.ControlFailed(id, err, "running this", "use --to TOTAL, which adds nothing when run again")
 	}
 	v, err := view(ctx, camp)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -119,11 +120,11 @@ func confirmedOrders(t *testing.T, mr *miniredis.Miniredis, storeURL, campaign s
 	}
 	defer st.Close()
 	now := time.Now()
-	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "c", Stock: 10, PerUserLimit: 1,
+	if err := st.CreateCampaign(ctx, store.Campaign{ID: campaign, Name: "c", Stock: 100, PerUserLimit: 1,
 		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli(), OnSale: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: 10, Limit: 1, StartsAt: now.Add(-time.Hour), Stock: 10}); err != nil {
+	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: campaign, Remaining: 100, Limit: 1, StartsAt: now.Add(-time.Hour), Stock: 100}); err != nil {
 		t.Fatal(err)
 	}
 	var evs []events.Event
@@ -176,5 +177,35 @@ func TestCompensateStoppedFinishesTheOrderInHand(t *testing.T) {
 	defer r.Close()
 	if res, err := r.Reservation(context.Background(), ev.OrderID); err != nil || res.State != lua.StateRefunded {
 		t.Errorf("the order's reservation in Redis: %+v, %v; want it refunded, its unit back", res, err)
+	}
+}
+
+// TestCancelStoppedSaysRunItAgain: campaign cancel given ^C part-way prints what it did and
+// says to run it again, which finishes it. It said the campaign "may have been changed: read it
+// before running this again (to put units on sale, use --to TOTAL …)", the answer to an
+// add-stock whose store commit was cut off, not to a cancel, which is safe to run again.
+func TestCancelStoppedSaysRunItAgain(t *testing.T) {
+	mr := miniredis.RunT(t)
+	storeURL := migratedSQLite(t)
+	var users []string
+	for i := range 30 {
+		users = append(users, fmt.Sprint("u", i))
+	}
+	confirmedOrders(t, mr, storeURL, "halt", users...)
+	kafka := kafkatest.FakeCluster(t)
+	topics := kafkatest.Topics(t, kafka.ListenAddrs())
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	kafka.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		stop() // the operator's ^C, as the first refund's announcement goes out
+		return nil, nil, false
+	})
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"campaign", "cancel", "--id", "halt", "--redis-url", "redis://" + mr.Addr() + "/0",
+		"--postgres-url", storeURL, "--kafka-brokers", strings.Join(kafka.ListenAddrs(), ","), "--topic-prefix", topics.Prefix}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "run it again") || strings.Contains(stderr.String(), "may have been changed") ||
+		!strings.Contains(stdout.String(), `"refunded": 30`) {
+		t.Errorf("campaign cancel stopped part-way: exit %d, stdout %q, stderr %q; want exit 1, its tally, and to run it again",
+			code, stdout.String(), stderr.String())
 	}
 }

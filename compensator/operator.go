@@ -236,6 +236,11 @@ func (o *Operator) changeRefunding(ctx context.Context, id string, fn func(*stor
 	return c, refunded, nil
 }
 
+// ErrStopped is the error of a bulk compensation (CompensateCampaign, Cancel) whose context was
+// done before it took its every order: it finished those in hand, and running it again does
+// the rest.
+var ErrStopped = errors.New("stopped")
+
 // bulkWorkers bounds the orders a bulk compensation resolves at once.
 const bulkWorkers = 8
 
@@ -269,6 +274,13 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 			progress(int(done.Add(1)), total)
 		}
 	}
+	// stoppedAt is the error of a run stopped before its every order was taken, or nil.
+	stoppedAt := func(total int) error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w with %d of %d orders done, those in hand finished (run it again to do the rest): %w", ErrStopped, done.Load(), total, err)
+		}
+		return nil
+	}
 	// resolve reports false for an order it left to the refund pass, which counts it.
 	run := func(n, total int, resolve func(ctx context.Context, i int) (bool, error)) error {
 		// A stop (an operator's ^C, the api's bulk timeout) starts no more orders and lets those
@@ -278,8 +290,9 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 		defer release()
 		g, gctx := errgroup.WithContext(work)
 		g.SetLimit(bulkWorkers)
+		var stopped error
 		for i := range n {
-			if ctx.Err() != nil {
+			if stopped = stoppedAt(total); stopped != nil {
 				break
 			}
 			g.Go(func() error {
@@ -293,10 +306,7 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 		if err := g.Wait(); err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("stopped with %d of %d orders done, those in hand finished (run it again to do the rest): %w", done.Load(), total, err)
-		}
-		return nil
+		return stopped
 	}
 	// An order whose Redis record cannot be parsed is left as it is, as the sweeper and the
 	// dead-letter handler leave it, and named once the rest is done: stopping at it stopped the
@@ -369,6 +379,9 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 		return end(err)
 	}
 	if pending {
+		if err := stoppedAt(total); err != nil {
+			return end(err)
+		}
 		// Read now, so that the orders the consumer confirmed while the pending ones were
 		// released are refunded too.
 		if orders, err = o.refundable(ctx, id); err != nil {
