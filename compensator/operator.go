@@ -290,9 +290,9 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 		defer release()
 		g, gctx := errgroup.WithContext(work)
 		g.SetLimit(bulkWorkers)
-		var stopped error
+		stopped := false
 		for i := range n {
-			if stopped = stoppedAt(total); stopped != nil {
+			if stopped = ctx.Err() != nil; stopped {
 				break
 			}
 			g.Go(func() error {
@@ -303,10 +303,10 @@ func (o *Operator) compensateCampaign(ctx context.Context, id string, pending, c
 				return err
 			})
 		}
-		if err := g.Wait(); err != nil {
+		if err := g.Wait(); err != nil || !stopped {
 			return err
 		}
-		return stopped
+		return stoppedAt(total) // counting those in hand, finished
 	}
 	// An order whose Redis record cannot be parsed is left as it is, as the sweeper and the
 	// dead-letter handler leave it, and named once the rest is done: stopping at it stopped the
