@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
 	"github.com/seckill/seckill/store"
 	"github.com/seckill/seckill/store/storetest"
@@ -91,5 +92,19 @@ func TestAuditShowsProgress(t *testing.T) {
 	shown, _ := os.ReadFile(progress.Name())
 	if !strings.Contains(string(shown), "audit") || !strings.Contains(string(shown), "3/3") {
 		t.Errorf("audit of 3 campaigns showed %q on stderr; want its progress, to 3/3", shown)
+	}
+}
+
+// TestAuditOfTopicsKafkaLacks: an audit whose --topic-prefix names topics Kafka does not have (a
+// typo, another deployment's prefix) says so and names the flag. It said "cannot reach kafka",
+// of a Kafka that answered, and the operator looked for an outage.
+func TestAuditOfTopicsKafkaLacks(t *testing.T) {
+	mr := miniredis.RunT(t)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"audit", "--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", migratedSQLite(t),
+		"--kafka-brokers", strings.Join(kafkatest.Fake(t), ","), "--topic-prefix", "nosuch"}, &stdout, &stderr)
+	if code != 1 || strings.Contains(stdout.String()+stderr.String(), "cannot reach kafka") || !strings.Contains(stderr.String(), "--topic-prefix") {
+		t.Errorf("audit of a prefix Kafka has no topics of: exit %d, stdout %q, stderr %q; want exit 1 naming --topic-prefix, not cannot reach kafka",
+			code, stdout.String(), stderr.String())
 	}
 }

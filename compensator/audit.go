@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/seckill/seckill/events"
 	"github.com/seckill/seckill/lua"
@@ -138,11 +139,18 @@ func (a *Auditor) Audit(ctx context.Context, campaign string) (AuditReport, erro
 	}
 	var err error
 	if rep.Lag, err = a.lag(ctx); err != nil {
-		unchecked = append(unchecked, fmt.Errorf("%w: %w", ErrNoKafka, err))
+		unchecked = append(unchecked, err)
 	}
 	return rep, errors.Join(unchecked...)
 }
 
+// noTopics is the error of a lag Kafka could not tell as it has not the topics: an ErrNoKafka
+// too, whose message does not say Kafka was out of reach.
+type noTopics struct{ error }
+
+func (e noTopics) Unwrap() []error { return []error{ErrNoKafka, e.error} }
+
+// lag reads the consumer groups' lag; its error wraps ErrNoKafka.
 func (a *Auditor) lag(ctx context.Context) (Check, error) {
 	ch := Check{Name: "kafka lag", OK: true, Detail: "not checked"}
 	if a.Admin == nil {
@@ -153,9 +161,14 @@ func (a *Auditor) lag(ctx context.Context) (Check, error) {
 	if err == nil {
 		dlq, err = events.Lag(ctx, a.Admin, a.Topics.DLQ, a.Topics.CompensatorGroup())
 	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		// Kafka answered: "cannot reach kafka" sent the operator looking for an outage.
+		ch.Detail = "unknown: kafka has no topic " + a.Topics.Requested + " or " + a.Topics.DLQ
+		return ch, noTopics{fmt.Errorf("kafka has no topics of prefix %q (is --topic-prefix right?): %w", a.Topics.Prefix, err)}
+	}
 	if err != nil {
 		ch.Detail = "unknown: " + ErrNoKafka.Error()
-		return ch, err
+		return ch, fmt.Errorf("%w: %w", ErrNoKafka, err)
 	}
 	ch.Detail = fmt.Sprintf("consumer %d events behind, compensator %d dead letters behind", consumer, dlq)
 	return ch, nil
