@@ -695,3 +695,19 @@ func TestRoleRefusedForGoodLogsAnError(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingTopicNamesTheFlag: an operator command whose --topic-prefix names topics Kafka
+// does not have (a typo, another deployment's prefix) says which flag to check. It ended with
+// Kafka's "UNKNOWN_TOPIC_OR_PARTITION: This server does not host this topic-partition." alone.
+func TestMissingTopicNamesTheFlag(t *testing.T) {
+	mr := miniredis.RunT(t)
+	conn := []string{"--kafka-brokers", strings.Join(kafkatest.Fake(t), ","), "--topic-prefix", "nosuch",
+		"--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", migratedSQLite(t)}
+	for _, args := range [][]string{{"dlq", "stats"}, {"dlq", "list"}, {"dlq", "redrive"}, {"replay", "--from", "start"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), append(args, connFor(args, conn)...), &stdout, &stderr); code != 1 ||
+			!strings.Contains(stderr.String(), "nosuch.orders.") || !strings.Contains(stderr.String(), "--topic-prefix") {
+			t.Errorf("seckill %s of topics Kafka lacks: exit %d, stderr %q; want exit 1 naming the topic and --topic-prefix", strings.Join(args, " "), code, stderr.String())
+		}
+	}
+}

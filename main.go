@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/seckill/seckill/events"
 )
@@ -123,10 +124,11 @@ func runsUntilStopped(args []string) bool {
 	return false
 }
 
-// unreachable says what to do when the server of the operator command of args did not answer:
-// the command waits for nothing (only the roles wait), and a newcomer's first audit without
-// --dev dials the production defaults on 127.0.0.1. Each command has the flags of the servers
-// it reaches and no others, so it points at the command's --help for them.
+// unreachable says what to do when the server of the operator command of args did not answer
+// (or Kafka answered without the command's topics): the command waits for nothing (only the
+// roles wait), and a newcomer's first audit without --dev dials the production defaults on
+// 127.0.0.1. Each command has the flags of the servers it reaches and no others, so it points
+// at the command's --help for them.
 func unreachable(args []string, err error) error {
 	command := args[0]
 	switch command {
@@ -137,6 +139,10 @@ func unreachable(args []string, err error) error {
 	case "audit", "compensate", "migrate", "replay":
 	default:
 		return err
+	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) && !strings.Contains(err.Error(), "--topic-prefix") {
+		// Kafka answered, without the topics: a mistyped prefix, or another deployment's.
+		return fmt.Errorf("%w (is --topic-prefix right? seckill api creates the topics at its start)", err)
 	}
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {
