@@ -188,6 +188,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 			"--payment-token: want another value than --jwt-secret's"},
 		{[]string{"dev", "--admin-token", "short"}, "", "--admin-token (SECKILL_ADMIN_TOKEN): want at least 32 bytes"},
 		{[]string{"token", "--user", "bob", "--jwt-secret", "short"}, "", "--jwt-secret (SECKILL_JWT_SECRET): want at least 32 bytes"},
+		// The missing flag first: it read the dev's file, and said no dev ran there (exit 1).
+		{[]string{"token", "--dev", "--data-dir", "/nonexistent"}, "", "token: --user and --jwt-secret (or SECKILL_JWT_SECRET, or --dev) are required"},
 		{[]string{"api", "--insecure-user-header", "--user-rate", "-1"}, "", "--user-rate: want 0 or more"},
 		{[]string{"api", "--insecure-user-header", "--ip-rate", "-1"}, "", "--ip-rate: want 0 or more"},
 		{pointedNowhere("api", "--insecure-user-header", "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--ip-rate", "Inf"), "", "--ip-rate: want 0 or more, at most 1000000000"},

@@ -135,6 +135,10 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	const required = "token: --user and --jwt-secret (or SECKILL_JWT_SECRET, or --dev) are required"
+	if *user == "" { // before the dev's file is read: a missing flag is the first thing to mend
+		return f.usagef(required)
+	}
 	if *dev {
 		// As with the servers' flags (flags.conn): one given beside --dev would be ignored.
 		if given := f.onCommandLine("--jwt-secret", "--jwt-issuer", "--jwt-audience"); len(given) > 0 {
@@ -146,8 +150,8 @@ func runToken(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		*id.secret, *id.issuer, *id.audience = a.JWTSecret, a.JWTIssuer, a.JWTAudience
 	}
-	if *user == "" || *id.secret == "" {
-		return f.usagef("token: --user and --jwt-secret (or SECKILL_JWT_SECRET, or --dev) are required")
+	if *id.secret == "" {
+		return f.usagef(required)
 	}
 	tok, err := api.MintToken([]byte(*id.secret), *id.issuer, *id.audience, *user, *ttl, time.Now())
 	if err != nil {
