@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +68,37 @@ func TestMigrateLockTimeout(t *testing.T) {
 	}
 	if want := "could not get its lock, waited"; got != 1 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "for 100ms") {
 		t.Errorf("seckill migrate --lock-timeout 100ms stopped while it waited: exit %d, stderr %q; want exit 1 saying %q … for 100ms", got, stderr.String(), want)
+	}
+}
+
+// TestMigrateSaysWhatItApplies: seckill migrate logs each migration as it applies it, so that
+// an operator sees how far a long one (an ALTER of a big table) has got and which one is slow,
+// and a run with nothing to apply says so. It printed "migrate: schema is up to date" alone,
+// whether it had applied every migration or none.
+func TestMigrateSaysWhatItApplies(t *testing.T) {
+	url := storetest.SQLiteURL(t)
+	migrate := func() string {
+		t.Helper()
+		logFile, err := os.CreateTemp(t.TempDir(), "stderr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logFile.Close()
+		stderr := os.Stderr
+		os.Stderr = logFile // where it logs
+		defer func() { os.Stderr = stderr }()
+		var out bytes.Buffer
+		code := run(context.Background(), []string{"migrate", "--postgres-url", url, "--log-format", "text"}, &out, &out)
+		logged, _ := os.ReadFile(logFile.Name())
+		if code != 0 {
+			t.Fatalf("seckill migrate: exit %d\n%s%s", code, out.String(), logged)
+		}
+		return string(logged) + out.String()
+	}
+	if out := migrate(); !strings.Contains(out, "migration applied") || !strings.Contains(out, "version=1 ") {
+		t.Errorf("seckill migrate of an empty store said %q; want each migration applied, from version 1", out)
+	}
+	if out := migrate(); strings.Contains(out, "migration applied") || !strings.Contains(out, "nothing to apply") {
+		t.Errorf("seckill migrate run again said %q; want nothing to apply", out)
 	}
 }

@@ -231,8 +231,9 @@ func LockTimeout(d time.Duration) MigrateOption {
 	return func(o *migrateOptions) { o.lockTimeout = d }
 }
 
-// MigrateLog makes Migrate say on log that a migration waits for a lock and tries again
-// (WARN, at most every 10 s), and when it got it. Default: nothing is logged.
+// MigrateLog makes Migrate say on log each migration it applied, or that it had none to apply
+// (INFO), that a migration waits for a lock and tries again (WARN, at most every 10 s), and when
+// it got it. Default: nothing is logged.
 func MigrateLog(log *slog.Logger) MigrateOption {
 	return func(o *migrateOptions) { o.log = log }
 }
@@ -271,10 +272,15 @@ func (s *Store) migrateTo(ctx context.Context, last int, opts ...MigrateOption) 
 	if err := conn.GetContext(ctx, &have, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	if have >= last {
+		o.log.Info("nothing to apply: the schema is at the latest migration", "version", have)
+		return nil
+	}
 	for v := have + 1; v <= last; v++ {
 		if err := s.apply(ctx, conn, v, o); err != nil {
 			return err
 		}
+		o.log.Info("migration applied", "version", v, "of", last)
 	}
 	return nil
 }
