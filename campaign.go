@@ -63,30 +63,33 @@ func runCampaign(ctx context.Context, args []string, stdout io.Writer) error {
 		to = f.Int64("to", 0, "the total stock to raise it to: running it again adds nothing more (this or --add)")
 	}
 	f.pick("id", "ends-at", "add", "to")
+	var ends time.Time
+	f.after = append(f.after, func() error {
+		if *id == "" {
+			return usagef("campaign %s: --id is required", action)
+		}
+		if action == "add-stock" {
+			switch {
+			case *add != 0 && *to != 0:
+				return usagef("campaign add-stock: give --add or --to, not both")
+			case *add == 0 && *to == 0:
+				return usagef("campaign add-stock: give --add N (units to put on sale) or --to TOTAL (the stock to raise it to), at least 1")
+			case *add < 0:
+				return usagef("campaign add-stock: --add %d: want at least 1", *add)
+			case *to < 0:
+				return usagef("campaign add-stock: --to %d: want at least 1", *to)
+			}
+		}
+		if endsAt != nil {
+			var err error
+			if ends, err = parseEndsAt(*endsAt, time.Now()); err != nil {
+				return usagef("campaign extend: --ends-at: %v", err)
+			}
+		}
+		return nil
+	})
 	if err := f.parse(args[1:]); err != nil {
 		return err
-	}
-	if *id == "" {
-		return usagef("campaign %s: --id is required", action)
-	}
-	if action == "add-stock" {
-		switch {
-		case *add != 0 && *to != 0:
-			return usagef("campaign add-stock: give --add or --to, not both")
-		case *add == 0 && *to == 0:
-			return usagef("campaign add-stock: give --add N (units to put on sale) or --to TOTAL (the stock to raise it to), at least 1")
-		case *add < 0:
-			return usagef("campaign add-stock: --add %d: want at least 1", *add)
-		case *to < 0:
-			return usagef("campaign add-stock: --to %d: want at least 1", *to)
-		}
-	}
-	var ends time.Time
-	if endsAt != nil {
-		var err error
-		if ends, err = parseEndsAt(*endsAt, time.Now()); err != nil {
-			return usagef("campaign extend: --ends-at: %v", err)
-		}
 	}
 	op, d, done, err := openOperator(ctx, c)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,10 @@ type flags struct {
 	after      []func() error  // run by parse once the flags are set
 	picks      map[string]bool // flags read from the command line only (pick)
 	fromEnv    []string        // flags parse set from their variables, in order
+	// reach are run by parse after every check of after: they read what is off the command
+	// line (a running dev's addresses, --dev), so that a missing or bad flag is told first,
+	// not "no seckill dev is running" and then, once it is, the flag.
+	reach []func() error
 }
 
 // pick makes the named flags, which pick what a command changes (the orders it compensates,
@@ -127,7 +132,7 @@ func (f *flags) parse(args []string) error {
 	if err != nil {
 		return err
 	}
-	for _, fn := range f.after {
+	for _, fn := range append(slices.Clone(f.after), f.reach...) {
 		if err := fn(); err != nil {
 			return f.sourced(err)
 		}
@@ -308,7 +313,7 @@ func (f *flags) conn(u uses) conn {
 		c.logFormat = f.logFormat("json")
 	}
 	dev, dataDir := f.devFlags("reach the seckill dev (make run) running on --data-dir: its embedded servers, in place of " + andList(servers))
-	f.after = append(f.after, func() error {
+	f.reach = append(f.reach, func() error {
 		if !*dev {
 			return nil
 		}
@@ -332,7 +337,7 @@ func (f *flags) conn(u uses) conn {
 		set(c.brokers, a.KafkaBrokers)
 		return nil
 	})
-	f.checkServers(c.redisURL, c.postgresURL, c.brokers, c.redis)
+	f.checkServers(c.redisURL, c.postgresURL, c.brokers, c.redis, dev)
 	if c.brokers == nil {
 		return c
 	}
@@ -351,9 +356,10 @@ func (f *flags) conn(u uses) conn {
 
 // checkServers makes parse refuse a malformed server flag (exit 2): no retry mends it, while a
 // role waits out a server that is down. A nil flag is one the command lacks; redis, when not
-// nil, gets the parsed --redis-url.
-func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redisurl.Options) {
-	f.after = append(f.after, func() error {
+// nil, gets the parsed --redis-url. With dev set (--dev), the flags are the dev's servers,
+// which flags.conn puts in place once the other checks are done, and are read then.
+func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redisurl.Options, dev *bool) {
+	check := func() error {
 		if redisURL != nil {
 			o, err := redisurl.Parse(*redisURL)
 			if err != nil {
@@ -378,6 +384,19 @@ func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redi
 			}
 		}
 		return nil
+	}
+	usesDev := func() bool { return dev != nil && *dev }
+	f.after = append(f.after, func() error {
+		if usesDev() {
+			return nil
+		}
+		return check()
+	})
+	f.reach = append(f.reach, func() error {
+		if !usesDev() {
+			return nil
+		}
+		return check()
 	})
 }
 

@@ -188,6 +188,14 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 			"--payment-token: want another value than --jwt-secret's"},
 		{[]string{"dev", "--admin-token", "short"}, "", "--admin-token (SECKILL_ADMIN_TOKEN): want at least 32 bytes"},
 		{[]string{"token", "--user", "bob", "--jwt-secret", "short"}, "", "--jwt-secret (SECKILL_JWT_SECRET): want at least 32 bytes"},
+		// The missing flag or bad value first, with --dev too: it read the dev's file, and said
+		// no dev ran there (exit 1); started, the operator was told of the flag.
+		{[]string{"compensate", "--dev", "--data-dir", "/nonexistent"}, "", "compensate: give one of --order and --campaign"},
+		{[]string{"campaign", "close", "--dev", "--data-dir", "/nonexistent"}, "", "campaign close: --id is required"},
+		{[]string{"campaign", "add-stock", "--id", "x", "--dev", "--data-dir", "/nonexistent"}, "", "campaign add-stock: give --add N"},
+		{[]string{"campaign", "extend", "--id", "x", "--dev", "--data-dir", "/nonexistent"}, "", "campaign extend: --ends-at: required"},
+		{[]string{"replay", "--dev", "--data-dir", "/nonexistent"}, "", "replay: --from is required"},
+		{[]string{"audit", "--dev", "--data-dir", "/nonexistent", "--campaign", "bad id!"}, "", `--campaign "bad id!": want 1 to 64 letters`},
 		// The missing flag first: it read the dev's file, and said no dev ran there (exit 1).
 		{[]string{"token", "--dev", "--data-dir", "/nonexistent"}, "", "token: --user and --jwt-secret (or SECKILL_JWT_SECRET, or --dev) are required"},
 		{[]string{"api", "--insecure-user-header", "--user-rate", "-1"}, "", "--user-rate: want 0 or more"},

@@ -350,19 +350,23 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	from := f.String("from", "", "where to start: an RFC 3339 time, an offset (applied to every partition), or start (required)")
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
 	maxRate := f.atLeast("max-rate", 0, 0, "most orders persisted per second, paced as the consumer's --max-rate is: during a sale the replay shares the database with the consumer group, so give it what the database can spare beyond the group's rate; SECKILL_MAX_RATE, the consumers' variable, sets it too (0: unpaced)")
+	var start consumer.From
+	f.after = append(f.after, func() error {
+		if *from == "" {
+			return usagef("replay: --from is required")
+		}
+		var err error
+		if start, err = consumer.ParseFrom(*from); err != nil {
+			return usagef("replay: %v", err)
+		}
+		if start.Time.After(time.Now()) {
+			// No event is after it: the replay read none, caught the store up and succeeded.
+			return usagef("replay: --from %q: a time to come: no event is after it (want a time past, an offset or start)", *from)
+		}
+		return nil
+	})
 	if err := f.parse(args); err != nil {
 		return err
-	}
-	if *from == "" {
-		return usagef("replay: --from is required")
-	}
-	start, err := consumer.ParseFrom(*from)
-	if err != nil {
-		return usagef("replay: %v", err)
-	}
-	if start.Time.After(time.Now()) {
-		// No event is after it: the replay read none, caught the store up and succeeded.
-		return usagef("replay: --from %q: a time to come: no event is after it (want a time past, an offset or start)", *from)
 	}
 	d, err := c.open(ctx)
 	if err != nil {
@@ -385,16 +389,19 @@ func runCompensate(ctx context.Context, args []string, stdout io.Writer) error {
 	campaign := f.campaignID("campaign", "compensate every order of this campaign (in place of --order)")
 	status := f.String("status", "", "with --campaign: pending (release the pending reservations) or confirmed (refund the confirmed and paid orders); default both")
 	f.pick("order", "campaign", "status")
+	f.after = append(f.after, func() error {
+		switch {
+		case (*order == "") == (*campaign == ""):
+			return usagef("compensate: give one of --order and --campaign")
+		case *status != "" && (*campaign == "" || (*status != "pending" && *status != "confirmed")):
+			return usagef("compensate: --status is pending or confirmed, with --campaign")
+		}
+		return nil
+	})
 	if err := f.parse(args); err != nil {
 		return err
 	}
 	pending, confirmed := *status != "confirmed", *status != "pending"
-	switch {
-	case (*order == "") == (*campaign == ""):
-		return f.usagef("compensate: give one of --order and --campaign")
-	case *status != "" && (*campaign == "" || (*status != "pending" && *status != "confirmed")):
-		return f.usagef("compensate: --status is pending or confirmed, with --campaign")
-	}
 	op, d, done, err := openOperator(ctx, c)
 	if err != nil {
 		return err
