@@ -196,6 +196,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{[]string{"campaign", "extend", "--id", "x", "--dev", "--data-dir", "/nonexistent"}, "", "campaign extend: --ends-at: required"},
 		{[]string{"replay", "--dev", "--data-dir", "/nonexistent"}, "", "replay: --from is required"},
 		{[]string{"audit", "--dev", "--data-dir", "/nonexistent", "--campaign", "bad id!"}, "", `--campaign "bad id!": want 1 to 64 letters`},
+		{[]string{"dlq", "show", "--dev", "--data-dir", "/nonexistent"}, "", "dlq show: name one dead letter as PARTITION/OFFSET"},
+		{[]string{"dlq", "list", "--dev", "--data-dir", "/nonexistent", "--since", "yesterday"}, "", `dlq: --since "yesterday" is neither`},
 		// The missing flag first: it read the dev's file, and said no dev ran there (exit 1).
 		{[]string{"token", "--dev", "--data-dir", "/nonexistent"}, "", "token: --user and --jwt-secret (or SECKILL_JWT_SECRET, or --dev) are required"},
 		{[]string{"api", "--insecure-user-header", "--user-rate", "-1"}, "", "--user-rate: want 0 or more"},

@@ -81,42 +81,48 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 	if verb == "show" && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		pos, rest = rest[:1], rest[1:]
 	}
+	var (
+		after time.Time
+		one   *position // the dead letter to show, or the one to redrive
+		fix   *events.Event
+	)
+	// In parse, before --dev reads the dev's file: a bad value is told first.
+	f.after = append(f.after, func() error {
+		pos = append(pos, f.Args()...)
+		if *since != "" {
+			if d, err := time.ParseDuration(*since); err == nil && d < 0 {
+				return usagef("dlq: --since %s: want a duration ago of 0 or more", *since)
+			} else if err == nil {
+				after = time.Now().Add(-d)
+			} else if after, err = time.Parse(time.RFC3339, *since); err != nil {
+				return usagef("dlq: --since %q is neither an RFC 3339 time nor a duration", *since)
+			}
+		}
+		if verb == "show" || verb == "redrive" && *fixAt != "" {
+			arg := strings.Join(pos, "")
+			if verb == "redrive" {
+				arg = *fixAt
+			}
+			p, err := parsePosition(arg)
+			if err != nil || verb == "show" && len(pos) != 1 {
+				return usagef("dlq %s: name one dead letter as PARTITION/OFFSET (dlq list prints them)", verb)
+			}
+			one = &p
+		}
+		if verb == "redrive" && *fixFile != "" {
+			if one == nil {
+				return usagef("dlq redrive: --file corrects one dead letter: name it with --at PARTITION/OFFSET")
+			}
+			e, err := readFix(*fixFile)
+			if err != nil {
+				return usagef("dlq redrive: %v", err)
+			}
+			fix = &e
+		}
+		return nil
+	})
 	if err := f.parse(rest); err != nil {
 		return err
-	}
-	pos = append(pos, f.Args()...)
-	var after time.Time
-	if *since != "" {
-		if d, err := time.ParseDuration(*since); err == nil && d < 0 {
-			return f.usagef("dlq: --since %s: want a duration ago of 0 or more", *since)
-		} else if err == nil {
-			after = time.Now().Add(-d)
-		} else if after, err = time.Parse(time.RFC3339, *since); err != nil {
-			return f.usagef("dlq: --since %q is neither an RFC 3339 time nor a duration", *since)
-		}
-	}
-	var one *position // the dead letter to show, or the one to redrive
-	if verb == "show" || verb == "redrive" && *fixAt != "" {
-		arg := strings.Join(pos, "")
-		if verb == "redrive" {
-			arg = *fixAt
-		}
-		p, err := parsePosition(arg)
-		if err != nil || verb == "show" && len(pos) != 1 {
-			return usagef("dlq %s: name one dead letter as PARTITION/OFFSET (dlq list prints them)", verb)
-		}
-		one = &p
-	}
-	var fix *events.Event
-	if verb == "redrive" && *fixFile != "" {
-		if one == nil {
-			return f.usagef("dlq redrive: --file corrects one dead letter: name it with --at PARTITION/OFFSET")
-		}
-		e, err := readFix(*fixFile)
-		if err != nil {
-			return usagef("dlq redrive: %v", err)
-		}
-		fix = &e
 	}
 	var (
 		d   deps
