@@ -75,7 +75,6 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 			f.pick(fl.Name)
 		}
 	})
-	f.Usage = func() { compactUsage(f, summary) }
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -213,18 +212,6 @@ func benchCommand(f *flags, set map[string]bool) string {
 		parts = append(parts, "--"+fl.Name+"="+fl.Value.String())
 	})
 	return strings.Join(parts, " ")
-}
-
-// compactUsage prints the flags one a line, so that the bench's many sizes fit on a screen.
-func compactUsage(f *flags, summary string) {
-	fmt.Fprintf(f.out, "%s\n\n%s\n\nFlags (the servers' also read from SECKILL_<FLAG> when not given; the others from the command line only):\n", f.usageLine(), summary)
-	f.VisitAll(func(fl *flag.Flag) {
-		def := ""
-		if fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "false" && fl.DefValue != "[]" {
-			def = "=" + fl.DefValue
-		}
-		fmt.Fprintf(f.out, "  --%-24s %s\n", fl.Name+def, fl.Usage)
-	})
 }
 
 type multiFlag []string

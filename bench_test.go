@@ -13,16 +13,6 @@ import (
 	"github.com/seckill/seckill/bench"
 )
 
-func TestBenchHelpFitsOnAScreen(t *testing.T) {
-	var out bytes.Buffer
-	if code := run(context.Background(), []string{"bench", "--help"}, &out, &out); code != 0 {
-		t.Fatalf("bench --help exited %d:\n%s", code, out.String())
-	}
-	if n := strings.Count(out.String(), "\n"); n > 45 || !strings.Contains(out.String(), "--flash-stock=10000") {
-		t.Fatalf("bench --help is %d lines:\n%s", n, out.String())
-	}
-}
-
 // TestBenchTakesItsWorkloadFromItsCommandLine: variables set for other commands (SECKILL_RATE
 // for seckill demo, SECKILL_BATCH_SIZE for the consumers) share names with bench's flags, and
 // turned a bench open-loop or changed its drain. Only its servers come from the environment:

@@ -72,23 +72,21 @@ func newFlags(name, summary string, out io.Writer) *flags {
 	f := &flags{FlagSet: fs, out: out}
 	fs.Usage = func() {
 		fmt.Fprintf(out, "%s\n\n%s\n\nFlags (each read from the variable beside it when not given):\n", f.usageLine(), summary)
-		var b strings.Builder
-		fs.SetOutput(&b)
-		defer fs.SetOutput(io.Discard)
-		fs.PrintDefaults()
-		// Each flag's variable by name: the operator writing a deployment's environment
-		// should not have to work out SECKILL_MAX_CONNS_PER_ADDR from --max-conns-per-addr.
-		for line := range strings.Lines(b.String()) {
-			if rest, ok := strings.CutPrefix(line, "  -"); ok {
-				flag, _, _ := strings.Cut(strings.TrimSuffix(rest, "\n"), " ")
-				from := " (or " + envName(flag) + ")"
-				if f.picks[flag] {
-					from = " (command line only)"
-				}
-				line = strings.TrimSuffix(line, "\n") + from + "\n"
+		// One line a flag, so that the api's thirty fit on a screen (the flag package's two
+		// lines each made 67). Each flag's variable by name: the operator writing a
+		// deployment's environment should not have to work out SECKILL_MAX_CONNS_PER_ADDR
+		// from --max-conns-per-addr.
+		fs.VisitAll(func(fl *flag.Flag) {
+			name := "--" + fl.Name
+			if fl.DefValue != "" && fl.DefValue != "0" && fl.DefValue != "false" && fl.DefValue != "[]" {
+				name += "=" + fl.DefValue
 			}
-			io.WriteString(out, line)
-		}
+			from := "(or " + envName(fl.Name) + ")"
+			if f.picks[fl.Name] {
+				from = "(command line only)"
+			}
+			fmt.Fprintf(out, "  %-26s %s %s\n", name, fl.Usage, from)
+		})
 	}
 	return f
 }

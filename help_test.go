@@ -45,14 +45,38 @@ func listedFlags(args []string) (map[string]bool, error) {
 	}
 	listed := map[string]bool{}
 	for _, line := range strings.Split(stdout.String(), "\n") {
-		// "  -name type" (the flag package's) or "  --name=default" (bench's)
-		if rest, ok := strings.CutPrefix(line, "  -"); ok {
-			name, _, _ := strings.Cut(strings.TrimPrefix(rest, "-"), " ")
-			name, _, _ = strings.Cut(name, "=")
+		if name, ok := flagOfLine(line); ok {
 			listed[name] = true
 		}
 	}
 	return listed, nil
+}
+
+// flagOfLine returns the flag a line of --help lists: "  --name=default  usage" or "  --name  usage".
+func flagOfLine(line string) (string, bool) {
+	rest, ok := strings.CutPrefix(line, "  --")
+	if !ok {
+		return "", false
+	}
+	name, _, _ := strings.Cut(rest, " ")
+	name, _, _ = strings.Cut(name, "=")
+	return name, true
+}
+
+// TestHelpFitsOnAScreen: every command's --help fits on a screen, one line a flag. The api's
+// listed its thirty flags on two lines each, 67 lines in all.
+func TestHelpFitsOnAScreen(t *testing.T) {
+	for _, args := range everyCommand() {
+		out := help(t, args)
+		if n := strings.Count(out, "\n"); n > 45 {
+			t.Errorf("seckill %v --help is %d lines, want at most 45:\n%s", args, n, out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "    \t") { // the flag package's second line of a flag
+				t.Errorf("seckill %v --help: %q, want each flag on one line", args, line)
+			}
+		}
+	}
 }
 
 // TestHelpListsOnlyTheFlagsRead: every command's --help lists the connection flags it reads and
@@ -112,11 +136,10 @@ func TestHelpNamesEachVariable(t *testing.T) {
 			t.Fatalf("seckill %v --help: exit %d\n%s", args, code, stderr.String())
 		}
 		for _, line := range strings.Split(stdout.String(), "\n") {
-			rest, ok := strings.CutPrefix(line, "  -")
+			name, ok := flagOfLine(line)
 			if !ok {
 				continue
 			}
-			name, _, _ := strings.Cut(rest, " ")
 			if want := "(or SECKILL_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")) + ")"; !strings.HasSuffix(line, want) {
 				t.Errorf("seckill %v --help: %q, want it to end with %q", args, line, want)
 			}
@@ -139,14 +162,14 @@ func TestHelpOfACommand(t *testing.T) {
 // --jwt-secret. The api's --help did not say that it refuses to start without --jwt-secret.
 func TestHelpSaysTheSecretsDefaults(t *testing.T) {
 	for _, c := range []struct{ command, line, want string }{
-		{"dev", "-jwt-secret", "(default: one kept in --data-dir)"},
-		{"dev", "-order-id-secret", "(default: one kept in --data-dir)"},
-		{"api", "-jwt-secret", "(required, unless --insecure-user-header)"},
+		{"dev", "--jwt-secret", "(default: one kept in --data-dir)"},
+		{"dev", "--order-id-secret", "(default: one kept in --data-dir)"},
+		{"api", "--jwt-secret", "(required, unless --insecure-user-header)"},
 	} {
 		var stdout, stderr bytes.Buffer
 		run(context.Background(), []string{c.command, "--help"}, &stdout, &stderr)
 		_, usage, _ := strings.Cut(stdout.String(), "  "+c.line+" ")
-		usage, _, _ = strings.Cut(usage, "\n  -")
+		usage, _, _ = strings.Cut(usage, "\n")
 		if !strings.Contains(usage, c.want) {
 			t.Errorf("seckill %s --help: %s%s, want it to say %q", c.command, c.line, usage, c.want)
 		}
