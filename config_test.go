@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/seckill/seckill/events"
@@ -721,5 +723,39 @@ func TestMissingTopicNamesTheFlag(t *testing.T) {
 			!strings.Contains(stderr.String(), "nosuch.orders.") || !strings.Contains(stderr.String(), "--topic-prefix") {
 			t.Errorf("seckill %s of topics Kafka lacks: exit %d, stderr %q; want exit 1 naming the topic and --topic-prefix", strings.Join(args, " "), code, stderr.String())
 		}
+	}
+}
+
+// TestReplayProgressOnStderr: replay's progress and summary go to stderr, as every command's
+// progress does, and stdout holds its result alone. They went to stdout, so a script reading
+// `seckill replay`'s result read the progress lines too.
+func TestReplayProgressOnStderr(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := events.CreateTopics(context.Background(), kadm.NewClient(cl), events.NewTopics("rp"), 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	mr := miniredis.RunT(t)
+	progress, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer progress.Close()
+	stderr := os.Stderr
+	os.Stderr = progress // where the progress goes
+	t.Cleanup(func() { os.Stderr = stderr })
+
+	var stdout, errs bytes.Buffer
+	code := run(context.Background(), []string{"replay", "--from", "start", "--topic-prefix", "rp", "--kafka-brokers", strings.Join(brokers, ","),
+		"--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", migratedSQLite(t)}, &stdout, &errs)
+	os.Stderr = stderr
+	shown, _ := os.ReadFile(progress.Name())
+	if code != 0 || stdout.String() != "replayed 0 events\n" || !strings.Contains(string(shown), "replay: done") {
+		t.Errorf("replay of an empty topic: exit %d, stdout %q, stderr %q %q; want its result alone on stdout, its progress and summary on stderr",
+			code, stdout.String(), errs.String(), shown)
 	}
 }

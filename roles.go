@@ -374,7 +374,7 @@ func runReplay(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer d.close()
 	stats, err := consumer.Replay(ctx, consumer.Config{Brokers: c.brokerList(), Topics: c.topics(), BatchSize: *batch, MaxRate: *maxRate,
-		Logger: c.logger(os.Stderr)}, start, d.store, d.redis, stdout)
+		Logger: c.logger(os.Stderr)}, start, d.store, d.redis, os.Stderr) // progress, as every command's
 	if err != nil {
 		return err
 	}
