@@ -225,6 +225,8 @@ func TestBadConfigStopsAtOnce(t *testing.T) {
 		{pointedNowhere("campaign", "extend", "--id", " ", "--ends-at", "+1h"), "", `--id " ": want 1 to 64 letters`},
 		{pointedNowhere("campaign", "add-stock", "--id", "a/b", "--add", "1"), "", `--id "a/b": want 1 to 64 letters`},
 		{pointedNowhere("audit", "--campaign", "bad id!"), "", `--campaign "bad id!": want 1 to 64 letters`},
+		{pointedNowhere("dlq", "list", "--campaign", "bad id!"), "", `--campaign "bad id!": want 1 to 64 letters`},
+		{pointedNowhere("dlq", "redrive", "--campaign", "bad id!"), "", `--campaign "bad id!": want 1 to 64 letters`},
 		// What a command changes is picked on its command line only: a SECKILL_CAMPAIGN
 		// exported for audits made a bare compensate release and refund that whole campaign.
 		{pointedNowhere("compensate"), "SECKILL_CAMPAIGN=demo", "compensate: give one of --order and --campaign"},

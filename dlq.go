@@ -66,7 +66,7 @@ func runDLQ(ctx context.Context, args []string, stdout io.Writer) error {
 		reach |= usesStore
 	}
 	c := f.conn(reach)
-	campaign := f.String("campaign", "", "only the dead letters of this campaign")
+	campaign := f.campaignID("campaign", "only the dead letters of this campaign")
 	reason := f.String("reason", "", "only the dead letters whose reason starts with this")
 	since := f.String("since", "", "only the dead letters written since: an RFC 3339 time, or a duration ago (1h)")
 	var dryRun *bool
