@@ -383,7 +383,9 @@ func (c *Compensator) sweepWhileHeld(work, stop context.Context, fence store.Fen
 		if err != nil && stop.Err() == nil {
 			c.cfg.Logger.Warn("sweep failed", "err", err, "count", n)
 		} else if n > 0 {
-			c.cfg.Logger.Info("swept expired reservations", "count", n)
+			// n counts every order the sweep resolved: reservations past their deadline, refunds
+			// finished, orders expired unpaid, payments announced.
+			c.cfg.Logger.Info("sweep resolved orders", "count", n)
 		}
 		select {
 		case <-stop.Done():
