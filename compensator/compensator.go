@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -94,7 +95,7 @@ type Campaigns interface {
 
 // Sweeper finds reservations past their deadline, and drops from Redis what it keeps no longer.
 type Sweeper interface {
-	Expired(ctx context.Context, campaign string, limit int) ([]string, error)
+	Expired(ctx context.Context, campaign string, skip, limit int) ([]string, error)
 	Trim(ctx context.Context, campaign string, retention time.Duration, limit int) (int, error)
 	Drop(ctx context.Context, campaign string, version int64) (bool, error)
 	Sync(ctx context.Context, c lua.Campaign) (lua.Synced, error)
@@ -445,12 +446,15 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 		}
 		// A page, and more while they come full and the sweep is within its interval: a
 		// consumer down past the reservations' deadline leaves a sale's thousands due at once,
-		// and I5 gives each one sweep. What stays pending (it failed) is listed again, first: a
-		// page with none this sweep has not tried ends the campaign's turn, so a page of them
-		// never traps the sweep in a loop, and the next sweep tries them again.
+		// and I5 gives each one sweep. What stays pending (it failed) stays first in the list:
+		// the next page is listed past those, or a page of them would end the campaign's turn
+		// every sweep, the reservations behind them never released. A page with none this sweep
+		// has not tried ends it too, so the sweep is never trapped in a loop; the next sweep
+		// tries the failed ones again.
 		tried := map[string]bool{}
+		var failed atomic.Int64
 		for first := true; first || time.Now().Before(until); first = false {
-			ids, err := c.sweeper.Expired(work, camp.ID, c.page)
+			ids, err := c.sweeper.Expired(work, camp.ID, int(failed.Load()), c.page)
 			if err != nil {
 				if r.halt(err) {
 					return r.result()
@@ -469,6 +473,9 @@ func (c *Compensator) sweepOnce(work, stop context.Context, fence store.Fence) (
 				res, err := c.Redis.Reservation(work, id)
 				if err == nil {
 					_, err = c.FailFenced(work, reservationEvent(res), events.ReasonExpired, "sweeper", fence)
+				}
+				if err != nil {
+					failed.Add(1)
 				}
 				return err
 			}) {

@@ -677,7 +677,7 @@ func TestReservedAgainAfterTheRecordIsGone(t *testing.T) {
 			t.Errorf("order %s after the sweep: %+v %v, want its units given back", ev.OrderID, res, err)
 		}
 	}
-	if overdue, err := e.r.Expired(e.ctx, e.campaign, 10); err != nil || len(overdue) != 0 {
+	if overdue, err := e.r.Expired(e.ctx, e.campaign, 0, 10); err != nil || len(overdue) != 0 {
 		t.Errorf("still overdue after the sweep: %v %v", overdue, err)
 	}
 	if left, _, err := e.r.Remaining(e.ctx, e.campaign); err != nil || left != e.stock {

@@ -179,3 +179,28 @@ func TestSweepReleasesEveryReservationDue(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepMovesPastOverdueItCannotResolve: a sweep lists a page of a campaign's reservations
+// past their deadline, oldest first, and lists again while pages come full. Those it cannot
+// release (Redis holds their records in a form no code of seckill writes) stay first in the
+// list: a page of them ended the campaign's turn every sweep, and the reservations behind
+// them were never released, their units held for good.
+func TestSweepMovesPastOverdueItCannotResolve(t *testing.T) {
+	const page, failing = 2, 5
+	e := newEnv(t, 100, 10)
+	stuck := e.reserve(t, failing, time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // behind them in the list, by deadline
+	behind := e.reserve(t, 1, time.Millisecond)[0]
+	time.Sleep(5 * time.Millisecond)
+	for _, ev := range stuck {
+		e.redis(t, "HSET", lua.KeysOf(e.campaign).Res, ev.OrderID, "not a record")
+	}
+	c := e.compensator(t, compensator.Config{})
+	compensator.SetSweepPage(c, page)
+	if _, err := c.SweepOnce(e.ctx, store.Fence{}); err == nil {
+		t.Error("no error, want those of the malformed records")
+	}
+	if res, err := e.r.Reservation(e.ctx, behind.OrderID); err != nil || res.State != lua.StateReleased {
+		t.Errorf("the reservation behind %d the sweep cannot release is %q %v, want released", failing, res.State, err)
+	}
+}

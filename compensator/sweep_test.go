@@ -99,9 +99,9 @@ type countingSweeper struct {
 	calls map[string]int
 }
 
-func (s *countingSweeper) Expired(ctx context.Context, campaign string, limit int) ([]string, error) {
+func (s *countingSweeper) Expired(ctx context.Context, campaign string, skip, limit int) ([]string, error) {
 	s.calls[campaign]++
-	return s.Sweeper.Expired(ctx, campaign, limit)
+	return s.Sweeper.Expired(ctx, campaign, skip, limit)
 }
 
 func (s *countingSweeper) Trim(ctx context.Context, campaign string, retention time.Duration, limit int) (int, error) {

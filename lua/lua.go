@@ -485,9 +485,10 @@ func confirmListed(v []any, n int, listed func(i int, o confirmOutcome)) error {
 	return nil
 }
 
-// Expired returns up to limit pending order ids of campaign whose deadline has passed.
-func (r *Redis) Expired(ctx context.Context, campaign string, limit int) ([]string, error) {
-	ids, err := expiredScript.Run(ctx, r.rdb, []string{KeysOf(campaign).Pending}, limit).StringSlice()
+// Expired returns up to limit pending order ids of campaign whose deadline has passed, oldest
+// first, past the first skip of them.
+func (r *Redis) Expired(ctx context.Context, campaign string, skip, limit int) ([]string, error) {
+	ids, err := expiredScript.Run(ctx, r.rdb, []string{KeysOf(campaign).Pending}, limit, skip).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("expired reservations of %s: %w", campaign, err)
 	}

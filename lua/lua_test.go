@@ -708,7 +708,7 @@ func testConfirm(t *testing.T, b *backend) {
 	assertUnchanged(t, b.rdb, id, before, "second Confirm")
 
 	b.until(confirmed.Deadline.Add(50 * time.Millisecond))
-	ids, err := b.r.Expired(ctx, id, 100)
+	ids, err := b.r.Expired(ctx, id, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -765,11 +765,11 @@ func testExpired(t *testing.T, b *backend) {
 		t.Fatal(err)
 	}
 
-	if ids, err := b.r.Expired(ctx, id, 100); err != nil || len(ids) != 0 {
+	if ids, err := b.r.Expired(ctx, id, 0, 100); err != nil || len(ids) != 0 {
 		t.Errorf("Expired before any deadline = %v, %v; want none", ids, err)
 	}
 	b.until(o3.Deadline.Add(50 * time.Millisecond))
-	ids, err := b.r.Expired(ctx, id, 100)
+	ids, err := b.r.Expired(ctx, id, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,16 +779,20 @@ func testExpired(t *testing.T, b *backend) {
 	if !slices.Equal(ids, want) {
 		t.Errorf("Expired = %v, want %v", ids, want)
 	}
-	if ids, err := b.r.Expired(ctx, id, 1); err != nil || len(ids) != 1 || !slices.Contains(want, ids[0]) {
-		t.Errorf("Expired(limit 1) = %v, %v; want one of %v", ids, err, want)
+	first, err := b.r.Expired(ctx, id, 0, 1)
+	if err != nil || len(first) != 1 || !slices.Contains(want, first[0]) {
+		t.Fatalf("Expired(limit 1) = %v, %v; want one of %v", first, err, want)
+	}
+	if next, err := b.r.Expired(ctx, id, 1, 100); err != nil || len(next) != 1 || next[0] == first[0] || !slices.Contains(want, next[0]) {
+		t.Errorf("Expired(skip 1) = %v, %v; want the one of %v that is not %s", next, err, want, first[0])
 	}
 	if _, err := b.r.Release(ctx, o1.OrderID); err != nil {
 		t.Fatal(err)
 	}
-	if ids, err := b.r.Expired(ctx, id, 100); err != nil || !slices.Equal(ids, []string{o3.OrderID}) {
+	if ids, err := b.r.Expired(ctx, id, 0, 100); err != nil || !slices.Equal(ids, []string{o3.OrderID}) {
 		t.Errorf("Expired after releasing %s = %v, %v; want [%s]", o1.OrderID, ids, err, o3.OrderID)
 	}
-	if ids, err := b.r.Expired(ctx, newCampaignID(), 100); err != nil || len(ids) != 0 {
+	if ids, err := b.r.Expired(ctx, newCampaignID(), 0, 100); err != nil || len(ids) != 0 {
 		t.Errorf("Expired(unknown campaign) = %v, %v; want none", ids, err)
 	}
 	checkInvariants(t, b.rdb, id, 10, 3)
@@ -1043,7 +1047,7 @@ func TestReserveRace(t *testing.T) {
 			t.Errorf("order %s still pending after the race", o)
 		}
 	}
-	if ids, err := r.Expired(ctx, id, 10); err != nil || len(ids) != 0 {
+	if ids, err := r.Expired(ctx, id, 0, 10); err != nil || len(ids) != 0 {
 		t.Errorf("Expired = %v, %v; want none", ids, err)
 	}
 }

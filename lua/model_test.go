@@ -199,7 +199,7 @@ func runModel(t *testing.T, r *lua.Redis, rdb redis.UniversalClient, seed uint64
 			move(step, pick(), "confirmed", "expired", r.Expire)
 		case op < 15: // the sweeper
 			n := rng.IntN(3) + 1
-			ids, err := r.Expired(ctx, s.id, n)
+			ids, err := r.Expired(ctx, s.id, 0, n)
 			if err != nil {
 				t.Fatal(err)
 			}
