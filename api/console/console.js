@@ -240,9 +240,9 @@ function render(snap) {
   counts($("#dead-letters tbody"), snap.dead_letters, "no dead letters");
   counts($("#compensations tbody"), snap.compensations, "none given back");
   counts($("#giving-back tbody"), snap.giving_back, "none");
-  const missing = "some figures are missing: ";
-  if (snap.errors && snap.errors.length) say(missing + snap.errors.join("; "), true);
-  else if ($("#status").textContent.startsWith(missing)) say(""); // the sources answer again
+  // A line of its own: on the control's line, the next snapshot would put it over the
+  // control's answer, in the incident the operator used the control for.
+  setText($("#missing"), snap.errors && snap.errors.length ? "some figures are missing: " + snap.errors.join("; ") : "");
 }
 
 function counts(body, m, empty) {
