@@ -405,3 +405,41 @@ func TestConsoleKeepsAControlsAnswer(t *testing.T) {
 		t.Errorf("1.5 s after the close, the page shows %q: want the close's answer and the figures missing", pageText(t, bctx, "#status"))
 	}
 }
+
+// TestConsoleSaysWhatAControlDid: the page tells a control that was refused from one that was
+// done but not shown, and from one whose answer never came. It said "failed" of all three; an
+// operator told an add "failed" sends it again, and it adds again.
+func TestConsoleSaysWhatAControlDid(t *testing.T) {
+	apiError := func(status int, code, message string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": message}})
+		}
+	}
+	const unshown = `campaign "c1" was changed, but cannot be shown right now: GET it shortly`
+	bctx := consolePage(t, map[string]http.HandlerFunc{
+		"GET /v1/admin/console/events":       snapshotStream(`{"at":"2026-11-28T00:00:00Z","campaigns":[`+pageCampaign+`]}`, 500*time.Millisecond),
+		"POST /v1/admin/campaigns/c1/stock":  apiError(http.StatusServiceUnavailable, "unavailable", unshown),
+		"POST /v1/admin/campaigns/c1/close":  apiError(http.StatusConflict, "campaign_cancelled", `campaign "c1" is cancelled`),
+		"POST /v1/admin/campaigns/c1/extend": func(w http.ResponseWriter, r *http.Request) { panic(http.ErrAbortHandler) }, // the answer is lost
+	})
+	pageWait(t, bctx, "the campaign shows", `document.querySelector('tr[data-campaign="c1"] button[data-action="close"]') !== null`)
+	for _, tc := range []struct {
+		action    string
+		want, not string
+	}{
+		{"add stock", unshown, "failed"},
+		{"extend", "may have been done", "failed"},
+		{"close", `close failed: campaign "c1" is cancelled`, ""},
+	} {
+		if err := chromedp.Do(bctx, chromedp.Evaluate[chromedp.Void](`window.prompt = () => "5"; document.querySelector("#status").textContent = ""`),
+			chromedp.Click(chromedp.CSS(`tr[data-campaign="c1"] button[data-action="`+tc.action+`"]`))); err != nil {
+			t.Fatal(err)
+		}
+		pageWait(t, bctx, tc.action+" answers", `document.querySelector("#status").textContent !== ""`)
+		if said := pageText(t, bctx, "#status"); !strings.Contains(said, tc.want) || tc.not != "" && strings.Contains(said, tc.not) {
+			t.Errorf("%s: the page says %q; want %q in it and no %q", tc.action, said, tc.want, tc.not)
+		}
+	}
+}

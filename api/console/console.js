@@ -54,18 +54,37 @@ function say(text, error) {
   s.className = error ? "error" : "";
 }
 
-// api calls an admin endpoint and returns its JSON; an error answer throws its message.
+// api calls an admin endpoint and returns its JSON; an error answer throws its message, with
+// status (0: no answer) and answered (the api said what became of the request: its error body;
+// not a proxy's page, nor a connection lost).
 async function api(method, path, body) {
   const init = { method, headers: { Authorization: "Bearer " + token } };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const resp = await fetch(path, init);
+  let resp;
+  try {
+    resp = await fetch(path, init);
+  } catch (e) {
+    throw Object.assign(new Error(e.message), { status: 0, answered: false });
+  }
   const data = await resp.json().catch(() => ({}));
   if (resp.status === 401) signOut("the token was refused");
-  if (!resp.ok) throw new Error((data.error && data.error.message) || resp.status + " " + resp.statusText);
+  if (!resp.ok) {
+    const answered = !!(data.error && data.error.message);
+    throw Object.assign(new Error(answered ? data.error.message : resp.status + " " + resp.statusText), { status: resp.status, answered });
+  }
   return data;
+}
+
+// outcome says what became of a control that threw e. Only a refusal (4xx) is a failure: a 503
+// may come after the change was made (its message says so), and with no answer from the api
+// the change may have been made too; "failed" would have the operator send an add again.
+function outcome(e) {
+  if (!e.answered) return ": no answer from the api (" + e.message + "); it may have been done: look at the campaign before sending it again";
+  if (e.status >= 500) return ": " + e.message;
+  return " failed: " + e.message;
 }
 
 // connect reads the snapshot stream, and reconnects with backoff when it ends.
@@ -314,7 +333,7 @@ async function control(id, action, body) {
     const c = await api("POST", "/v1/admin/campaigns/" + encodeURIComponent(id) + "/" + action, body);
     say(id + ": " + action + " done; now " + c.state.replace("_", " ") + ", " + c.remaining + " of " + c.stock + " remaining");
   } catch (e) {
-    say(id + ": " + action + " failed: " + e.message, true);
+    say(id + ": " + action + outcome(e), true);
   }
 }
 
@@ -324,7 +343,8 @@ async function cancel(id) {
     const r = await api("POST", "/v1/admin/campaigns/" + encodeURIComponent(id) + "/cancel");
     say(id + " cancelled: " + r.released + " reservations released, " + r.refunded + " orders refunded, " + r.unchanged + " unchanged");
   } catch (e) {
-    say("cancel " + id + " failed: " + e.message + " (run it again to finish)", true);
+    // The api goes on with a cancel whose answer is lost: the row shows it go on.
+    say("cancel " + id + outcome(e) + " (run it again to finish)", true);
   }
 }
 
@@ -354,7 +374,7 @@ function init() {
       say("campaign " + c.id + " created, " + c.state.replace("_", " "));
       e.target.reset();
     } catch (err) {
-      say("create failed: " + err.message, true);
+      say("create" + outcome(err), true); // a 503 may say it was created
     }
   });
   $("#order-form").addEventListener("submit", async (e) => {
