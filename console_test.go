@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -442,4 +443,26 @@ func TestConsoleSaysWhatAControlDid(t *testing.T) {
 			t.Errorf("%s: the page says %q; want %q in it and no %q", tc.action, said, tc.want, tc.not)
 		}
 	}
+}
+
+// TestConsoleBacksOffAStreamThatEnds: a stream that ends as soon as it opens (an api draining
+// answers 200 and ends it at once) is opened again later and later. The page waited its first
+// half second each time, as the open had succeeded: two opens a second for as long as the page
+// stayed open, each one of an api with no page a new snapshot loop, Kafka client and read of
+// the whole dead-letter topic.
+func TestConsoleBacksOffAStreamThatEnds(t *testing.T) {
+	var opens atomic.Int64
+	bctx := consolePage(t, map[string]http.HandlerFunc{
+		"GET /v1/admin/console/events": func(w http.ResponseWriter, r *http.Request) {
+			opens.Add(1)
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "retry: 2000\n\n")
+		},
+	})
+	start := opens.Load()
+	time.Sleep(5 * time.Second)
+	if n := opens.Load() - start; n > 5 { // 0.5 + 1 + 2 s, then 4 s: 3 or 4 with a backoff
+		t.Errorf("the page opened a stream that ends at once %d times in 5 s", n)
+	}
+	pageWait(t, bctx, "the page says it reconnects", `document.querySelector("#conn").textContent.startsWith("reconnecting")`)
 }

@@ -99,7 +99,6 @@ async function connect() {
       if (resp.status === 401) { signOut("the token was refused"); return; }
       if (!resp.ok) throw new Error(resp.status + " " + resp.statusText);
       setConn(true, "live");
-      backoff = 500;
       const reader = resp.body.getReader();
       const decoder = new TextDecoder();
       let buf = "";
@@ -112,7 +111,12 @@ async function connect() {
           const event = buf.slice(0, end);
           buf = buf.slice(end + 2);
           const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
-          if (data) render(JSON.parse(data));
+          if (data) {
+            render(JSON.parse(data));
+            // Back to the shortest wait only once a snapshot came: a stream that ends as it
+            // opens (an api draining) is not opened again twice a second.
+            backoff = 500;
+          }
         }
       }
     } catch (e) {
