@@ -466,3 +466,19 @@ func TestConsoleBacksOffAStreamThatEnds(t *testing.T) {
 	}
 	pageWait(t, bctx, "the page says it reconnects", `document.querySelector("#conn").textContent.startsWith("reconnecting")`)
 }
+
+// TestConsoleSaysWhyTheStreamIsDown: a stream the api refuses shows the api's reason beside
+// "reconnecting"; the page threw it away and showed "reconnecting…" alone, on an empty page.
+func TestConsoleSaysWhyTheStreamIsDown(t *testing.T) {
+	bctx := consolePage(t, map[string]http.HandlerFunc{
+		"GET /v1/admin/console/events": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":{"code":"unavailable","message":"the api is stopping"}}`)
+		},
+	})
+	pageWait(t, bctx, "the page says it reconnects", `document.querySelector("#conn").textContent.startsWith("reconnecting")`)
+	if said := pageText(t, bctx, "#conn"); !strings.Contains(said, "the api is stopping") {
+		t.Errorf("the stream refused with 503 \"the api is stopping\": the page says %q", said)
+	}
+}

@@ -94,10 +94,14 @@ async function connect() {
   stream = ctl;
   let backoff = 500;
   while (token && !ctl.signal.aborted) {
+    let why = "the stream ended"; // said beside "reconnecting", so the operator knows what is down
     try {
       const resp = await fetch("/v1/admin/console/events", { headers: { Authorization: "Bearer " + token }, signal: ctl.signal });
       if (resp.status === 401) { signOut("the token was refused"); return; }
-      if (!resp.ok) throw new Error(resp.status + " " + resp.statusText);
+      if (!resp.ok) {
+        const data = await resp.json().catch(() => ({}));
+        throw new Error(resp.status + " " + ((data.error && data.error.message) || resp.statusText));
+      }
       setConn(true, "live");
       const reader = resp.body.getReader();
       const decoder = new TextDecoder();
@@ -121,8 +125,9 @@ async function connect() {
       }
     } catch (e) {
       if (ctl.signal.aborted) return;
+      why = e.message;
     }
-    setConn(false, "reconnecting…");
+    setConn(false, "reconnecting… (" + why + ")");
     await new Promise((r) => setTimeout(r, backoff));
     backoff = Math.min(backoff * 2, 10000);
   }
