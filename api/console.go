@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -184,6 +185,7 @@ type consoleSources struct {
 	dlq      *kgo.Client // the dead-letter topic from its start; nil without brokers
 	adm      *kadm.Client
 	dead     map[string]int64
+	deadRead map[int32]int64    // by partition of the dead-letter topic: the offset after the last record counted
 	last     time.Time          // of the last snapshot
 	counts   map[string]float64 // purchase counters at the last snapshot; nil before the first
 	buckets  []uint64           // purchase latency buckets at the last snapshot
@@ -194,10 +196,13 @@ type consoleSources struct {
 }
 
 func (s *Server) newConsoleSources() *consoleSources {
-	src := &consoleSources{s: s, dead: map[string]int64{}, commited: -1}
+	src := &consoleSources{s: s, dead: map[string]int64{}, deadRead: map[int32]int64{}, commited: -1}
 	if len(s.cfg.Brokers) > 0 {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(s.cfg.Brokers...), kgo.ConsumeTopics(s.cfg.Topics.DLQ),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			// A transaction's markers take offsets too: kept, so that the records read reach the
+			// end offset (readDeadLetters), and not counted.
+			kgo.KeepControlRecords(),
 			// Dead letters on a partition added while the api runs: counted within seconds, as
 			// the hub reads the results, not at franz-go's 5-minute refresh.
 			kgo.MetadataMaxAge(events.ConsumerMetadataMaxAge))
@@ -270,7 +275,11 @@ const sourceTimeout = 900 * time.Millisecond
 // last snapshot: after one it did not, the orders committed over both seconds were divided by
 // one.
 func (src *consoleSources) kafka(ctx context.Context, snap *ConsoleSnapshot, now time.Time, fail func(string, error)) {
-	src.readDeadLetters(ctx)
+	dctx, cancel := context.WithTimeout(ctx, deadLettersTimeout)
+	defer cancel()
+	if err := src.readDeadLetters(dctx); err != nil {
+		fail("dead letters", err)
+	}
 	for k, v := range src.dead {
 		snap.DeadLetters[k] = v
 	}
@@ -437,18 +446,66 @@ func givingBackBy(status events.Status, reason string) string {
 	return ""
 }
 
-// readDeadLetters counts the dead letters that arrived since the last read.
-func (src *consoleSources) readDeadLetters(ctx context.Context) {
-	pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	fs := src.dlq.PollFetches(pctx)
-	fs.EachRecord(func(r *kgo.Record) {
-		reason := events.Header(r, events.HeaderReason)
-		if reason == "" {
-			reason = "unknown"
+// deadLettersTimeout bounds the reading of the dead letters, within the Kafka source's
+// sourceTimeout: the consumers' lag is read after them.
+const deadLettersTimeout = 500 * time.Millisecond
+
+// readDeadLetters counts the dead letters up to the topic's end as it is now. One poll a
+// snapshot counted one fetch's worth: a console opened on a topic of more showed a part of its
+// dead letters, then more each second, as if they were arriving. A read that ctx ends first
+// keeps what it counted, for the next snapshot to go on from, and says how far it got.
+func (src *consoleSources) readDeadLetters(ctx context.Context) error {
+	topic := src.s.cfg.Topics.DLQ
+	starts, err := events.StartOffsets(ctx, src.adm, topic)
+	if err != nil {
+		return err
+	}
+	ends, err := events.EndOffsets(ctx, src.adm, topic)
+	if err != nil {
+		return err
+	}
+	behind := func() (left int64) {
+		ends.Each(func(end kadm.ListedOffset) {
+			at := max(src.deadRead[end.Partition], startOf(starts, end))
+			left += max(0, end.Offset-at)
+		})
+		return left
+	}
+	for behind() > 0 {
+		fs := src.dlq.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return events.Errorf(events.Unavailable, "%d offsets of the topic not read yet: the counts are short of them", behind())
 		}
-		src.dead[events.ReasonKind(reason)]++
-	})
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) {
+			if _, lost := errors.AsType[*kgo.ErrDataLoss](err); !lost { // a rewind: it reads on
+				ferr = err
+			}
+		})
+		if ferr != nil { // or it would poll again at once, for as long as ctx lasts
+			return fmt.Errorf("read the dead letters: %w", ferr)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			src.deadRead[r.Partition] = r.Offset + 1
+			if r.Attrs.IsControl() {
+				return
+			}
+			reason := events.Header(r, events.HeaderReason)
+			if reason == "" {
+				reason = "unknown"
+			}
+			src.dead[events.ReasonKind(reason)]++
+		})
+	}
+	return nil
+}
+
+// startOf returns where end's partition starts in starts, or 0 if starts does not hold it.
+func startOf(starts kadm.ListedOffsets, end kadm.ListedOffset) int64 {
+	if s, ok := starts.Lookup(end.Topic, end.Partition); ok {
+		return s.Offset
+	}
+	return 0
 }
 
 // purchaseOutcomes are the console's purchase outcomes, each with the reservations counter it

@@ -317,3 +317,30 @@ func TestConsolePendingOfAnExpiryRedisGaveBack(t *testing.T) {
 		t.Errorf("being given back: %v, want %v", snap.GivingBack, want)
 	}
 }
+
+// TestConsoleCountsEveryDeadLetterAtOnce: a snapshot counts every dead letter the topic held
+// when it was taken. Each snapshot polled once, 100 ms at most: a console opened on a topic of
+// more than one fetch showed a fraction of its dead letters, then more each second, as if they
+// were arriving now.
+func TestConsoleCountsEveryDeadLetterAtOnce(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	cl := kafkatest.Client(t, brokers)
+	const letters = 3000
+	value := []byte(strings.Repeat("x", 1000)) // 3 MB: a few fetches' worth
+	recs := make([]*kgo.Record, letters)
+	for i := range recs {
+		recs[i] = events.DeadLetter(topics.DLQ, &kgo.Record{Topic: topics.Requested, Value: value}, events.ReasonStoreSoldOut)
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{InsecureUserHeader: true, Brokers: brokers, Topics: topics, Logger: slog.New(slog.DiscardHandler)}, noCampaigns{}, nil, nil)
+	defer s.Close()
+	src := s.newConsoleSources()
+	defer src.close()
+	snap := src.snapshot(context.Background())
+	if n := sum(snap.DeadLetters); n != letters {
+		t.Errorf("the first snapshot counts %d dead letters of the topic's %d (errors %q)", n, letters, snap.Errors)
+	}
+}
