@@ -482,3 +482,21 @@ func TestConsoleSaysWhyTheStreamIsDown(t *testing.T) {
 		t.Errorf("the stream refused with 503 \"the api is stopping\": the page says %q", said)
 	}
 }
+
+// TestConsoleDrawsAnUnknownLagAsUnknown: a snapshot whose lag Kafka did not answer (-1) leaves
+// a gap in the consumer chart. The page drew it as 0: the line fell to "no lag" in the very
+// outage that makes the lag grow.
+func TestConsoleDrawsAnUnknownLagAsUnknown(t *testing.T) {
+	bctx := consolePage(t, map[string]http.HandlerFunc{
+		"GET /v1/admin/console/events": snapshotStream(`{"at":"2026-11-28T00:00:00Z","campaigns":[],"consumer_lag":-1,"persisted_per_sec":-1,`+
+			`"errors":["consumer lag: cannot be read right now"]}`, 200*time.Millisecond),
+	})
+	pageWait(t, bctx, "a snapshot is drawn", `document.querySelector("#chart-consumer").dataset.last !== undefined`)
+	last, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector("#chart-consumer").dataset.last`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last != "unknown,unknown" {
+		t.Errorf("the consumer chart's last points, of a lag and a rate Kafka did not answer: %q, want unknown,unknown", last)
+	}
+}

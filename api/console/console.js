@@ -254,8 +254,10 @@ function render(snap) {
   hist.t.push(new Date(snap.at));
   for (const o of outcomes) (hist.purchases[o] = hist.purchases[o] || []).push((snap.purchases || {})[o] || 0);
   hist.p99.push(snap.p99_ms || 0);
-  hist.lag.push(Math.max(snap.consumer_lag, 0));
-  hist.persisted.push(Math.max(snap.persisted_per_sec, 0));
+  // -1: Kafka did not answer. null leaves a gap: drawn as 0, the lag fell to none in the very
+  // outage that makes it grow.
+  hist.lag.push(snap.consumer_lag >= 0 ? snap.consumer_lag : null);
+  hist.persisted.push(snap.persisted_per_sec >= 0 ? snap.persisted_per_sec : null);
   if (hist.t.length > HISTORY) {
     hist.t.shift();
     for (const o of outcomes) hist.purchases[o].shift();
@@ -290,8 +292,9 @@ function counts(body, m, empty) {
   }
 }
 
-// chart draws series as lines on a canvas, scaled to the largest value; data-max on the
-// canvas holds the largest value drawn so far (the browser test reads it).
+// chart draws series as lines on a canvas, scaled to the largest value, with a gap at each null
+// (unknown); data-max on the canvas holds the largest value drawn so far and data-last each
+// series' last value (the browser tests read them).
 function chart(canvas, series, legend) {
   const ctx = canvas.getContext("2d");
   const w = canvas.width, h = canvas.height, pad = 28;
@@ -299,7 +302,10 @@ function chart(canvas, series, legend) {
   let top = 1;
   for (const s of series) for (const v of s.values) top = Math.max(top, v);
   canvas.dataset.max = Math.max(Number(canvas.dataset.max || 0), ...series.map((s) => Math.max(0, ...s.values)));
-  canvas.dataset.last = series.map((s) => s.values[s.values.length - 1] || 0).join(",");
+  canvas.dataset.last = series.map((s) => {
+    const v = s.values[s.values.length - 1];
+    return v === null ? "unknown" : v || 0;
+  }).join(",");
   ctx.strokeStyle = "#e3e6ec";
   ctx.fillStyle = "#6b7385";
   ctx.font = "11px system-ui";
@@ -313,10 +319,16 @@ function chart(canvas, series, legend) {
     ctx.lineWidth = 1.5;
     ctx.beginPath();
     const n = s.values.length; // the newest point at the right edge, older ones leftwards
+    let drawing = false;
     s.values.forEach((v, i) => {
+      if (v === null) {
+        drawing = false;
+        return;
+      }
       const x = w - ((w - pad) * (n - 1 - i)) / (HISTORY - 1);
       const y = h - pad / 2 - (v / top) * (h - pad);
-      if (i) ctx.lineTo(x, y); else ctx.moveTo(x, y);
+      if (drawing) ctx.lineTo(x, y); else ctx.moveTo(x, y);
+      drawing = true;
     });
     ctx.stroke();
   }
