@@ -414,3 +414,38 @@ func TestConsoleShowsTheNewestCampaigns(t *testing.T) {
 		}
 	}
 }
+
+// TestConsoleNoCrossSiteControl backs what keeps another site from running a control in an
+// operator's browser. The page keeps the admin token in its own origin's sessionStorage and
+// sends it only in the Authorization header, the only place the api takes it from (no cookie,
+// no query: TestAdminRoutesTakeOnlyTheAdminToken): a cross-site form sends no such header and
+// another site cannot read the token. As a second wall, the api grants no other origin a CORS
+// preflight, so no other origin's script may send admin requests with headers or read their
+// answers. A CORS middleware added for another origin (echo's default allows "*") fails it.
+func TestConsoleNoCrossSiteControl(t *testing.T) {
+	h := newHarness(t)
+	var routes int
+	for _, r := range h.srv.Routes() {
+		method, path, _ := strings.Cut(r, " ")
+		if !strings.HasPrefix(path, "/v1/admin/") && r != "POST /v1/campaigns" {
+			continue
+		}
+		routes++
+		for _, origin := range []string{"https://evil.example", "null"} {
+			req := httptest.NewRequest(http.MethodOptions, strings.Replace(path, ":id", "c1", 1), nil)
+			req.Header.Set("Origin", origin)
+			req.Header.Set("Access-Control-Request-Method", method)
+			req.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+			w := httptest.NewRecorder()
+			h.srv.Handler().ServeHTTP(w, req)
+			for name := range w.Header() {
+				if strings.HasPrefix(http.CanonicalHeaderKey(name), "Access-Control-Allow-") {
+					t.Errorf("%s: a preflight from %s is answered %d with %s: %q", r, origin, w.Code, name, w.Header().Values(name))
+				}
+			}
+		}
+	}
+	if routes < 10 {
+		t.Errorf("%d admin routes found, want every one of them", routes)
+	}
+}
