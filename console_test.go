@@ -500,3 +500,28 @@ func TestConsoleDrawsAnUnknownLagAsUnknown(t *testing.T) {
 		t.Errorf("the consumer chart's last points, of a lag and a rate Kafka did not answer: %q, want unknown,unknown", last)
 	}
 }
+
+// TestConsoleReconnectsAStreamGoneSilent: a stream that stays open but carries no snapshot (the
+// api's host gone without a reset, a partition, a proxy holding the stream) is given up and
+// opened again. The page waited on it for ever, showing "live" over the figures of its last
+// snapshot, in the very incident the operator watches it for.
+func TestConsoleReconnectsAStreamGoneSilent(t *testing.T) {
+	var opens atomic.Int64
+	bctx := consolePage(t, map[string]http.HandlerFunc{
+		"GET /v1/admin/console/events": func(w http.ResponseWriter, r *http.Request) {
+			opens.Add(1)
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "event: snapshot\ndata: {\"at\":\"2026-11-28T00:00:00Z\",\"campaigns\":["+pageCampaign+"]}\n\n")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done() // then silence
+		},
+	})
+	pageWait(t, bctx, "the snapshot shows", `document.querySelector('tr[data-campaign="c1"]') !== null`)
+	deadline := time.Now().Add(20 * time.Second)
+	for opens.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if opens.Load() < 2 {
+		t.Errorf("20 s after its last snapshot, the page still waits on the silent stream, saying %q", pageText(t, bctx, "#conn"))
+	}
+}

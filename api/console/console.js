@@ -4,6 +4,9 @@
 
 const KEY = "seckill-admin-token";
 const HISTORY = 300; // points kept per chart: five minutes
+// The api sends a snapshot a second: a stream with none for this long is given up (its api's
+// host gone without a reset, a partition, a proxy holding it) and opened again.
+const SILENCE = 10000;
 const $ = (sel) => document.querySelector(sel);
 
 let token = "";
@@ -95,8 +98,18 @@ async function connect() {
   let backoff = 500;
   while (token && !ctl.signal.aborted) {
     let why = "the stream ended"; // said beside "reconnecting", so the operator knows what is down
+    const attempt = new AbortController();
+    const stop = () => attempt.abort();
+    ctl.signal.addEventListener("abort", stop);
+    let silent = false;
+    let timer;
+    const watch = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => { silent = true; attempt.abort(); }, SILENCE);
+    };
+    watch();
     try {
-      const resp = await fetch("/v1/admin/console/events", { headers: { Authorization: "Bearer " + token }, signal: ctl.signal });
+      const resp = await fetch("/v1/admin/console/events", { headers: { Authorization: "Bearer " + token }, signal: attempt.signal });
       if (resp.status === 401) { signOut("the token was refused"); return; }
       if (!resp.ok) {
         const data = await resp.json().catch(() => ({}));
@@ -120,12 +133,16 @@ async function connect() {
             // Back to the shortest wait only once a snapshot came: a stream that ends as it
             // opens (an api draining) is not opened again twice a second.
             backoff = 500;
+            watch();
           }
         }
       }
     } catch (e) {
       if (ctl.signal.aborted) return;
-      why = e.message;
+      why = silent ? "no snapshot for " + SILENCE / 1000 + " s" : e.message;
+    } finally {
+      clearTimeout(timer);
+      ctl.signal.removeEventListener("abort", stop);
     }
     setConn(false, "reconnecting… (" + why + ")");
     await new Promise((r) => setTimeout(r, backoff));
