@@ -525,3 +525,52 @@ func TestConsoleReconnectsAStreamGoneSilent(t *testing.T) {
 		t.Errorf("20 s after its last snapshot, the page still waits on the silent stream, saying %q", pageText(t, bctx, "#conn"))
 	}
 }
+
+// TestConsoleShowsErrorsAsText backs the page's escaping of what the api words from others'
+// text: a snapshot's errors (they name campaigns and dependencies), a control's refusal, an
+// order's reason and a lookup's error are shown as text, never parsed as HTML (the page builds
+// every element with textContent; innerHTML on any of them fails this test).
+func TestConsoleShowsErrorsAsText(t *testing.T) {
+	const markup = `<img src=x onerror="document.title='xss'">`
+	quoted, _ := json.Marshal(markup)
+	refuse := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"error":{"code":"order_not_found","message":`+string(quoted)+`}}`)
+	}
+	bctx := consolePage(t, map[string]http.HandlerFunc{
+		"GET /v1/admin/console/events": snapshotStream(`{"at":"2026-11-28T00:00:00Z","campaigns":[`+pageCampaign+`],"dead_letters":{`+string(quoted)+`:1},`+
+			`"errors":[`+string(quoted)+`]}`, 300*time.Millisecond),
+		"POST /v1/admin/campaigns/c1/close": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			io.WriteString(w, `{"error":{"code":"campaign_cancelled","message":`+string(quoted)+`}}`)
+		},
+		"GET /v1/admin/orders/o1": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"order_id":"o1","user_id":`+string(quoted)+`,"status":"failed","reason":`+string(quoted)+`}`)
+		},
+		"GET /v1/admin/orders/o2": refuse,
+	})
+	pageWait(t, bctx, "the campaign shows", `document.querySelector('tr[data-campaign="c1"] button[data-action="close"]') !== null`)
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`tr[data-campaign="c1"] button[data-action="close"]`))); err != nil {
+		t.Fatal(err)
+	}
+	pageWait(t, bctx, "the close's refusal shows", `document.querySelector("#status").textContent.includes("<img")`)
+	for _, id := range []string{"o1", "o2"} {
+		if err := chromedp.Do(bctx, chromedp.SetValue(chromedp.CSS(`#order-form input[name="id"]`), id),
+			chromedp.Click(chromedp.CSS(`#order-form button[type="submit"]`))); err != nil {
+			t.Fatal(err)
+		}
+		pageWait(t, bctx, "order "+id+" shows", `document.querySelector("#order").textContent.includes("<img")`+
+			` && document.querySelector("#order").textContent.includes(`+strconv.Quote(map[string]string{"o1": `"status"`, "o2": "<img"}[id])+`)`)
+	}
+	for _, sel := range []string{"#missing", "#status", "#order", "#dead-letters"} {
+		if !strings.Contains(pageText(t, bctx, sel), "<img src=x") {
+			t.Errorf("%s does not show the markup as its text: %q", sel, pageText(t, bctx, sel))
+		}
+	}
+	if parsed, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector("main img") !== null || document.title === "xss"`)); err != nil || parsed {
+		t.Errorf("markup from the api was parsed as HTML (%v)", err)
+	}
+}
