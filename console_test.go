@@ -438,7 +438,7 @@ func TestConsoleSaysWhatAControlDid(t *testing.T) {
 			chromedp.Click(chromedp.CSS(`tr[data-campaign="c1"] button[data-action="`+tc.action+`"]`))); err != nil {
 			t.Fatal(err)
 		}
-		pageWait(t, bctx, tc.action+" answers", `document.querySelector("#status").textContent !== ""`)
+		pageWait(t, bctx, tc.action+" answers", `!["", "c1: `+strings.Replace(tc.action, "add ", "", 1)+`…"].includes(document.querySelector("#status").textContent)`)
 		if said := pageText(t, bctx, "#status"); !strings.Contains(said, tc.want) || tc.not != "" && strings.Contains(said, tc.not) {
 			t.Errorf("%s: the page says %q; want %q in it and no %q", tc.action, said, tc.want, tc.not)
 		}
@@ -573,4 +573,38 @@ func TestConsoleShowsErrorsAsText(t *testing.T) {
 	if parsed, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector("main img") !== null || document.title === "xss"`)); err != nil || parsed {
 		t.Errorf("markup from the api was parsed as HTML (%v)", err)
 	}
+}
+
+// TestConsoleShowsAControlUnderWay: while a control runs (up to 5 s when a dependency is slow)
+// the page says so. It went on showing the answer of the control before: an add of stock sent
+// again read "c1: stock done" with the first add's figures until the second one answered.
+func TestConsoleShowsAControlUnderWay(t *testing.T) {
+	var adds atomic.Int64
+	bctx := consolePage(t, map[string]http.HandlerFunc{
+		"GET /v1/admin/console/events": snapshotStream(`{"at":"2026-11-28T00:00:00Z","campaigns":[`+pageCampaign+`]}`, 500*time.Millisecond),
+		"POST /v1/admin/campaigns/c1/stock": func(w http.ResponseWriter, r *http.Request) {
+			n := adds.Add(1)
+			if n > 1 {
+				time.Sleep(3 * time.Second) // a slow store
+			}
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, strings.Replace(pageCampaign, `"remaining":5`, `"remaining":`+strconv.FormatInt(5+5*n, 10), 1))
+		},
+	})
+	pageWait(t, bctx, "the campaign shows", `document.querySelector('tr[data-campaign="c1"] button[data-action="add stock"]') !== null`)
+	add := func() {
+		t.Helper()
+		if err := chromedp.Do(bctx, chromedp.Evaluate[chromedp.Void](`window.prompt = () => "5"`),
+			chromedp.Click(chromedp.CSS(`tr[data-campaign="c1"] button[data-action="add stock"]`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add()
+	pageWait(t, bctx, "the first add answers", `document.querySelector("#status").textContent.includes("done")`)
+	add()
+	time.Sleep(time.Second)
+	if said := pageText(t, bctx, "#status"); strings.Contains(said, "done") || !strings.Contains(said, "…") {
+		t.Errorf("a second into the second add, the page says %q: want it under way, not the first one's answer", said)
+	}
+	pageWait(t, bctx, "the second add answers", `document.querySelector("#status").textContent.includes("15 of 10")`)
 }

@@ -367,6 +367,9 @@ function short(v) {
 }
 
 async function control(id, action, body) {
+  // Said at once: the last control's answer, left up while this one runs (seconds, with a
+  // dependency slow), would read as this one's.
+  say(id + ": " + action + "…");
   try {
     const c = await api("POST", "/v1/admin/campaigns/" + encodeURIComponent(id) + "/" + action, body);
     say(id + ": " + action + " done; now " + c.state.replace("_", " ") + ", " + c.remaining + " of " + c.stock + " remaining");
@@ -407,6 +410,7 @@ function init() {
       body.ends_at = ends.toISOString();
     }
     if (f.get("payment_window_seconds")) body.payment_window_seconds = Number(f.get("payment_window_seconds"));
+    say("creating campaign " + (body.id || body.name) + "…");
     try {
       const c = await api("POST", "/v1/campaigns", body);
       say("campaign " + c.id + " created, " + c.state.replace("_", " "));
@@ -428,6 +432,7 @@ function init() {
   });
   $("#order-compensate").addEventListener("click", async () => {
     if (!confirm("Compensate " + lastOrder + "? A pending order is released, a confirmed or paid one refunded.")) return;
+    $("#order").textContent = "compensating " + lastOrder + "…";
     try {
       $("#order").textContent = JSON.stringify(await api("POST", "/v1/admin/orders/" + encodeURIComponent(lastOrder) + "/compensate"), null, 2);
     } catch (err) {
