@@ -74,7 +74,8 @@ type ConsoleSnapshot struct {
 	// PersistedPerSec how many they committed per second (-1: Kafka did not answer).
 	ConsumerLag     int64   `json:"consumer_lag"`
 	PersistedPerSec float64 `json:"persisted_per_sec"`
-	// DeadLetters counts the dead-letter topic's records by reason (events.ReasonKind).
+	// DeadLetters counts the dead-letter topic's records by reason (events.ReasonKind), up to
+	// its end as the snapshot was taken; a read cut short says so in Errors.
 	DeadLetters map[string]int64 `json:"dead_letters"`
 	// Compensations counts the orders of the shown campaigns given back, by what gave them
 	// back: the sweeper, an operator (a release or a refund), the payment window, a dead letter
