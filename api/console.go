@@ -474,6 +474,19 @@ func (src *consoleSources) readDeadLetters(ctx context.Context) error {
 	}
 	for behind() > 0 {
 		fs := src.dlq.PollFetches(ctx)
+		// Counted first: the client has moved past what it returned, records that came with
+		// an error or as ctx ended too, and would not return them again.
+		fs.EachRecord(func(r *kgo.Record) {
+			src.deadRead[r.Partition] = r.Offset + 1
+			if r.Attrs.IsControl() {
+				return
+			}
+			reason := events.Header(r, events.HeaderReason)
+			if reason == "" {
+				reason = "unknown"
+			}
+			src.dead[events.ReasonKind(reason)]++
+		})
 		if ctx.Err() != nil {
 			return events.Errorf(events.Unavailable, "%d offsets of the topic not read yet: the counts are short of them", behind())
 		}
@@ -486,17 +499,6 @@ func (src *consoleSources) readDeadLetters(ctx context.Context) error {
 		if ferr != nil { // or it would poll again at once, for as long as ctx lasts
 			return fmt.Errorf("read the dead letters: %w", ferr)
 		}
-		fs.EachRecord(func(r *kgo.Record) {
-			src.deadRead[r.Partition] = r.Offset + 1
-			if r.Attrs.IsControl() {
-				return
-			}
-			reason := events.Header(r, events.HeaderReason)
-			if reason == "" {
-				reason = "unknown"
-			}
-			src.dead[events.ReasonKind(reason)]++
-		})
 	}
 	return nil
 }
