@@ -72,7 +72,12 @@ pid_alive() { # pidfile what-its-command-line-contains
   local pid
   [[ -s $1 ]] || return 1
   pid=$(<"$1")
+  # A stale pid can be a thread of a live process by now: kill -0 and /proc/PID answer for a
+  # thread id too, with its process's command line. A JVM's threads take the ids after its
+  # own, so a Kafka node's old pid read as a thread of the Kafka started after it, and the
+  # node was never started again ("kafka3: not ready after 120s"). Only a process counts.
   [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null &&
+    grep -qx "Tgid:[[:space:]]*$pid" "/proc/$pid/status" 2>/dev/null &&
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$2"
 }
 
@@ -515,7 +520,7 @@ kafka_start() {
     log "kafka: already running on $KAFKA_BROKERS"
     return
   fi
-  if pid_alive "$KAFKA_PID" kafka.Kafka; then
+  if pid_alive "$KAFKA_PID" "$KAFKA_DIR/server.properties"; then
     # Started by an earlier `up` that is still booting, or hung: wait for it.
     log "kafka: pid $(<"$KAFKA_PID") is running but not answering yet; waiting for it"
     KAFKA_STARTED=$SECONDS
@@ -553,7 +558,7 @@ kafka_start() {
 kafka_wait() {
   [[ -n ${KAFKA_STARTED:-} ]] || return 0
   until kafka_answers; do
-    if ! pid_alive "$KAFKA_PID" kafka.Kafka; then
+    if ! pid_alive "$KAFKA_PID" "$KAFKA_DIR/server.properties"; then
       show_tail "$KAFKA_OUT"
       show_tail "$KAFKA_LOG"
       die "kafka: the broker exited during startup"
@@ -568,7 +573,7 @@ kafka_wait() {
 }
 
 kafka_down() {
-  if pid_alive "$KAFKA_PID" kafka.Kafka; then
+  if pid_alive "$KAFKA_PID" "$KAFKA_DIR/server.properties"; then
     local pid
     pid=$(<"$KAFKA_PID")
     log "kafka: stopping (pid $pid)..."
@@ -590,18 +595,18 @@ kafka_down() {
 }
 
 kafka_kill() {
-  kill_pidfile kafka "$KAFKA_PID" kafka.Kafka
+  kill_pidfile kafka "$KAFKA_PID" "$KAFKA_DIR/server.properties"
   rm -f "$KAFKA_PID"
 }
 
 kafka_status() {
   if kafka_answers; then
-    if pid_alive "$KAFKA_PID" kafka.Kafka; then
+    if pid_alive "$KAFKA_PID" "$KAFKA_DIR/server.properties"; then
       printf 'kafka     up    %s  kafka %s (KRaft), pid %s\n' "$KAFKA_BROKERS" "$KAFKA_VERSION" "$(<"$KAFKA_PID")"
     else
       printf 'kafka     up    %s  not started from %s\n' "$KAFKA_BROKERS" "$DIR"
     fi
-  elif pid_alive "$KAFKA_PID" kafka.Kafka; then
+  elif pid_alive "$KAFKA_PID" "$KAFKA_DIR/server.properties"; then
     printf 'kafka     starting (pid %s, not answering yet)\n' "$(<"$KAFKA_PID")"
   else
     printf 'kafka     down\n'
@@ -762,7 +767,7 @@ kafka3_up() {
   for ((i = 0; i < 3; i++)); do
     dir="$KAFKA3_DIR/$i"
     port_open $((KAFKA3_PORT + i)) && continue
-    pid_alive "$dir/kafka.pid" kafka.Kafka && continue
+    pid_alive "$dir/kafka.pid" "$dir/server.properties" && continue
     mkdir -p "$dir/data"
     kafka_log_configs "$dir"
     {
@@ -801,7 +806,7 @@ kafka3_down() {
   local i pid
   local -a pids=()
   for ((i = 0; i < 3; i++)); do
-    pid_alive "$KAFKA3_DIR/$i/kafka.pid" kafka.Kafka && pids+=("$(<"$KAFKA3_DIR/$i/kafka.pid")")
+    pid_alive "$KAFKA3_DIR/$i/kafka.pid" "$KAFKA3_DIR/$i/server.properties" && pids+=("$(<"$KAFKA3_DIR/$i/kafka.pid")")
   done
   if ((${#pids[@]} == 0)); then
     log "kafka3: not running"
