@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -76,21 +75,12 @@ func TestAuditShowsProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	progress, err := os.CreateTemp(t.TempDir(), "stderr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer progress.Close()
-	stderr := os.Stderr
-	os.Stderr = progress // where the progress goes
-	t.Cleanup(func() { os.Stderr = stderr })
-
+	progress := captureStderr(t)
 	var out bytes.Buffer
 	run(ctx, []string{"audit", "--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", storeURL,
 		"--kafka-brokers", "127.0.0.1:1"}, &out, &out)
-	os.Stderr = stderr
-	shown, _ := os.ReadFile(progress.Name())
-	if !strings.Contains(string(shown), "audit") || !strings.Contains(string(shown), "3/3") {
+	shown := progress()
+	if !strings.Contains(shown, "audit") || !strings.Contains(shown, "3/3") {
 		t.Errorf("audit of 3 campaigns showed %q on stderr; want its progress, to 3/3", shown)
 	}
 }

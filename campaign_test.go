@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -69,21 +68,12 @@ func TestCancelBehindPrintsTally(t *testing.T) {
 // there, then failed.
 func TestCancelOfNoCampaignShowsNoProgress(t *testing.T) {
 	mr := miniredis.RunT(t)
-	progress, err := os.CreateTemp(t.TempDir(), "stderr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer progress.Close()
-	stderr := os.Stderr
-	os.Stderr = progress // where the progress goes
-	t.Cleanup(func() { os.Stderr = stderr })
-
+	progress := captureStderr(t)
 	var out bytes.Buffer
 	code := run(context.Background(), []string{"campaign", "cancel", "--id", "nosuch", "--redis-url", "redis://" + mr.Addr() + "/0",
 		"--postgres-url", migratedSQLite(t), "--kafka-brokers", freeAddr(t)}, &out, &out)
-	os.Stderr = stderr
-	shown, _ := os.ReadFile(progress.Name())
-	if code != 1 || !strings.Contains(out.String(), "campaign_not_found") || strings.Contains(string(shown), "cancel nosuch") {
+	shown := progress()
+	if code != 1 || !strings.Contains(out.String(), "campaign_not_found") || strings.Contains(shown, "cancel nosuch") {
 		t.Errorf("cancel of no campaign exited %d, %q; stderr %q: want exit 1, campaign_not_found and no progress", code, out.String(), shown)
 	}
 }

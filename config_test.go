@@ -505,6 +505,25 @@ func TestInterruptedOperationFails(t *testing.T) {
 	})
 }
 
+// captureStderr sends what this process writes to os.Stderr (the progress of a command run
+// in-process, a role's log) to a file, until read, which puts os.Stderr back and returns what
+// was written.
+func captureStderr(t *testing.T) (read func() string) {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = f
+	t.Cleanup(func() { os.Stderr = stderr; f.Close() })
+	return func() string {
+		os.Stderr = stderr
+		b, _ := os.ReadFile(f.Name())
+		return string(b)
+	}
+}
+
 // migratedSQLite is the URL of a new SQLite store that seckill migrate has run on: for a test of
 // what a command does when another of its servers is not there.
 func migratedSQLite(t *testing.T) string {
@@ -683,23 +702,12 @@ func TestSameListenPort(t *testing.T) {
 func TestRoleRefusedForGoodLogsAnError(t *testing.T) {
 	mr := miniredis.RunT(t)
 	mr.RequireAuth("hunter2-hunter2")
-	logFile, err := os.CreateTemp(t.TempDir(), "stderr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	stderr := os.Stderr
-	os.Stderr = logFile // where the roles log
-	t.Cleanup(func() { os.Stderr = stderr })
 	for _, role := range []string{"consumer", "compensator"} {
+		read := captureStderr(t) // where the roles log
 		var out bytes.Buffer
 		code := run(context.Background(), []string{role, "--metrics-addr", "127.0.0.1:0", "--redis-url", "redis://" + mr.Addr() + "/0",
 			"--postgres-url", migratedSQLite(t), "--kafka-brokers", freeAddr(t)}, &out, &out)
-		os.Stderr = stderr
-		logged, _ := os.ReadFile(logFile.Name())
-		logFile.Truncate(0)
-		logFile.Seek(0, 0)
-		os.Stderr = logFile
+		logged := read()
 		var errorLine bool
 		for _, line := range strings.Split(string(logged), "\n") {
 			if strings.Contains(line, `"level":"ERROR"`) && strings.Contains(line, "NOAUTH") {
@@ -742,21 +750,12 @@ func TestReplayProgressOnStderr(t *testing.T) {
 		t.Fatal(err)
 	}
 	mr := miniredis.RunT(t)
-	progress, err := os.CreateTemp(t.TempDir(), "stderr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer progress.Close()
-	stderr := os.Stderr
-	os.Stderr = progress // where the progress goes
-	t.Cleanup(func() { os.Stderr = stderr })
-
+	progress := captureStderr(t)
 	var stdout, errs bytes.Buffer
 	code := run(context.Background(), []string{"replay", "--from", "start", "--topic-prefix", "rp", "--kafka-brokers", strings.Join(brokers, ","),
 		"--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", migratedSQLite(t)}, &stdout, &errs)
-	os.Stderr = stderr
-	shown, _ := os.ReadFile(progress.Name())
-	if code != 0 || stdout.String() != "replayed 0 events\n" || !strings.Contains(string(shown), "replay: done") {
+	shown := progress()
+	if code != 0 || stdout.String() != "replayed 0 events\n" || !strings.Contains(shown, "replay: done") {
 		t.Errorf("replay of an empty topic: exit %d, stdout %q, stderr %q %q; want its result alone on stdout, its progress and summary on stderr",
 			code, stdout.String(), errs.String(), shown)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -79,21 +78,14 @@ func TestMigrateSaysWhatItApplies(t *testing.T) {
 	url := storetest.SQLiteURL(t)
 	migrate := func() string {
 		t.Helper()
-		logFile, err := os.CreateTemp(t.TempDir(), "stderr")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer logFile.Close()
-		stderr := os.Stderr
-		os.Stderr = logFile // where it logs
-		defer func() { os.Stderr = stderr }()
+		logged := captureStderr(t) // where it logs
 		var out bytes.Buffer
 		code := run(context.Background(), []string{"migrate", "--postgres-url", url, "--log-format", "text"}, &out, &out)
-		logged, _ := os.ReadFile(logFile.Name())
+		log := logged()
 		if code != 0 {
-			t.Fatalf("seckill migrate: exit %d\n%s%s", code, out.String(), logged)
+			t.Fatalf("seckill migrate: exit %d\n%s%s", code, out.String(), log)
 		}
-		return string(logged) + out.String()
+		return log + out.String()
 	}
 	if out := migrate(); !strings.Contains(out, "migration applied") || !strings.Contains(out, "version=1 ") {
 		t.Errorf("seckill migrate of an empty store said %q; want each migration applied, from version 1", out)
