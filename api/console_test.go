@@ -424,13 +424,8 @@ func TestConsoleShowsTheNewestCampaigns(t *testing.T) {
 // answers. A CORS middleware added for another origin (echo's default allows "*") fails it.
 func TestConsoleNoCrossSiteControl(t *testing.T) {
 	h := newHarness(t)
-	var routes int
-	for _, r := range h.srv.Routes() {
+	for _, r := range h.adminRoutes(t) {
 		method, path, _ := strings.Cut(r, " ")
-		if !strings.HasPrefix(path, "/v1/admin/") && r != "POST /v1/campaigns" {
-			continue
-		}
-		routes++
 		for _, origin := range []string{"https://evil.example", "null"} {
 			req := httptest.NewRequest(http.MethodOptions, strings.Replace(path, ":id", "c1", 1), nil)
 			req.Header.Set("Origin", origin)
@@ -444,8 +439,5 @@ func TestConsoleNoCrossSiteControl(t *testing.T) {
 				}
 			}
 		}
-	}
-	if routes < 10 {
-		t.Errorf("%d admin routes found, want every one of them", routes)
 	}
 }

@@ -48,6 +48,23 @@ type harness struct {
 	gate *pipelineGate
 }
 
+// adminRoutes returns every route ("METHOD /path") that takes the admin token, and fails the
+// test if it finds fewer than the ten there are: a test over them must not pass on none.
+func (h *harness) adminRoutes(t *testing.T) []string {
+	t.Helper()
+	var routes []string
+	for _, r := range h.srv.Routes() {
+		_, path, _ := strings.Cut(r, " ")
+		if strings.HasPrefix(path, "/v1/admin/") || r == "POST /v1/campaigns" {
+			routes = append(routes, r)
+		}
+	}
+	if len(routes) < 10 {
+		t.Fatalf("%d admin routes found, want every one of them", len(routes))
+	}
+	return routes
+}
+
 // newHarness starts a server; options change its configuration before it starts.
 func newHarness(t *testing.T, options ...func(*api.Config)) *harness {
 	t.Helper()

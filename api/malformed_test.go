@@ -266,13 +266,8 @@ func TestAdminRoutesTakeOnlyTheAdminToken(t *testing.T) {
 		"the token in a cookie":      {"Cookie", "token=" + h.admin + "; admin_token=" + h.admin},
 		"the token in X-Admin-Token": {"X-Admin-Token", h.admin},
 	}
-	var routes int
-	for _, r := range h.srv.Routes() {
+	for _, r := range h.adminRoutes(t) {
 		method, path, _ := strings.Cut(r, " ")
-		if !strings.HasPrefix(path, "/v1/admin/") && r != "POST /v1/campaigns" {
-			continue
-		}
-		routes++
 		target := strings.Replace(path, ":id", "adm", 1)
 		if strings.HasPrefix(path, "/v1/admin/orders/") {
 			target = strings.Replace(path, ":id", order, 1)
@@ -299,9 +294,6 @@ func TestAdminRoutesTakeOnlyTheAdminToken(t *testing.T) {
 		for _, param := range []string{"token", "access_token", "admin_token"} {
 			try("the token as ?"+param, target+"?"+param+"="+url.QueryEscape(h.admin), nil)
 		}
-	}
-	if routes < 10 {
-		t.Errorf("%d admin routes found, want every one of them", routes)
 	}
 }
 
