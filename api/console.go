@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -447,6 +448,16 @@ func givingBackBy(status events.Status, reason string) string {
 	return ""
 }
 
+// maxDeadKinds bounds the kinds of dead letters the console counts apart, each a row in every
+// snapshot: anyone who may write to the topic can give each letter a reason of its own, and
+// seckill's own are a few dozen kinds. Letters of kinds past it are counted as deadOther.
+const maxDeadKinds = 100
+
+const deadOther = "other"
+
+// maxDeadKind bounds a kind's length: a reason may be as long as a record.
+const maxDeadKind = 200
+
 // deadLettersTimeout bounds the reading of the dead letters, within the Kafka source's
 // sourceTimeout: the consumers' lag is read after them.
 const deadLettersTimeout = 500 * time.Millisecond
@@ -485,7 +496,14 @@ func (src *consoleSources) readDeadLetters(ctx context.Context) error {
 			if reason == "" {
 				reason = "unknown"
 			}
-			src.dead[events.ReasonKind(reason)]++
+			kind := events.ReasonKind(reason)
+			if len(kind) > maxDeadKind {
+				kind = strings.ToValidUTF8(kind[:maxDeadKind], "")
+			}
+			if _, seen := src.dead[kind]; !seen && len(src.dead) >= maxDeadKinds {
+				kind = deadOther
+			}
+			src.dead[kind]++
 		})
 		if ctx.Err() != nil {
 			return events.Errorf(events.Unavailable, "%d offsets of the topic not read yet: the counts are short of them", behind())

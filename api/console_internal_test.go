@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"strings"
@@ -342,5 +343,39 @@ func TestConsoleCountsEveryDeadLetterAtOnce(t *testing.T) {
 	snap := src.snapshot(context.Background())
 	if n := sum(snap.DeadLetters); n != letters {
 		t.Errorf("the first snapshot counts %d dead letters of the topic's %d (errors %q)", n, letters, snap.Errors)
+	}
+}
+
+// TestConsoleBoundsTheDeadLetterKinds: the console counts dead letters by their reason's kind,
+// a row each in every snapshot. Anyone who may write to the topic can give each letter a
+// reason of its own (seckill's own are a few dozen kinds), and the rows, the api's map of them
+// and every snapshot grew with each. Past maxDeadKinds kinds, the rest are counted as "other",
+// every letter still counted.
+func TestConsoleBoundsTheDeadLetterKinds(t *testing.T) {
+	brokers := kafkatest.Fake(t)
+	topics := kafkatest.Topics(t, brokers)
+	cl := kafkatest.Client(t, brokers)
+	letters := maxDeadKinds + 50
+	recs := make([]*kgo.Record, letters)
+	for i := range recs {
+		recs[i] = events.DeadLetter(topics.DLQ, &kgo.Record{Topic: topics.Requested, Value: []byte("x")}, fmt.Sprintf("made-up-%d", i))
+	}
+	recs[0].Headers[0].Value = []byte(strings.Repeat("long", 1000)) // longer than any reason seckill writes
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{InsecureUserHeader: true, Brokers: brokers, Topics: topics, Logger: slog.New(slog.DiscardHandler)}, noCampaigns{}, nil, nil)
+	defer s.Close()
+	src := s.newConsoleSources()
+	defer src.close()
+	snap := src.snapshot(context.Background())
+	for kind := range snap.DeadLetters {
+		if len(kind) > maxDeadKind {
+			t.Errorf("a kind of %d bytes, want at most %d", len(kind), maxDeadKind)
+		}
+	}
+	if n := sum(snap.DeadLetters); n != int64(letters) || len(snap.DeadLetters) > maxDeadKinds+1 || snap.DeadLetters[deadOther] == 0 {
+		t.Errorf("%d dead letters of %d made-up reasons: %d counted in %d kinds, %d as %q; want every one counted, in at most %d kinds",
+			letters, letters, n, len(snap.DeadLetters), snap.DeadLetters[deadOther], deadOther, maxDeadKinds+1)
 	}
 }
