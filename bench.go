@@ -35,7 +35,7 @@ at the test services). Prints a table; writes <out>/<date>.json and <out>/<date>
 	redisURL := f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL")
 	pgURL := f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "PostgreSQL URL (the run makes a schema of its own)")
 	brokers := f.String("kafka-brokers", "127.0.0.1:9092", "Kafka seed brokers")
-	f.checkServers(redisURL, pgURL, brokers, nil, nil)
+	f.checkServers(redisURL, pgURL, brokers, nil)
 	quick := f.Bool("quick", false, "small sizes, a minute or two: any size flag given still wins")
 	scenarios := f.String("scenarios", "", "comma-separated subset of: "+strings.Join(bench.AllScenarios, ","))
 	sz := bench.FullSizes()
@@ -261,7 +261,7 @@ func runBenchBaseline(ctx context.Context, args []string, stdout io.Writer) erro
 	redisURL := f.String("redis-url", "redis://127.0.0.1:6379/0", "Redis URL (bare-reserve)")
 	pgURL := f.String("postgres-url", "postgres://seckill:seckill@127.0.0.1:5432/seckill?sslmode=disable", "database URL (sync-db)")
 	c := conn{redisURL: redisURL, redis: new(redisurl.Options)}
-	f.checkServers(c.redisURL, pgURL, nil, c.redis, nil)
+	f.checkServers(c.redisURL, pgURL, nil, c.redis)
 	if err := f.parse(args); err != nil {
 		return err
 	}

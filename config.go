@@ -311,6 +311,15 @@ func (f *flags) conn(u uses) conn {
 		c.logFormat = f.logFormat("json")
 	}
 	dev, dataDir := f.devFlags("reach the seckill dev (make run) running on --data-dir: its embedded servers, in place of " + andList(servers))
+	// Without --dev the server flags are checked with the others; with it they are the dev's,
+	// put in place (and checked) once every other check has passed, so a bad flag is told first.
+	check := serverCheck(c.redisURL, c.postgresURL, c.brokers, c.redis)
+	f.after = append(f.after, func() error {
+		if *dev {
+			return nil
+		}
+		return check()
+	})
 	f.reach = append(f.reach, func() error {
 		if !*dev {
 			return nil
@@ -333,9 +342,8 @@ func (f *flags) conn(u uses) conn {
 		set(c.redisURL, a.RedisURL)
 		set(c.postgresURL, a.StoreURL)
 		set(c.brokers, a.KafkaBrokers)
-		return nil
+		return check()
 	})
-	f.checkServers(c.redisURL, c.postgresURL, c.brokers, c.redis, dev)
 	if c.brokers == nil {
 		return c
 	}
@@ -354,10 +362,14 @@ func (f *flags) conn(u uses) conn {
 
 // checkServers makes parse refuse a malformed server flag (exit 2): no retry mends it, while a
 // role waits out a server that is down. A nil flag is one the command lacks; redis, when not
-// nil, gets the parsed --redis-url. With dev set (--dev), the flags are the dev's servers,
-// which flags.conn puts in place once the other checks are done, and are read then.
-func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redisurl.Options, dev *bool) {
-	check := func() error {
+// nil, gets the parsed --redis-url.
+func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redisurl.Options) {
+	f.after = append(f.after, serverCheck(redisURL, postgresURL, brokers, redis))
+}
+
+// serverCheck is checkServers' check, for flags.conn to run on the dev's servers under --dev.
+func serverCheck(redisURL, postgresURL, brokers *string, redis *redisurl.Options) func() error {
+	return func() error {
 		if redisURL != nil {
 			o, err := redisurl.Parse(*redisURL)
 			if err != nil {
@@ -383,19 +395,6 @@ func (f *flags) checkServers(redisURL, postgresURL, brokers *string, redis *redi
 		}
 		return nil
 	}
-	usesDev := func() bool { return dev != nil && *dev }
-	f.after = append(f.after, func() error {
-		if usesDev() {
-			return nil
-		}
-		return check()
-	})
-	f.reach = append(f.reach, func() error {
-		if !usesDev() {
-			return nil
-		}
-		return check()
-	})
 }
 
 // andList joins items as a sentence does: "a", "a and b", "a, b and c".
