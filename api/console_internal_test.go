@@ -319,28 +319,36 @@ func TestConsolePendingOfAnExpiryRedisGaveBack(t *testing.T) {
 	}
 }
 
-// TestConsoleCountsEveryDeadLetterAtOnce: a snapshot counts every dead letter the topic held
-// when it was taken. Each snapshot polled once, 100 ms at most: a console opened on a topic of
-// more than one fetch showed a fraction of its dead letters, then more each second, as if they
-// were arriving now.
-func TestConsoleCountsEveryDeadLetterAtOnce(t *testing.T) {
+// firstDeadLetterSnapshot puts the dead letters letter(i) makes, n of them, on a new topic
+// and returns a new console's first snapshot of them.
+func firstDeadLetterSnapshot(t *testing.T, n int, letter func(dlq string, i int) *kgo.Record) ConsoleSnapshot {
+	t.Helper()
 	brokers := kafkatest.Fake(t)
 	topics := kafkatest.Topics(t, brokers)
-	cl := kafkatest.Client(t, brokers)
-	const letters = 3000
-	value := []byte(strings.Repeat("x", 1000)) // 3 MB: a few fetches' worth
-	recs := make([]*kgo.Record, letters)
+	recs := make([]*kgo.Record, n)
 	for i := range recs {
-		recs[i] = events.DeadLetter(topics.DLQ, &kgo.Record{Topic: topics.Requested, Value: value}, events.ReasonStoreSoldOut)
+		recs[i] = letter(topics.DLQ, i)
 	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+	if err := kafkatest.Client(t, brokers).ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	s := New(Config{InsecureUserHeader: true, Brokers: brokers, Topics: topics, Logger: slog.New(slog.DiscardHandler)}, noCampaigns{}, nil, nil)
 	defer s.Close()
 	src := s.newConsoleSources()
 	defer src.close()
-	snap := src.snapshot(context.Background())
+	return src.snapshot(context.Background())
+}
+
+// TestConsoleCountsEveryDeadLetterAtOnce: a snapshot counts every dead letter the topic held
+// when it was taken. Each snapshot polled once, 100 ms at most: a console opened on a topic of
+// more than one fetch showed a fraction of its dead letters, then more each second, as if they
+// were arriving now.
+func TestConsoleCountsEveryDeadLetterAtOnce(t *testing.T) {
+	const letters = 3000
+	value := []byte(strings.Repeat("x", 1000)) // 3 MB: a few fetches' worth
+	snap := firstDeadLetterSnapshot(t, letters, func(dlq string, _ int) *kgo.Record {
+		return events.DeadLetter(dlq, &kgo.Record{Topic: "requested", Value: value}, events.ReasonStoreSoldOut)
+	})
 	if n := sum(snap.DeadLetters); n != letters {
 		t.Errorf("the first snapshot counts %d dead letters of the topic's %d (errors %q)", n, letters, snap.Errors)
 	}
@@ -352,23 +360,16 @@ func TestConsoleCountsEveryDeadLetterAtOnce(t *testing.T) {
 // and every snapshot grew with each. Past maxDeadKinds kinds, the rest are counted as "other",
 // every letter still counted.
 func TestConsoleBoundsTheDeadLetterKinds(t *testing.T) {
-	brokers := kafkatest.Fake(t)
-	topics := kafkatest.Topics(t, brokers)
-	cl := kafkatest.Client(t, brokers)
 	letters := maxDeadKinds + 50
-	recs := make([]*kgo.Record, letters)
-	for i := range recs {
-		recs[i] = events.DeadLetter(topics.DLQ, &kgo.Record{Topic: topics.Requested, Value: []byte("x")}, fmt.Sprintf("made-up-%d", i))
-	}
-	recs[0].Headers[0].Value = []byte(strings.Repeat("long", 1000)) // longer than any reason seckill writes
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{InsecureUserHeader: true, Brokers: brokers, Topics: topics, Logger: slog.New(slog.DiscardHandler)}, noCampaigns{}, nil, nil)
-	defer s.Close()
-	src := s.newConsoleSources()
-	defer src.close()
-	snap := src.snapshot(context.Background())
+	snap := firstDeadLetterSnapshot(t, letters, func(dlq string, i int) *kgo.Record {
+		reason := fmt.Sprintf("made-up-%d", i)
+		if i == 0 {
+			reason = strings.Repeat("long", 1000) // longer than any reason seckill writes (DeadLetter clips at 1 KB)
+		}
+		r := events.DeadLetter(dlq, &kgo.Record{Topic: "requested", Value: []byte("x")}, "")
+		r.Headers[0].Value = []byte(reason)
+		return r
+	})
 	for kind := range snap.DeadLetters {
 		if len(kind) > maxDeadKind {
 			t.Errorf("a kind of %d bytes, want at most %d", len(kind), maxDeadKind)
