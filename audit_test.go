@@ -21,22 +21,9 @@ import (
 // do not read Kafka: the console and seckill_audit_violations stay current through the outage.
 func TestAuditWithoutKafka(t *testing.T) {
 	ctx := context.Background()
-	mr := miniredis.RunT(t)
-	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
-	t.Cleanup(func() { r.Close() })
-	storeURL := storetest.SQLiteURL(t)
-	st := storetest.MustOpen(t, storeURL)
-	now := time.Now()
-	if err := st.CreateCampaign(ctx, store.Campaign{ID: "nokafka", Name: "n", Stock: 5, PerUserLimit: 1,
-		StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: "nokafka", Remaining: 5, Limit: 1, StartsAt: now.Add(-time.Hour)}); err != nil {
-		t.Fatal(err)
-	}
-
+	redisURL, storeURL, st := onSale(t, "nokafka")
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"audit", "--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", storeURL,
+	code := run(ctx, []string{"audit", "--redis-url", redisURL, "--postgres-url", storeURL,
 		"--kafka-brokers", "127.0.0.1:1"}, &stdout, &stderr)
 	if code != 1 || !strings.HasPrefix(stderr.String(), "seckill audit: cannot reach kafka: ") ||
 		strings.Contains(stderr.String(), errViolation.Error()) || strings.Contains(stderr.String(), "<nil>") {
@@ -59,25 +46,10 @@ func TestAuditWithoutKafka(t *testing.T) {
 // the other long commands do. It printed nothing until the end: on a big store an operator
 // could not tell an audit at work from one that hung.
 func TestAuditShowsProgress(t *testing.T) {
-	ctx := context.Background()
-	mr := miniredis.RunT(t)
-	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
-	t.Cleanup(func() { r.Close() })
-	storeURL := storetest.SQLiteURL(t)
-	st := storetest.MustOpen(t, storeURL)
-	now := time.Now()
-	for _, id := range []string{"one", "two", "three"} {
-		if err := st.CreateCampaign(ctx, store.Campaign{ID: id, Name: id, Stock: 5, PerUserLimit: 1,
-			StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: id, Remaining: 5, Limit: 1, StartsAt: now.Add(-time.Hour)}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	redisURL, storeURL, _ := onSale(t, "one", "two", "three")
 	progress := captureStderr(t)
 	var out bytes.Buffer
-	run(ctx, []string{"audit", "--redis-url", "redis://" + mr.Addr() + "/0", "--postgres-url", storeURL,
+	run(context.Background(), []string{"audit", "--redis-url", redisURL, "--postgres-url", storeURL,
 		"--kafka-brokers", "127.0.0.1:1"}, &out, &out)
 	shown := progress()
 	if !strings.Contains(shown, "audit") || !strings.Contains(shown, "3/3") {
@@ -97,4 +69,27 @@ func TestAuditOfTopicsKafkaLacks(t *testing.T) {
 		t.Errorf("audit of a prefix Kafka has no topics of: exit %d, stdout %q, stderr %q; want exit 1 naming --topic-prefix, not cannot reach kafka",
 			code, stdout.String(), stderr.String())
 	}
+}
+
+// onSale puts campaigns of the ids on sale (stock 5, limit 1) in a new SQLite store and a new
+// miniredis, and returns their URLs and the store.
+func onSale(t *testing.T, ids ...string) (redisURL, storeURL string, st *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	mr := miniredis.RunT(t)
+	r := lua.New(redis.NewClient(&redis.Options{Addr: mr.Addr()}))
+	t.Cleanup(func() { r.Close() })
+	storeURL = storetest.SQLiteURL(t)
+	st = storetest.MustOpen(t, storeURL)
+	now := time.Now()
+	for _, id := range ids {
+		if err := st.CreateCampaign(ctx, store.Campaign{ID: id, Name: id, Stock: 5, PerUserLimit: 1,
+			StartsAtMs: now.Add(-time.Hour).UnixMilli(), CreatedAtMs: now.UnixMilli()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.LoadCampaign(ctx, lua.Campaign{ID: id, Remaining: 5, Limit: 1, StartsAt: now.Add(-time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "redis://" + mr.Addr() + "/0", storeURL, st
 }
