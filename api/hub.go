@@ -84,7 +84,7 @@ func (h *hub) follow(ctx context.Context, since int64) {
 			h.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.topic: start})
 		}
 		wait := events.ConsumerMetadataMaxAge
-		if err != nil || !f.listed || len(f.pending) > 0 {
+		if err != nil || len(f.pending) > 0 {
 			wait = hubRetry
 		}
 		if err != nil && ctx.Err() == nil && time.Since(warned) >= 10*time.Second {
@@ -101,13 +101,12 @@ func (h *hub) follow(ctx context.Context, since int64) {
 
 // following is what follow knows of the topic's partitions.
 type following struct {
-	cl     *kgo.Client
-	adm    *kadm.Client
-	topic  string
-	since  int64
-	listed bool // the partitions the topic had when first listed are known
+	cl    *kgo.Client
+	adm   *kadm.Client
+	topic string
+	since int64
 
-	pending map[int32]bool // of those, the ones without a start yet
+	pending map[int32]bool // of the partitions the topic had when first listed, those without a start yet
 	added   map[int32]bool // given to the reader
 }
 
@@ -143,8 +142,7 @@ func (f *following) list(ctx context.Context) (map[int32]kgo.Offset, error) {
 	if len(partitions) == 0 {
 		return nil, fmt.Errorf("topic %s: no partitions", f.topic)
 	}
-	if !f.listed {
-		f.listed = true
+	if len(f.pending) == 0 && len(f.added) == 0 { // the first listing
 		for p := range partitions {
 			f.pending[p] = true
 		}
