@@ -78,21 +78,26 @@ func Drain(stop context.Context, bound time.Duration, log *slog.Logger, what str
 	}
 }
 
-// Retry calls fn until it succeeds or stop is done, backing off from 100ms to 5s, and logs each
-// failure: the way every role waits out a dependency that is down. An error fn marks Permanent
-// (a wrong password, a database that does not exist) is returned at once: no wait mends it.
+// Retry calls fn until it succeeds or stop is done, backing off from 100ms to 5s: the way every
+// role waits out a dependency that is down. Its failures are logged as an Outage (a warning at
+// the first, at most one every ten seconds after, a note when it succeeds after them): a wait
+// through an hour's outage is a few hundred lines, not one every backoff. An error fn marks
+// Permanent (a wrong password, a database that does not exist) is returned at once: no wait
+// mends it.
 func Retry(stop context.Context, log *slog.Logger, what string, fn func() error) error {
 	backoff := 100 * time.Millisecond
+	var outage Outage
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil {
+			outage.Answered(log, what+" succeeded after failing")
 			return nil
 		}
 		var p permanent
 		if errors.As(err, &p) {
 			return fmt.Errorf("%s: %w", what, p.error)
 		}
-		log.Warn(what+" failed; retrying", "attempt", attempt, "backoff", backoff, "err", err)
+		outage.Failed(log, what+" failed; retrying", "attempt", attempt, "backoff", backoff, "err", err)
 		select {
 		case <-stop.Done():
 			return fmt.Errorf("%s: %w (gave up: %w)", what, err, context.Cause(stop))
