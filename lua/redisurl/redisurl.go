@@ -12,6 +12,7 @@
 package redisurl
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -156,6 +157,7 @@ func parse(s string) (Options, error) {
 		// answers no MOVED while it is dead: a shard's campaigns were refused for a minute after
 		// its replica had taken over. A CLUSTER SLOTS a second is nothing to the cluster.
 		opt.ClusterStateReloadInterval = time.Second
+		eachNodeByItsName(opt.TLSConfig)
 		if opt.ReadOnly || opt.RouteByLatency || opt.RouteRandomly {
 			return Options{}, errReplicaReads
 		}
@@ -201,7 +203,19 @@ func parse(s string) (Options, error) {
 	if opt.ReplicaOnly || opt.RouteByLatency || opt.RouteRandomly {
 		return Options{}, errReplicaReads
 	}
+	eachNodeByItsName(opt.TLSConfig)
 	return Options{Topology: Sentinel, Sentinel: opt}, nil
+}
+
+// eachNodeByItsName has TLS check each server of a cluster or a Sentinel group against the
+// name it is dialed by. go-redis puts the URL's first host in the ServerName of the one config
+// it dials every node with: the nodes CLUSTER SLOTS names, the primary the sentinels name and
+// the other sentinels, each with a certificate of its own, were all checked against the first
+// host's name and refused. Without it, crypto/tls takes the name from the address dialed.
+func eachNodeByItsName(cfg *tls.Config) {
+	if cfg != nil {
+		cfg.ServerName = ""
+	}
 }
 
 // errTwoDatabases refuses a URL that names its database in the path and as db=, of which

@@ -1,10 +1,18 @@
 package redisurl_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/seckill/seckill/lua/redisurl"
 )
@@ -148,5 +156,42 @@ func TestParseRefuses(t *testing.T) {
 				t.Errorf("the error shows the password: %v", err)
 			}
 		})
+	}
+}
+
+// TestTLSChecksEachNodeByItsAddress: a cluster's nodes (as CLUSTER SLOTS names them) and a
+// Sentinel group's primary (as the sentinels name it) are other hosts than the URL's first, and
+// each has a certificate of its own. go-redis dials each with the parsed TLS config
+// (tls.DialWithDialer); with the first host as its ServerName, every other node's certificate
+// was checked against that host's name, and refused.
+func TestTLSChecksEachNodeByItsAddress(t *testing.T) {
+	node := httptest.NewUnstartedServer(http.NotFoundHandler())
+	node.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes, said by the test
+	node.StartTLS()                                   // a certificate for 127.0.0.1, ::1 and example.com
+	defer node.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(node.Certificate())
+	addr := node.Listener.Addr().String()
+	for _, url := range []string{
+		"rediss+cluster://seed.invalid:7000," + addr,
+		"rediss+sentinel://seed.invalid:26379," + addr + "/primary/0",
+	} {
+		o, err := redisurl.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg *tls.Config
+		if o.Topology == redisurl.Sentinel {
+			cfg = o.Sentinel.TLSConfig.Clone()
+		} else {
+			cfg = o.Cluster.TLSConfig.Clone()
+		}
+		cfg.RootCAs = roots // what an operator's CA is to the real nodes
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+		if err != nil {
+			t.Errorf("%s: TLS to the node at %s: %v", strings.SplitN(url, ":", 2)[0], addr, err)
+			continue
+		}
+		conn.Close()
 	}
 }
