@@ -227,7 +227,12 @@ func (o *Operator) changeRefunding(ctx context.Context, id string, fn func(*stor
 	if err != nil {
 		return c, nil, err
 	}
-	if _, err := o.Sales.Sync(ctx, RedisCampaign(c)); err != nil {
+	// The change is stored: its Redis step is work in hand, finished even when the caller stops
+	// waiting now (an operator's ^C, an admin who hung up), or the sale would go on under the
+	// old settings until the sweeper's next round. Redis's own timeouts bound each call.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), events.DefaultDrainTimeout)
+	defer cancel()
+	if _, err := o.Sales.Sync(sctx, RedisCampaign(c)); err != nil {
 		// Not "run this again": the sweeper brings the sale along, and an add-stock run again
 		// adds again.
 		return c, refunded, events.Wrap(events.Unavailable, fmt.Errorf("%w: %w", errSaleBehind, err),

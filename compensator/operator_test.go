@@ -861,3 +861,33 @@ func TestBulkCompensateStoppedFinishesTheOrdersInHand(t *testing.T) {
 		t.Errorf("%d orders refunded in the store, the tally says %d", states[events.Refunded], tally.Refunded)
 	}
 }
+
+// interruptedStore is the store of an operator whose ^C (or a client hanging up) arrives as the
+// control's transaction commits: it cancels the caller's context once the change is stored.
+type interruptedStore struct {
+	compensator.CampaignStore
+	cancel context.CancelFunc
+}
+
+func (s interruptedStore) ChangeCampaign(ctx context.Context, id string, change func(*store.Campaign) error) (store.Campaign, []store.Order, error) {
+	c, refunded, err := s.CampaignStore.ChangeCampaign(ctx, id, change)
+	s.cancel()
+	return c, refunded, err
+}
+
+// TestControlInterruptedAfterItsStoreStepFinishes: a control whose caller stops waiting once
+// its change is stored still brings Redis along; it does not answer "the sale follows within
+// seconds" and leave the sale open until the sweeper's next round.
+func TestControlInterruptedAfterItsStoreStepFinishes(t *testing.T) {
+	e := newEnv(t, 10, 2)
+	op := e.operator()
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	op.Campaigns = interruptedStore{op.Campaigns, cancel}
+	if _, err := op.Close(ctx, e.campaign); err != nil {
+		t.Fatalf("a close interrupted after its store step: %v, want it finished", err)
+	}
+	if _, err := e.r.Reserve(e.ctx, e.campaign, events.NewOrderID(e.campaign), "late", 1, time.Minute); events.ErrorCode(err) != events.Ended {
+		t.Errorf("a purchase after the interrupted close: %v, want ended at once", err)
+	}
+}
