@@ -83,6 +83,7 @@ type ReplayStore interface {
 	Confirmed(ctx context.Context, campaign string) ([]store.Order, error)
 	PayOrder(ctx context.Context, orderID, paymentID string, now time.Time) (store.Order, bool, error)
 	MarkPaidAnnounced(ctx context.Context, orderID string) error
+	NameRefundedPayment(ctx context.Context, orderID, paymentID string) (bool, error)
 }
 
 var _ ReplayStore = (*store.Store)(nil)
@@ -502,8 +503,10 @@ func reservations(work, stop context.Context, log *slog.Logger, r Confirmer, ids
 // (or, bought after the backup, the persister has just confirmed it again), and the sweeper
 // would expire it at its pay_by and put the paid units back on sale. So each OrderPaid is
 // recorded again with PayOrder, at the time the event says the payment was taken, which was
-// inside the order's window. An order the store holds otherwise is left as it is: paid
-// already, refunded since, missing; one it holds expired, or paid by another payment, and a
+// inside the order's window. An order the store holds refunded without a payment (lost, and
+// stored again as Redis ended it) gets the payment back, its refund to be announced again
+// naming it (store.NameRefundedPayment). An order the store holds otherwise is left as it is:
+// paid already, refunded with its payment, missing; one it holds expired, or paid by another payment, and a
 // payment that paid another order (an api from before the store refused that announced it),
 // are logged, as their payers may be owed a refund. A payment recorded from the topic is marked
 // announced, as it is there: the sweeper does not announce it again (store.UnannouncedPayments).
@@ -521,11 +524,16 @@ func recordPaid(ctx context.Context, log *slog.Logger, st ReplayStore, recs []*k
 		)
 		err = events.Retry(ctx, log, "replay: record a payment", func() (err error) {
 			o, changed, err = st.PayOrder(ctx, e.OrderID, e.PaymentID, e.OccurredAt)
+			if err == nil {
+				return st.MarkPaidAnnounced(ctx, e.OrderID)
+			}
+			if o.Status == events.Refunded && o.PaymentID == "" {
+				// Paid, as the event says, then refunded: the row came back from Redis,
+				// which keeps no payment, and its refund must name it again.
+				changed, err = st.NameRefundedPayment(ctx, e.OrderID, e.PaymentID)
+			}
 			if events.ErrorCode(err) != events.Internal {
 				refusal, err = err, nil // the order's state, not a failure
-			}
-			if err == nil && refusal == nil {
-				err = st.MarkPaidAnnounced(ctx, e.OrderID)
 			}
 			return err
 		})

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -167,6 +168,67 @@ func testReplayPayments(t *testing.T, st *store.Store) {
 			t.Errorf("replay #%d: payments left to announce %+v, %v; want none", i+1, left, err)
 		}
 	}
+}
+
+// TestReplayKeepsARefundedPayment: three faults at once. Jo buys after the backup, is confirmed
+// and pays (OrderPaid naming pay-jo reaches the results topic); an operator refunds her order
+// and Kafka refuses its OrderRefunded, the one event the payment service gives pay-jo back on;
+// the compensator dies before a sweep announces it again; the store is restored from the
+// backup. Replay brings Jo's order back refunded, as Redis ended it, and Redis keeps no payment:
+// before, the row came back without pay-jo and marked finished, so nothing named the payment
+// again, and the payer was never refunded. Now the payment comes back on the row, and the
+// refund is listed as unfinished, so the sweeper announces it again naming pay-jo. On both
+// databases.
+func TestReplayKeepsARefundedPayment(t *testing.T) { storetest.Each(t, testReplayRefundedPayment) }
+
+func testReplayRefundedPayment(t *testing.T, st *store.Store) {
+	s := newReplaySale(t, st, 1)
+	restore := s.backup()
+	jo := s.buy("jo")
+	s.confirm(jo)
+	s.pay(jo)
+	refused := *s.res
+	refused.Producer = kafkaFunc(func(*kgo.Record) error { return errors.New("kafka refuses the record") })
+	if o, err := refused.Compensate(s.ctx, jo.OrderID); o.Status != events.Refunded || events.ErrorCode(err) != events.Unavailable {
+		t.Fatalf("an operator refunds jo's order, its announcement refused: %+v %v; want refunded, unavailable", o, err)
+	}
+
+	restore()
+	for i, wantPaid := range []int64{1, 0} {
+		if stats := s.replay(consumer.From{}); stats.GivenBack != 1-int64(i) || stats.Paid != wantPaid {
+			t.Errorf("replay #%d: %+v, want %d given back, %d paid", i+1, stats, 1-i, wantPaid)
+		}
+		if o, err := st.Order(s.ctx, jo.OrderID); err != nil || o.Status != events.Refunded || o.PaymentID != "pay-jo" {
+			t.Errorf("replay #%d: jo's order %s paid by %q %v; want refunded, pay-jo", i+1, o.Status, o.PaymentID, err)
+		}
+		s.wantHeld(i+1, map[string]int64{})
+	}
+	if left, err := st.UnfinishedRefunds(s.ctx, "", 10); err != nil || len(left) != 1 || left[0].OrderID != jo.OrderID {
+		t.Fatalf("unfinished refunds after the replays: %+v %v; want jo's order, its refund still to announce", left, err)
+	}
+
+	// What the sweeper does with an unfinished refund (Resolver.Fail of its row).
+	var announced []events.Event
+	heard := *s.res
+	heard.Producer = kafkaFunc(func(r *kgo.Record) error {
+		e, err := events.Decode(r.Value)
+		announced = append(announced, e)
+		return err
+	})
+	if o, err := heard.Compensate(s.ctx, jo.OrderID); err != nil || o.Status != events.Refunded || o.Reason != events.ReasonOperator {
+		t.Fatalf("the refund finished: %+v %v", o, err)
+	}
+	if len(announced) != 1 || announced[0].Type != events.OrderRefunded || announced[0].PaymentID != "pay-jo" {
+		t.Errorf("the refund finished announced %+v; want one OrderRefunded naming pay-jo", announced)
+	}
+	s.wantHeld(3, map[string]int64{})
+}
+
+// kafkaFunc is a Producer whose every record is answered at once by the function's error.
+type kafkaFunc func(*kgo.Record) error
+
+func (f kafkaFunc) TryProduce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	promise(r, f(r))
 }
 
 // TestReplayLogsAReusedPayment: the results topic may hold an OrderPaid that paid Bob's order

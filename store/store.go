@@ -957,6 +957,44 @@ func (s *Store) PayOrder(ctx context.Context, orderID, paymentID string, now tim
 	return o, changed, err
 }
 
+// NameRefundedPayment records paymentID, a payment the order was paid with before its refund,
+// on order orderID, which the store holds refunded without one, and leaves the refund to finish
+// again (its reason "": Refunding and UnfinishedRefunds list it), so that its OrderRefunded is
+// announced again, naming the payment. It reports whether it changed the order; one refunded
+// with a payment, or in another state, is left as it is. A payment that names another order is
+// refused (events.PaymentReused), as PayOrder refuses it.
+//
+// A replay needs it: Redis keeps no payment, so an order the store lost comes back refunded as
+// Redis ended it, without its payment, and marked finished; had Kafka refused the refund's
+// announcement, and its compensator died before a sweep announced it again, nothing would
+// name the payment to give back.
+func (s *Store) NameRefundedPayment(ctx context.Context, orderID, paymentID string) (bool, error) {
+	errUnchanged := errors.New("unchanged") // rolls the claim back
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		// The payment first, then the order, as PayOrder locks them.
+		owner, err := claimPayment(ctx, tx, paymentID, orderID)
+		if err != nil {
+			return err
+		}
+		if owner != orderID {
+			return events.Errorf(events.PaymentReused, "payment %q paid order %q already; a payment pays one order", paymentID, owner)
+		}
+		n, err := rowsAffected(tx.ExecContext(ctx, tx.Rebind(`UPDATE orders SET payment_id = ?, reason = ''
+			WHERE order_id = ? AND status = 'refunded' AND payment_id = ''`), paymentID, orderID))
+		if err == nil && n == 0 {
+			return errUnchanged
+		}
+		return err
+	})
+	switch {
+	case errors.Is(err, errUnchanged):
+		return false, nil
+	case err != nil && events.ErrorCode(err) == events.Internal:
+		return false, fmt.Errorf("name the payment of refunded order %s: %w", orderID, err)
+	}
+	return err == nil, err
+}
+
 // claimPayment names orderID as the one order paymentID pays, unless the payment names an
 // order already, and returns the order it names. A refusal rolls the claim back with the rest
 // of the transaction. On PostgreSQL a claim of the same id by another transaction waits on the
