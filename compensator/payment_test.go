@@ -2,6 +2,8 @@ package compensator_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +107,42 @@ func TestRefundNamesThePayment(t *testing.T) {
 			t.Errorf("OrderRefunded of %s carries payment id %q, want %q", id, refunds[0].PaymentID, want)
 		}
 	}
+}
+
+// TestCompensateAFinishedRefund: an operator compensates a refunded paid order again. A refund
+// the store records finished (MarkRefunded runs only once Kafka has its OrderRefunded) is
+// answered as it is, announced no second time: the payment service gives the payment back on
+// each OrderRefunded it reads, and an operator's repeated click must not ask it twice. One whose
+// announcement Kafka refused is finished by the same command, and announced then.
+func TestCompensateAFinishedRefund(t *testing.T) {
+	e := newEnvPaying(t, 10, 3, time.Hour)
+	evs := e.reserve(t, 2, time.Hour)
+	e.confirm(t, evs)
+	finished, refused := evs[0].OrderID, evs[1].OrderID
+	kafka := &recordingProducer{}
+	r := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: kafka, Results: e.topics.Results}
+	for i, id := range []string{finished, refused} {
+		if o, err := r.Pay(e.ctx, id, fmt.Sprintf("pay-%d", i)); err != nil || o.Status != events.Paid {
+			t.Fatalf("pay %s: %+v %v", id, o, err)
+		}
+	}
+	if o, err := r.Compensate(e.ctx, finished); err != nil || o.Status != events.Refunded {
+		t.Fatalf("refund %s: %+v %v", finished, o, err)
+	}
+	kafka.refuse = errors.New("kafka refuses the record")
+	if o, err := r.Compensate(e.ctx, refused); events.ErrorCode(err) != events.Unavailable || o.Status != events.Refunded {
+		t.Fatalf("refund %s while Kafka refuses: %+v %v; want refunded, unavailable", refused, o, err)
+	}
+	kafka.refuse = nil
+	for id, want := range map[string]int{finished: 1, refused: 2} {
+		if o, err := r.Compensate(e.ctx, id); err != nil || o.Status != events.Refunded || o.Reason != events.ReasonOperator {
+			t.Fatalf("compensate %s again: %+v %v; want refunded, %s", id, o, err, events.ReasonOperator)
+		}
+		if n := kafka.announced(events.OrderRefunded, id); n != want {
+			t.Errorf("OrderRefunded of %s announced %d times, want %d", id, n, want)
+		}
+	}
+	e.wantConserved(t, map[string]int64{}, "paid")
 }
 
 // TestExpiryOfAnOrderEndedMeanwhile: the sweeper lists the orders past their pay_by, then

@@ -150,10 +150,15 @@ func (r *Resolver) Compensate(ctx context.Context, orderID string) (store.Order,
 	if err != nil {
 		return o, err
 	}
-	switch o.Status {
-	case events.Confirmed, events.Paid:
+	switch {
+	case o.Status == events.Confirmed || o.Status == events.Paid:
 		return r.refund(ctx, o)
-	case events.Failed, events.Refunded: // finish what may have stopped half way
+	case o.Status == events.Refunded && o.Reason != "":
+		// Finished: MarkRefunded gave it its reason once Redis had its units back and Kafka its
+		// OrderRefunded, on which the payment service gives the payment back; an operator's
+		// second click must not announce it again.
+		return o, nil
+	case o.Status == events.Failed || o.Status == events.Refunded: // finish what may have stopped half way
 		return r.Fail(ctx, orderEvent(o), o.Reason, "operator")
 	}
 	return o, nil
