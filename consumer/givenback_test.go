@@ -83,7 +83,9 @@ func TestConsumerMovesOnAnOrderRedisEndedSinceTheBackup(t *testing.T) {
 			asBecause string
 		}{
 			{"refunded", func(*replaySale, events.Event) {}, (*replaySale).refund, events.Refunded, events.ReasonOperator},
-			{"paid, refunded", (*replaySale).pay, (*replaySale).refund, events.Refunded, events.ReasonOperator},
+			// Its refund unfinished: the OrderRefunded naming its payment may have been lost
+			// with the store, and the sweeper announces it again.
+			{"paid, refunded", (*replaySale).pay, (*replaySale).refund, events.Refunded, ""},
 			{"expired", (*replaySale).unpaid, (*replaySale).expire, events.Expired, events.ReasonUnpaid},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

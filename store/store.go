@@ -600,7 +600,8 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 // refunded or expired) and reason the caller gives. An order the store lacks is stored so,
 // holding no units. One it holds confirmed or paid is moved on so, as RefundOrder or
 // ExpireOrder and then MarkRefunded or MarkUnpaid would: its units off its campaign's sold and
-// its buyer's bought. Any other order is left as it is: failed was never confirmed, and an
+// its buyer's bought; one it holds paid is refunded unfinished (reason ""), its OrderRefunded,
+// which names the payment, to be announced again by the sweeper. Any other order is left as it is: failed was never confirmed, and an
 // order paid in the store is not expired by this (Redis holds a paid order as confirmed, so
 // one it expired was not paid when it did). It returns how many orders it stored and how many
 // it moved on.
@@ -639,12 +640,20 @@ func (s *Store) RecordGivenBack(ctx context.Context, orders []Order) (stored, mo
 			if o.Status == events.Failed {
 				continue
 			}
-			_, ok, err := endOrder(ctx, tx, o.OrderID, o.Status, o.Reason, now)
+			row, ok, err := endOrder(ctx, tx, o.OrderID, o.Status, o.Reason, now)
 			if err != nil {
 				return err
 			}
-			if ok {
-				moved++
+			if !ok {
+				continue
+			}
+			moved++
+			if row.Status == events.Refunded && row.PaymentID != "" {
+				// Its OrderRefunded names the payment to give back, and may have been lost
+				// with the store: unfinished, the sweeper announces it again.
+				if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE orders SET reason = '' WHERE order_id = ?`), o.OrderID); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
