@@ -177,6 +177,57 @@ func TestPaymentPaysOneOrder(t *testing.T) {
 	})
 }
 
+// TestNameRefundedPayment: a replay names the payment of an order the store holds refunded
+// without one (it came back from Redis, which keeps no payment). The refund is left to announce
+// again; naming it again changes nothing; the payment of another order, a refunded order with
+// a payment of its own, and an order not refunded are refused or left as they are, and claim
+// nothing.
+func TestNameRefundedPayment(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		evs := payConfirmed(t, s, 4)
+		lost, other, paid, confirmed := evs[0].OrderID, evs[1].OrderID, evs[2].OrderID, evs[3].OrderID
+		if _, _, err := s.PayOrder(ctx, paid, "pay-paid", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{lost, other, paid} {
+			if _, _, err := s.RefundOrder(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.MarkRefunded(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		for i, want := range []bool{true, false} {
+			if changed, err := s.NameRefundedPayment(ctx, lost, "pay-lost"); err != nil || changed != want {
+				t.Errorf("name the payment #%d: changed %v, %v; want %v", i+1, changed, err, want)
+			}
+			if o := wantStatus(t, s, lost, events.Refunded); o.PaymentID != "pay-lost" || o.Reason != "" {
+				t.Errorf("#%d: %+v; want refunded, paid by pay-lost, its refund unfinished", i+1, o)
+			}
+		}
+		if changed, err := s.NameRefundedPayment(ctx, other, "pay-lost"); events.ErrorCode(err) != events.PaymentReused || changed {
+			t.Errorf("name another order's payment: changed %v, %v; want %s", changed, err, events.PaymentReused)
+		}
+		for _, id := range []string{paid, confirmed} {
+			if changed, err := s.NameRefundedPayment(ctx, id, "pay-free"); err != nil || changed {
+				t.Errorf("name a payment of %s: changed %v, %v; want unchanged", id, changed, err)
+			}
+		}
+		if o := wantStatus(t, s, other, events.Refunded); o.PaymentID != "" || o.Reason != events.ReasonOperator {
+			t.Errorf("the refused order: %+v; want it as it was", o)
+		}
+		if o := wantStatus(t, s, paid, events.Refunded); o.PaymentID != "pay-paid" || o.Reason != events.ReasonOperator {
+			t.Errorf("the order refunded with its payment: %+v; want it as it was", o)
+		}
+		// Left as they were, they claimed nothing: the payment still pays an order.
+		if o, changed, err := s.PayOrder(ctx, confirmed, "pay-free", time.Now()); err != nil || !changed || o.Status != events.Paid {
+			t.Errorf("pay %s with a payment named nowhere: %+v changed %v, %v", confirmed, o, changed, err)
+		}
+	})
+}
+
 // TestPaymentPaysOneOrderConcurrently pays 20 orders of 20 buyers with one payment id at once:
 // one is paid, the other 19 are refused and stay confirmed, whichever transaction commits
 // first.
