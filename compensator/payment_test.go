@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,8 +63,14 @@ func TestPaymentRetryAnnouncesAgain(t *testing.T) {
 	e.confirm(t, []events.Event{ev})
 	r := &compensator.Resolver{Store: e.st, Redis: e.r, Producer: refusingProducer{}, Results: e.topics.Results}
 	// Paid in the store, not announced: the payment service must hear to retry.
-	if o, err := r.Pay(e.ctx, ev.OrderID, "pay-1"); events.ErrorCode(err) != events.Unavailable || o.Status != events.Paid {
+	o, err := r.Pay(e.ctx, ev.OrderID, "pay-1")
+	if events.ErrorCode(err) != events.Unavailable || o.Status != events.Paid {
 		t.Fatalf("pay while Kafka refuses the announcement: %+v %v; want the order paid and unavailable", o, err)
+	}
+	// Until Kafka has the payment the store alone holds it, and a store restored from a backup
+	// meanwhile loses it: the payment service must hold on to it, not leave it to the sweeper.
+	if msg := events.ErrorMessage(err); !strings.Contains(msg, "until it answers 200") || strings.Contains(msg, "sweeper") {
+		t.Errorf("the answer %q does not tell the payment service to pay again until it answers 200", msg)
 	}
 	kafka := &recordingProducer{}
 	r.Producer = kafka

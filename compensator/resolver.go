@@ -190,7 +190,8 @@ func (r *Resolver) lost(ctx context.Context, orderID string) (store.Order, bool,
 // (announcePaid); paying again with the same payment id returns the paid order and announces it
 // again, as the first announcement may have been lost (Kafka refused it, or the process died
 // before the produce). Until Kafka has it, the sweeper announces it too
-// (store.UnannouncedPayments). Refusals are *events.Error (store.PayOrder); a pending order is
+// (store.UnannouncedPayments), but a store restored before either loses it: a refused
+// announcement's answer asks the payment service to pay again until it answers 200. Refusals are *events.Error (store.PayOrder); a pending order is
 // events.OrderNotConfirmed.
 func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Order, error) {
 	o, _, err := r.Store.PayOrder(ctx, orderID, paymentID, time.Now())
@@ -211,7 +212,9 @@ func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Or
 	if err != nil {
 		return o, err
 	}
-	return o, r.announcePaid(ctx, o, "pay again with the same payment_id, or the sweeper announces it shortly")
+	// The store alone holds the payment until Kafka has it: restored from a backup meanwhile,
+	// it loses it, and only the payment service, paying again, can bring it back.
+	return o, r.announcePaid(ctx, o, "pay again with the same payment_id until it answers 200")
 }
 
 // announcePaid announces the OrderPaid of paid order o, waiting until Kafka has it
