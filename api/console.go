@@ -35,9 +35,9 @@ var consoleFiles embed.FS
 
 // consoleSecurity keeps the page to its own scripts and styles, out of frames, and its
 // address (which carries the token in its fragment on the first visit) out of Referer headers.
+// Its answers carry nosniff as every answer does.
 var consoleSecurity = middleware.SecureWithConfig(middleware.SecureConfig{
 	XSSProtection:         "0",
-	ContentTypeNosniff:    "nosniff",
 	XFrameOptions:         "DENY",
 	ReferrerPolicy:        "no-referrer",
 	ContentSecurityPolicy: "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",

@@ -607,3 +607,62 @@ func TestReadyWithoutTheStore(t *testing.T) {
 	wantDependencyUp(t, "store", 0)
 	h.do(t, request("POST", "/v1/campaigns/nostore/purchases", `{"quantity": 1}`, user("ann")...), http.StatusAccepted)
 }
+
+// TestEveryAnswerIsNosniff: every kind of answer tells browsers not to guess its type (a JSON
+// error that echoes what a request sent must not be read as HTML): a success, a handler's
+// refusal, the router's 404 and 405, a middleware's 429, the console's page and files, and
+// both event streams. They carried none but the console's.
+func TestEveryAnswerIsNosniff(t *testing.T) {
+	h := newHarness(t, func(c *api.Config) { c.IPLimit = api.Limit{Rate: 0.001, Burst: 20} })
+	h.createCampaign(t, `{"id": "sniff", "name": "Sniff", "stock": 5, "per_user_limit": 1}`)
+	order := h.buy(t, "sniff", "ann", 1)
+	web := httptest.NewServer(h.srv.Handler())
+	t.Cleanup(web.Close) // after the streams end: it waits for them
+	ask := func(method, path string, headers ...string) *http.Response {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel) // ends the streams
+		req, _ := http.NewRequestWithContext(ctx, method, web.URL+path, nil)
+		for i := 0; i+1 < len(headers); i += 2 {
+			req.Header.Set(headers[i], headers[i+1])
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req) // no redirect followed
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	for _, c := range []struct {
+		method, path string
+		headers      []string
+		want         int
+	}{
+		{"GET", "/healthz", nil, http.StatusOK},
+		{"GET", "/v1/campaigns/sniff", nil, http.StatusOK},
+		{"GET", "/v1/campaigns/none", nil, http.StatusNotFound},
+		{"POST", "/v1/campaigns", nil, http.StatusUnauthorized},
+		{"GET", "/nowhere", nil, http.StatusNotFound},
+		{"DELETE", "/healthz", nil, http.StatusMethodNotAllowed},
+		{"GET", "/", nil, http.StatusFound},
+		{"GET", "/console", nil, http.StatusOK},
+		{"GET", "/console/console.js", nil, http.StatusOK},
+		{"GET", "/v1/orders/" + order + "/events", user("ann"), http.StatusOK},
+		{"GET", "/v1/admin/console/events", h.bearer(), http.StatusOK},
+	} {
+		resp := ask(c.method, c.path, c.headers...)
+		if resp.StatusCode != c.want || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s: %d, X-Content-Type-Options %q; want %d, nosniff", c.method, c.path,
+				resp.StatusCode, resp.Header.Get("X-Content-Type-Options"), c.want)
+		}
+	}
+	for range 21 { // the address's burst, less what the cases above took, and one more
+		if resp := ask("GET", "/v1/campaigns/sniff"); resp.StatusCode == http.StatusTooManyRequests {
+			if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+				t.Errorf("the rate limit's 429: X-Content-Type-Options %q, want nosniff", got)
+			}
+			return
+		}
+	}
+	t.Error("no 429 past the address's burst")
+}

@@ -301,6 +301,9 @@ func New(cfg Config, st Store, r Redis, producer Producer) *Server {
 		e.IPExtractor = echo.ExtractIPFromXFFHeader()
 	}
 	e.HTTPErrorHandler = s.handleError
+	// First, so that every answer carries it: those of the middlewares after it (a rate
+	// limit's 429, a recovered panic's 500), the router's 404 and 405, and the event streams.
+	e.Use(nosniff)
 	e.Use(countRequests)
 	e.Use(s.byAddress)
 	e.Use(s.closeWhileDraining)
@@ -399,6 +402,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	return nil
 }
+
+// nosniff keeps browsers from reading any answer as another type than it says (a JSON error
+// that echoes a request's text as HTML, say).
+var nosniff = middleware.SecureWithConfig(middleware.SecureConfig{ContentTypeNosniff: "nosniff"})
 
 // closeWhileDraining ends each answer's connection once the api is draining, so keep-alive
 // clients reconnect through the load balancer to another api. Not SetKeepAlivesEnabled(false):
