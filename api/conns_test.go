@@ -3,10 +3,14 @@ package api_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -177,4 +181,60 @@ func TestTooLargeBodyEndsCleanly(t *testing.T) {
 func firstLine(b []byte) string {
 	line, _, _ := strings.Cut(string(b), "\r\n")
 	return line
+}
+
+// TestServeCutsWhatOutlivesTheDrain: a request still open when the drain runs out (a purchase
+// held at Redis) has its connection closed by the time Serve returns, and the log says how
+// many were cut. The connection stayed open until the process exited, so a caller that went on
+// running (a test, an embedding program) kept it, and the client its wait.
+func TestServeCutsWhatOutlivesTheDrain(t *testing.T) {
+	logs, err := os.Create(filepath.Join(t.TempDir(), "api.log")) // the server writes as the test reads
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
+	h := newHarness(t, func(c *api.Config) {
+		c.ShutdownTimeout = 100 * time.Millisecond
+		c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	})
+	h.createCampaign(t, `{"id": "cut", "name": "Cut", "stock": 5, "per_user_limit": 1}`)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- h.srv.Serve(ctx, ln) }()
+
+	h.gate.close()
+	answered := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/campaigns/cut/purchases", strings.NewReader(`{"quantity": 1}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-User-ID", "ann")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("answered %d", resp.StatusCode)
+		}
+		answered <- err
+	}()
+	within(t, 10*time.Second, "the purchase waits at Redis", func() bool { return h.gate.held.Load() > 0 })
+	cancel()
+	if err := <-served; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Serve: %v, want the drain's deadline", err)
+	}
+	// Only now may the purchase go on: had its connection stayed open, it would answer on it.
+	h.gate.open()
+	if err := <-answered; err == nil || strings.HasPrefix(err.Error(), "answered") {
+		t.Errorf("the purchase open past the drain: %v; want its connection closed", err)
+	}
+	written, err := os.ReadFile(logs.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(written), `"level":"WARN","msg":"the drain timed out: connections still open are cut","connections":1`) {
+		t.Errorf("no warning of the one connection cut:\n%s", written)
+	}
 }

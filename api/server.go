@@ -362,7 +362,8 @@ func (s *Server) Routes() []string {
 }
 
 // Serve serves on ln until ctx is canceled, then stops accepting connections and waits for
-// in-flight requests to finish (at most ShutdownTimeout). The caller binds ln: a role binds its
+// in-flight requests to finish (at most ShutdownTimeout), then closes the connections of those
+// that did not. The caller binds ln: a role binds its
 // ports before it waits for its servers, so a taken port stops it at once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
@@ -372,6 +373,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		WriteTimeout:      15 * time.Second,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    16 << 10,
+	}
+	var open atomic.Int64 // connections the server holds: what Close would cut
+	srv.ConnState = func(_ net.Conn, state http.ConnState) {
+		switch state {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
 	}
 	ln = limitConns(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerAddr)
 	srv.RegisterOnShutdown(s.stop)
@@ -395,6 +405,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
+		// The requests still open (one stuck on a dependency that ignores its context) end
+		// here, not at the process's exit, which a caller that goes on running never reaches.
+		// Close's only error is closing the listener again, which Shutdown closed.
+		cut := open.Load()
+		_ = srv.Close()
+		s.cfg.Logger.Warn("the drain timed out: connections still open are cut", "connections", cut, "timeout", s.cfg.ShutdownTimeout)
 		return fmt.Errorf("api: drain: %w", err)
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
