@@ -87,7 +87,11 @@ type ConsoleSnapshot struct {
 	// Redis step, or the sweeper's after a stop between the two, puts them back). They move to
 	// Compensations once their units are back.
 	GivingBack map[string]int64 `json:"giving_back"`
-	Errors     []string         `json:"errors,omitempty"`
+	// CampaignsAsOf is set when the store could not be read: Campaigns, Compensations and
+	// GivingBack are then the last ones read, at this time, and Errors says why. An operator
+	// in the outage keeps the rows, and their buttons, rather than an empty table.
+	CampaignsAsOf *time.Time `json:"campaigns_as_of,omitempty"`
+	Errors        []string   `json:"errors,omitempty"`
 }
 
 // ConsoleCampaign is one campaign's line: units by state, its window, and its last audit.
@@ -195,6 +199,8 @@ type consoleSources struct {
 	// commitedAt is when commited was read: the snapshot before the last when the last one's
 	// Kafka read failed.
 	commitedAt time.Time
+	// table is the last snapshot whose campaigns were read, shown again while they cannot be.
+	table *ConsoleSnapshot
 }
 
 func (s *Server) newConsoleSources() *consoleSources {
@@ -260,6 +266,12 @@ func (src *consoleSources) snapshot(ctx context.Context) ConsoleSnapshot {
 	defer cancel()
 	if err := src.campaigns(qctx, &snap, now, fail); err != nil {
 		fail("campaigns", err)
+		if last := src.table; last != nil { // a snapshot is not changed once sent: they may share its rows
+			snap.Campaigns, snap.Compensations, snap.GivingBack = last.Campaigns, last.Compensations, last.GivingBack
+			snap.CampaignsAsOf = &last.At
+		}
+	} else {
+		src.table = &snap
 	}
 	if src.dlq != nil {
 		kctx, cancel := context.WithTimeout(ctx, sourceTimeout)

@@ -380,6 +380,61 @@ func TestConsoleSaysWhatCannotBeRead(t *testing.T) {
 	}
 }
 
+// storeGoesDown is a store that cannot list campaigns once down is set.
+type storeGoesDown struct {
+	api.Store
+	down atomic.Bool
+}
+
+func (s *storeGoesDown) NewestCampaigns(ctx context.Context, n int) ([]store.Campaign, error) {
+	if s.down.Load() {
+		return campaignsDown{}.NewestCampaigns(ctx, n)
+	}
+	return s.Store.NewestCampaigns(ctx, n)
+}
+
+// TestConsoleKeepsTheRowsWhileTheStoreIsDown: the campaign table emptied while the store was
+// down, in the outage an operator opens the console for, with only the error line left. The
+// last rows read stay, marked with when they were read.
+func TestConsoleKeepsTheRowsWhileTheStoreIsDown(t *testing.T) {
+	h := newHarness(t)
+	h.createCampaign(t, `{"id": "kept", "name": "Kept", "stock": 10, "per_user_limit": 3}`)
+	h.buy(t, "kept", "ann", 2)
+	st := &storeGoesDown{Store: h.store}
+	srv := api.New(h.cfg, st, h.redis, kafkatest.Client(t, h.brokers))
+	defer srv.Close()
+	web := httptest.NewServer(srv.Handler())
+	defer web.Close()
+	stream := openConsole(t, web.URL, h.admin)
+	defer stream.close()
+	good, _ := stream.next(t)
+	if len(good.Campaigns) != 1 || good.CampaignsAsOf != nil {
+		t.Fatalf("the snapshot with the store up: %+v", good)
+	}
+	st.down.Store(true)
+	schema := h.spec.Components.Schemas["ConsoleSnapshot"].Value
+	for range 3 { // the snapshot taken as the store went down may have read it still
+		stale, raw := stream.next(t)
+		if len(stale.Errors) == 0 {
+			continue
+		}
+		if err := schema.VisitJSON(raw, openapi3.MultiErrors()); err != nil {
+			t.Errorf("the stale snapshot breaks the ConsoleSnapshot schema: %v\n%v", err, raw)
+		}
+		if !slices.Contains(stale.Errors, "campaigns: cannot be read right now") {
+			t.Errorf("the snapshot's errors with the store down: %q", stale.Errors)
+		}
+		if len(stale.Campaigns) != 1 || stale.Campaigns[0] != good.Campaigns[0] {
+			t.Errorf("the rows with the store down: %+v; want the last ones read, %+v", stale.Campaigns, good.Campaigns)
+		}
+		if stale.CampaignsAsOf == nil || !stale.CampaignsAsOf.Equal(good.At) {
+			t.Errorf("the rows are marked as of %v; want %v, when they were read", stale.CampaignsAsOf, good.At)
+		}
+		return
+	}
+	t.Fatal("no snapshot said the store cannot be read")
+}
+
 // firstSnapshot is the first console snapshot of an api of h's on st and r.
 func firstSnapshot(t *testing.T, h *harness, st api.Store, r api.Redis) api.ConsoleSnapshot {
 	t.Helper()

@@ -267,6 +267,9 @@ function render(snap) {
     }
   }
   $("#campaigns").dataset.at = snap.at;
+  // The store cannot be read: the last rows read stay, marked with when they were read.
+  $("#campaigns").classList.toggle("stale", !!snap.campaigns_as_of);
+  setText($("#campaigns-as-of"), snap.campaigns_as_of ? "stale: as of " + new Date(snap.campaigns_as_of).toLocaleTimeString() : "");
 
   hist.t.push(new Date(snap.at));
   for (const o of outcomes) (hist.purchases[o] = hist.purchases[o] || []).push((snap.purchases || {})[o] || 0);
