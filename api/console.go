@@ -118,11 +118,14 @@ type console struct {
 }
 
 // subscribe returns a channel that receives each snapshot, and the function that ends the
-// subscription; the loop starts with the first page and ends with the last.
+// subscription; the loop starts with the first page and ends with the last. Once the api
+// drains it refuses: a new loop would open a Kafka client and read every source for a page
+// that the shutdown ends within seconds, and the page, refused, reconnects through the load
+// balancer to another api.
 func (k *console) subscribe() (<-chan []byte, func(), error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.shut {
+	if k.shut || k.s.draining.Load() || k.s.stopping.Err() != nil {
 		return nil, nil, events.Errorf(events.Unavailable, "the api is stopping")
 	}
 	ch := make(chan []byte, 1)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -378,6 +380,79 @@ func TestConsoleSaysWhatCannotBeRead(t *testing.T) {
 	if !slices.Contains(snap.Errors, "campaigns: cannot be read right now") {
 		t.Errorf("the snapshot's errors with the store down: %q; want campaigns: cannot be read right now", snap.Errors)
 	}
+}
+
+// TestConsoleRefusedWhileDraining: a console stream asked of a draining api started a snapshot
+// loop (a Kafka client, a read of every source) for a page the shutdown would end within
+// seconds. It is refused with 503, as a closed api's is, and no loop starts; the page
+// reconnects through the load balancer to another api.
+func TestConsoleRefusedWhileDraining(t *testing.T) {
+	refused := func(t *testing.T, code int, header http.Header, body []byte) {
+		t.Helper()
+		var e struct{ Error struct{ Code events.Code } }
+		json.Unmarshal(body, &e)
+		if code != http.StatusServiceUnavailable || e.Error.Code != events.Unavailable || header.Get("Retry-After") == "" {
+			t.Errorf("the console's stream: %d %q, Retry-After %q; want 503 unavailable with a Retry-After", code, e.Error.Code, header.Get("Retry-After"))
+		}
+	}
+	t.Run("while /readyz says draining", func(t *testing.T) {
+		h := newHarness(t, func(c *api.Config) { c.DrainDelay = time.Hour }) // ended by closing the listener
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- h.srv.Serve(ctx, ln) }()
+		base := "http://" + ln.Addr().String()
+		cancel()
+		within(t, 10*time.Second, "the api drains", func() bool {
+			resp, err := http.Get(base + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusServiceUnavailable
+		})
+		sctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+		defer stop()
+		req, _ := http.NewRequestWithContext(sctx, "GET", base+"/v1/admin/console/events", nil)
+		req.Header.Set("Authorization", "Bearer "+h.admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Counted while the answer is open: a loop started for it runs until it ends.
+		if n := goroutines("api.(*console).run("); n != 0 {
+			t.Errorf("%d snapshot loops started while the api drains", n)
+		}
+		if resp.StatusCode == http.StatusOK {
+			stop() // a stream: its body would not end by itself
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		refused(t, resp.StatusCode, resp.Header, body)
+		ln.Close()
+		if err := <-served; err == nil {
+			t.Error("Serve returned no error with its listener closed under it")
+		}
+	})
+	t.Run("after the shutdown, before Close", func(t *testing.T) {
+		h := newHarness(t) // no drain delay: the shutdown starts at once
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := h.srv.Serve(ctx, ln); err != nil {
+			t.Fatal(err)
+		}
+		// A request the server read as its shutdown began reaches the handler after it.
+		rec := httptest.NewRecorder()
+		h.srv.Handler().ServeHTTP(rec, request("GET", "/v1/admin/console/events", "", h.bearer()...))
+		refused(t, rec.Code, rec.Header(), rec.Body.Bytes())
+	})
 }
 
 // storeGoesDown is a store that cannot list campaigns once down is set.

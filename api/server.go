@@ -384,7 +384,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	ln = limitConns(ln, s.cfg.MaxConns, s.cfg.MaxConnsPerAddr)
-	srv.RegisterOnShutdown(s.stop)
 	s.cfg.Logger.Info("api listening", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -402,6 +401,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		case <-time.After(s.cfg.DrainDelay):
 		}
 	}
+	// The event streams end, and no console stream starts, from here on: told by Shutdown's
+	// hooks, which it runs in goroutines of their own, they could be told after Serve returned.
+	s.stop()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
