@@ -317,6 +317,7 @@ func consolePage(t *testing.T, routes map[string]http.HandlerFunc) context.Conte
 		}
 		mux.HandleFunc(f.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", f.ct)
+			w.Header().Set("X-Content-Type-Options", "nosniff")
 			w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 			w.Write(b)
 		})
@@ -405,6 +406,36 @@ func TestConsoleKeepsAControlsAnswer(t *testing.T) {
 	if page := pageText(t, bctx, "main"); !strings.Contains(page, "c1: close done") || !strings.Contains(page, "consumer lag: cannot be read right now") {
 		t.Errorf("1.5 s after the close, the page shows %q: want the close's answer and the figures missing", pageText(t, bctx, "#status"))
 	}
+}
+
+// TestConsoleMarksStaleRows: while the store cannot be read, the snapshots carry the rows last
+// read and since when (campaigns_as_of); the page greys them and says how old they are, and
+// takes the mark off with the first fresh snapshot.
+func TestConsoleMarksStaleRows(t *testing.T) {
+	const fresh = `{"at":"2026-11-28T00:00:10Z","campaigns":[` + pageCampaign + `],"consumer_lag":0,"persisted_per_sec":0}`
+	const stale = `{"at":"2026-11-28T00:00:05Z","campaigns":[` + pageCampaign + `],"campaigns_as_of":"2026-11-28T00:00:00Z",` +
+		`"consumer_lag":0,"persisted_per_sec":0,"errors":["campaigns: the store cannot be read right now"]}`
+	back := make(chan struct{}) // the store answers again
+	bctx := consolePage(t, map[string]http.HandlerFunc{
+		"GET /v1/admin/console/events": func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, snap := range []string{stale, fresh} {
+				io.WriteString(w, "event: snapshot\ndata: "+snap+"\n\n")
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-back:
+				}
+			}
+		},
+	})
+	pageWait(t, bctx, "the rows show, marked stale", `document.querySelector('#campaigns').classList.contains('stale') && document.querySelector('tr[data-campaign="c1"]') !== null`)
+	if said := pageText(t, bctx, "#campaigns-as-of"); !strings.HasPrefix(said, "stale: as of ") {
+		t.Errorf("the table's title says %q beside stale rows, want \"stale: as of …\"", said)
+	}
+	close(back)
+	pageWait(t, bctx, "the mark goes with a fresh snapshot", `!document.querySelector('#campaigns').classList.contains('stale') && document.querySelector('#campaigns-as-of').textContent === ""`)
 }
 
 // TestConsoleSaysWhatAControlDid: the page tells a control that was refused from one that was
