@@ -261,3 +261,15 @@ func TestHelpShowsItsUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestOpsPortOnLoopbackByDefault: every role's port for operators (/metrics tells a sale's
+// figures) listens on loopback unless --metrics-addr says otherwise; it listened on every
+// interface (":9090"), so a role started by hand on a host with a public address served them to
+// anyone.
+func TestOpsPortOnLoopbackByDefault(t *testing.T) {
+	for _, role := range []string{"api", "consumer", "compensator"} {
+		if out := help(t, []string{role}); !strings.Contains(out, "--metrics-addr=127.0.0.1:9090 ") {
+			t.Errorf("seckill %s --help: want --metrics-addr=127.0.0.1:9090 by default:\n%s", role, out)
+		}
+	}
+}

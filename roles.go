@@ -72,7 +72,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	f := newFlags("api", "Serve the HTTP API: reserve stock in Redis and produce OrderRequested to Kafka.", stdout)
 	c := f.conn(usesAll)
 	addr := f.listenAddr("addr", ":8080", "listen address of the public API")
-	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics, for operators only")
+	metricsAddr := f.opsAddr()
 	adminToken := f.secret("admin-token", "bearer token of the admin endpoints (none: they are closed)")
 	paymentToken := f.secret("payment-token", "bearer token of the payment service, which may record payments and nothing else (the admin token may too)")
 	ttl := f.duration("reservation-ttl", 2*time.Minute, false, "how long a reservation may stay pending before the sweeper releases it")
@@ -160,7 +160,7 @@ func runAPI(ctx context.Context, args []string, stdout io.Writer) (err error) {
 func runConsumer(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	f := newFlags("consumer", "Persist OrderRequested events into the order database, in batches, idempotently.", stdout)
 	c := f.conn(usesAll)
-	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
+	metricsAddr := f.opsAddr()
 	batch := f.atLeast("batch-size", 500, 1, "most events persisted in one transaction")
 	maxRate := f.atLeast("max-rate", 0, 0, "most events the consumer group persists per second, the controlled pace: Kafka holds a burst and the database takes it at this rate from all the group's consumers together, each pacing at its share of the requested topic's partitions (0: as fast as the database takes them)")
 	session := f.sessionTimeout("consumer")
@@ -191,7 +191,7 @@ func runConsumer(ctx context.Context, args []string, stdout io.Writer) (err erro
 func runCompensator(ctx context.Context, args []string, stdout io.Writer) (err error) {
 	f := newFlags("compensator", "Release reservations that will not become orders (dead letters, reservations past their\ndeadline, orders unpaid past their pay_by), and rebuild Redis from the store after it lost\ndata. Run two for a standby: one sweeps at a time, under a lease.", stdout)
 	c := f.conn(usesAll)
-	metricsAddr := f.listenAddr("metrics-addr", ":9090", "address of /healthz, /readyz and /metrics")
+	metricsAddr := f.opsAddr()
 	sweep := f.duration("sweep-interval", 5*time.Second, false, "how often to look for reservations past their deadline")
 	retention := f.duration("retention", 24*time.Hour, false, "how long Redis keeps the records of released, refunded and expired reservations (at least the api's --idempotency-ttl) and an ended campaign's keys")
 	grace := f.duration("rebuild-grace", 6*time.Second, false, "after Redis lost data, how long to wait for purchases in flight before rebuilding (at least the api's produce timeout)")
@@ -218,6 +218,14 @@ func runCompensator(ctx context.Context, args []string, stdout io.Writer) (err e
 	}
 	defer comp.Close()
 	return runWithOps(ctx, o, depsReady(d, comp.Ping, log), comp.Run)
+}
+
+// opsAddr reads --metrics-addr, the role's port for operators (/healthz, /readyz, /metrics).
+// It listens on loopback unless told otherwise: the metrics tell a sale's figures, and a role
+// started by hand on a host with a public address served them to anyone who asked. Where
+// Prometheus or a load balancer reach the role from elsewhere, deploy/ sets it (:9090).
+func (f *flags) opsAddr() *string {
+	return f.listenAddr("metrics-addr", "127.0.0.1:9090", "address of /healthz, /readyz and /metrics, for operators only (:9090 for Prometheus on another host)")
 }
 
 // listen binds the address of flag (--addr, --metrics-addr) at a role's start, before it waits

@@ -148,7 +148,7 @@ ensure_packages() {
   # noninteractive + confold: CI has no stdin and must never stop at a prompt.
   # Installing postgresql/redis-server also starts the *system* services on
   # 5432/6379; harmless, ours use other ports and directories. Where systemd
-  # runs, prometheus starts a server on 9090, the roles' default --metrics-addr:
+  # runs, prometheus starts a server on 9090, the port of the roles' default --metrics-addr:
   # the tests give theirs 127.0.0.1:0; by hand, pick another or stop it.
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
