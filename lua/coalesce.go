@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -44,11 +46,23 @@ type reserveReply struct {
 // ErrClosed answers a purchase made after Close.
 var ErrClosed = errors.New("lua: closed")
 
+// ErrNoAnswer is wrapped by the error of a purchase that Redis did not answer within
+// answerWait, and of one refused at once while an earlier one still waits.
+var ErrNoAnswer = errors.New("no answer from redis")
+
+// answerWait is how long a purchase waits for the coalescer to queue it and Redis to answer. A
+// purchase is answered in milliseconds, and a crowd's full queue within a few more. go-redis
+// applies no context's deadline to a call (only with ContextTimeoutEnabled, which no URL of
+// seckill sets), and a Redis that takes connections and does not answer (paused by a fork or
+// SIGSTOP, a network that drops its replies) held each purchase for the client's timeouts and
+// retries: 40 s, past the api's 15 s write timeout, which ended the buyer's connection first.
+const answerWait = time.Second
+
 // startCoalescer starts the pipeline workers; Close stops them.
 func (r *Redis) startCoalescer() {
 	r.queue = make(chan *purchase, maxBatch*pipelines)
-	for range pipelines {
-		r.workers.Go(r.pipelineLoop)
+	for i := range pipelines {
+		r.workers.Go(func() { r.pipelineLoop(&r.sent[i]) })
 	}
 }
 
@@ -69,8 +83,8 @@ func (r *Redis) Close() error {
 	return r.rdb.Close()
 }
 
-// enqueue hands p to the coalescer.
-func (r *Redis) enqueue(ctx context.Context, p *purchase) error {
+// enqueue hands p to the coalescer, unless ctx ends or giveUp fires first.
+func (r *Redis) enqueue(ctx context.Context, p *purchase, giveUp <-chan time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err // a caller gone already reserves nothing (the select below picks at random)
 	}
@@ -84,14 +98,21 @@ func (r *Redis) enqueue(ctx context.Context, p *purchase) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-giveUp:
+		return fmt.Errorf("%w within %v: the queue stayed full; nothing was reserved", ErrNoAnswer, answerWait)
 	}
 }
 
 // reserve runs the reserve script for p: through the coalescer, or in a call of its own when r
-// has none (Alone). ctx bounds only the wait for a place in the queue: once p is queued its
-// script may run at any moment, so reserve waits for the answer whatever ctx says (go-redis's
-// own timeouts bound that wait). A caller that stopped waiting would leave units reserved for
-// an order nobody queues, held until the sweeper's deadline while buyers are told "sold out".
+// has none (Alone). ctx bounds only the wait for a place in the queue: a client that hangs up
+// once p is queued still has its purchase's answer, so the units it took go to an order rather
+// than wait for the sweeper. Redis's silence does bound the wait: past answerWait, reserve
+// gives up with ErrNoAnswer, and p's script may have run or may still run. Its reservation then
+// stays pending, with no order, until the sweeper releases it at its deadline, as one whose
+// answer go-redis lost does. While every pipeline waits, one of them longer than answerWait,
+// purchases are refused at once with ErrNoAnswer and reserve nothing, rather than each buyer
+// waiting answerWait; the first pipeline that returns (Redis answered, or go-redis gave up and the next
+// pipeline asks again) lets them through again.
 func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) {
 	if r.queue == nil {
 		ctx := context.WithoutCancel(ctx)
@@ -102,15 +123,40 @@ func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) 
 		}
 		return replies[0], nil
 	}
+	if r.stuck(time.Now()) {
+		return reserveReply{}, fmt.Errorf("%w within %v to the purchases before; nothing was reserved", ErrNoAnswer, answerWait)
+	}
+	giveUp := time.NewTimer(answerWait)
+	defer giveUp.Stop()
 	p.done = make(chan struct{})
-	if err := r.enqueue(ctx, p); err != nil {
+	if err := r.enqueue(ctx, p, giveUp.C); err != nil {
 		return reserveReply{}, err
 	}
-	<-p.done
-	return p.reply, p.err
+	select {
+	case <-p.done:
+		return p.reply, p.err
+	case <-giveUp.C:
+		return reserveReply{}, fmt.Errorf("%w within %v: the purchase may still reserve, and is then released at its deadline", ErrNoAnswer, answerWait)
+	}
 }
 
-func (r *Redis) pipelineLoop() {
+// stuck reports whether, at now, every pipeline waits on Redis and one of them has waited
+// longer than answerWait: a purchase queued now would wait its whole answerWait for nothing.
+func (r *Redis) stuck(now time.Time) bool {
+	late := false
+	for i := range r.sent {
+		at := r.sent[i].Load()
+		if at == 0 {
+			return false
+		}
+		late = late || now.UnixNano()-at > int64(answerWait)
+	}
+	return late
+}
+
+// pipelineLoop sends the queued purchases to Redis, a batch at a time, and keeps in sent when
+// its batch went (Unix ns; 0 while it has none out).
+func (r *Redis) pipelineLoop(sent *atomic.Int64) {
 	ctx := context.Background()
 	batch := make([]*purchase, 0, maxBatch)
 	var groups [][]*purchase
@@ -134,7 +180,9 @@ func (r *Redis) pipelineLoop() {
 		for i, g := range groups {
 			calls[i] = reserveCall(ctx, pipe, g)
 		}
+		sent.Store(time.Now().UnixNano())
 		pipe.Exec(ctx) // each call carries its own error
+		sent.Store(0)
 		for i, c := range calls {
 			v, err := c.reply(ctx, r.rdb)
 			replies, err := reserveReplies(v, err, len(groups[i]))

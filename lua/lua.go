@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,6 +109,7 @@ type Redis struct {
 	mu      sync.RWMutex // held for reading while a purchase enters queue, for writing by Close
 	closed  bool         // queue is closed
 	workers sync.WaitGroup
+	sent    [pipelines]atomic.Int64 // when each pipeline sent its batch (coalesce.go)
 }
 
 // New returns a Redis over rdb. Close stops the goroutines it starts and closes rdb.
