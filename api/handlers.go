@@ -601,8 +601,16 @@ func (s *Server) purchase(c echo.Context) error {
 
 	since := s.soldOut.since()
 	res, err := s.redis.Reserve(ctx, campaign, orderID, buyer, qty, s.cfg.ReservationTTL)
+	code := events.ErrorCode(err)
+	switch {
+	case code != events.Internal:
+		s.redisDown.Answered(s.cfg.Logger, "redis answers purchases again")
+	case ctx.Err() == nil: // not a client that hung up
+		// A warning an outage, not one a buyer: a Redis that does not answer fails every
+		// purchase, and a crowd's worth of lines would bury what the operator needs.
+		s.redisDown.Failed(s.cfg.Logger, "purchases fail: redis does not answer; buyers are told to retry", "err", err)
+	}
 	if err != nil {
-		code := events.ErrorCode(err)
 		reservations.WithLabelValues(string(code)).Inc()
 		if code == events.SoldOut {
 			s.soldOut.mark(campaign, qty, time.Now(), since)
@@ -613,8 +621,9 @@ func (s *Server) purchase(c echo.Context) error {
 		switch code {
 		case events.Internal:
 			// Not "nothing was reserved": an answer lost after the script ran leaves units held
-			// until the reservation's deadline, which a retry without a key may run into.
-			return events.Wrap(events.Unavailable, err, "the sale cannot be reached right now; try again shortly")
+			// until the reservation's deadline, which a retry without a key may run into. Logged
+			// above, as part of its outage: said, as an expected refusal is.
+			return events.Errorf(events.Unavailable, "the sale cannot be reached right now; try again shortly")
 		case events.CampaignNotFound:
 			return s.notInRedis(ctx, campaign, err)
 		}

@@ -116,10 +116,10 @@ func holdReplies(t *testing.T, upstream string) *replyHolder {
 // TestPurchaseWhileRedisHangs: a Redis that takes a purchase's script and does not answer (paused
 // after it ran, a network that drops its replies). Each purchase waited for go-redis's timeouts
 // and retries, 40 s measured, answered 503 only after the api's 15 s write timeout had ended
-// the buyer's connection, and so did every buyer after it. Now a purchase gives up on Redis
-// within a bound, and the buyers after it are answered without going to Redis. The
-// reservations whose answers were lost are pending with no order: the sweeper gives them back
-// at their deadline, once, and the audit finds every unit.
+// the buyer's connection, and so did every buyer after it, each logging a WARN. Now a purchase
+// gives up on Redis within a bound, the buyers after it are answered without going to Redis,
+// and the outage is one WARN. The reservations whose answers were lost are pending with no
+// order: the sweeper gives them back at their deadline, once, and the audit finds every unit.
 func TestPurchaseWhileRedisHangs(t *testing.T) {
 	logs := &levelCounter{n: map[slog.Level]int{}}
 	h := newHarness(t, func(c *api.Config) { c.Logger = slog.New(logs) })
@@ -166,6 +166,9 @@ func TestPurchaseWhileRedisHangs(t *testing.T) {
 	refused("carol", buy("carol"))
 	if n := sent.n.Load() - before; n != 0 {
 		t.Errorf("carol's purchase sent %d commands to a Redis that answers nothing; want it refused at once", n)
+	}
+	if n := logs.take(); n[slog.LevelError] != 0 || n[slog.LevelWarn] != 1 {
+		t.Errorf("three purchases Redis did not answer logged %v; want one WARN for the outage", n)
 	}
 
 	p.unfreeze()

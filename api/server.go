@@ -237,7 +237,8 @@ type Server struct {
 	userLimit *limiter
 	ipLimit   *limiter
 	soldOut   *soldOut
-	kafka     *breaker // fails purchases fast while Kafka is down
+	kafka     *breaker      // fails purchases fast while Kafka is down
+	redisDown events.Outage // purchases' reserve calls that Redis failed
 	campaigns *campaignCache
 	ready     readyCache
 	stopping  context.Context // done when shutdown starts: event streams end, reads of theirs too
