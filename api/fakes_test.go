@@ -68,6 +68,8 @@ func (f *fakeRedis) Reserve(_ context.Context, campaign, orderID, user string, q
 	return lua.Reservation{OrderID: orderID, Campaign: campaign, User: user, Quantity: qty, State: "pending", Deadline: time.Now().Add(ttl)}, f.err
 }
 
+func (f *fakeRedis) Stuck() bool { return false }
+
 func (f *fakeRedis) Release(_ context.Context, orderID string) (lua.Outcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -577,6 +577,12 @@ func (s *Server) purchase(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
+	if s.redis.Stuck() {
+		// Reserve would refuse it at once too, but a keyed purchase reads its key first, and
+		// that read would wait go-redis's timeouts (5 s) to say the same.
+		s.redisDown.Failed(s.cfg.Logger, redisStuck)
+		return events.Errorf(events.Unavailable, "the sale cannot be reached right now; nothing was reserved, try again shortly")
+	}
 	// While Kafka fails, the breaker refuses purchases before they reserve. A keyed one is
 	// refused as a sold-out one is, only if its key names nothing (startKeyed): its buyer may be
 	// owed an earlier answer, or what became of an order that holds a reservation already.
@@ -608,7 +614,7 @@ func (s *Server) purchase(c echo.Context) error {
 	case ctx.Err() == nil: // not a client that hung up
 		// A warning an outage, not one a buyer: a Redis that does not answer fails every
 		// purchase, and a crowd's worth of lines would bury what the operator needs.
-		s.redisDown.Failed(s.cfg.Logger, "purchases fail: redis does not answer; buyers are told to retry", "err", err)
+		s.redisDown.Failed(s.cfg.Logger, redisStuck, "err", err)
 	}
 	if err != nil {
 		reservations.WithLabelValues(string(code)).Inc()
@@ -680,6 +686,9 @@ func (s *Server) purchase(c echo.Context) error {
 	reservedCount.Inc()
 	return s.answer(c, idem, http.StatusAccepted, purchaseResponse{OrderID: orderID, Status: events.Pending})
 }
+
+// redisStuck is the warning of an outage of Redis as purchases see it.
+const redisStuck = "purchases fail: redis does not answer; buyers are told to retry"
 
 // breakerRefusal answers a purchase the Kafka breaker refuses before it reserves.
 func breakerRefusal() error {

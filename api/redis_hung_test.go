@@ -160,15 +160,16 @@ func TestPurchaseWhileRedisHangs(t *testing.T) {
 			t.Fatalf("%s: no answer within 10s while Redis was silent; %d %s after it", buyer, rec.Code, rec.Body)
 		}
 	}
-	// Every pipeline waits, the first longer than a purchase does: the next buyer is answered
-	// without a command sent to Redis.
+	// Every pipeline waits, the first longer than a purchase does: the next buyers are answered
+	// without a command sent to Redis, with an Idempotency-Key too (its record is in Redis).
 	before := sent.n.Load()
 	refused("carol", buy("carol"))
+	refused("frank", apitest.Serve(t, h.spec, srv.Handler(), keyed("hung", "frank", "k-1", `{"quantity": 1}`)))
 	if n := sent.n.Load() - before; n != 0 {
-		t.Errorf("carol's purchase sent %d commands to a Redis that answers nothing; want it refused at once", n)
+		t.Errorf("carol's and frank's purchases sent %d commands to a Redis that answers nothing; want them refused at once", n)
 	}
 	if n := logs.take(); n[slog.LevelError] != 0 || n[slog.LevelWarn] != 1 {
-		t.Errorf("three purchases Redis did not answer logged %v; want one WARN for the outage", n)
+		t.Errorf("four purchases Redis did not answer logged %v; want one WARN for the outage", n)
 	}
 
 	p.unfreeze()

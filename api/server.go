@@ -207,6 +207,9 @@ type Redis interface {
 	LoadCampaign(ctx context.Context, c lua.Campaign) (bool, error)
 	Ping(ctx context.Context) error
 	Client() redis.UniversalClient
+	// Stuck reports that Redis has stopped answering purchases, so that one is refused before
+	// it asks Redis anything.
+	Stuck() bool
 }
 
 // Producer hands records to Kafka: a purchase's event waits for room in the client's buffer

@@ -140,6 +140,11 @@ func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) 
 	}
 }
 
+// Stuck reports whether Redis has stopped answering purchases: Reserve refuses them at once
+// with ErrNoAnswer until a pipeline returns. Anything else asked of Redis meanwhile would wait
+// as long.
+func (r *Redis) Stuck() bool { return r.queue != nil && r.stuck(time.Now()) }
+
 // stuck reports whether, at now, every pipeline waits on Redis and one of them has waited
 // longer than answerWait: a purchase queued now would wait its whole answerWait for nothing.
 func (r *Redis) stuck(now time.Time) bool {
