@@ -50,16 +50,23 @@ var ErrClosed = errors.New("lua: closed")
 // answerWait, and of one refused at once while an earlier one still waits.
 var ErrNoAnswer = errors.New("no answer from redis")
 
-// answerWait is how long a purchase waits for the coalescer to queue it and Redis to answer. A
-// purchase is answered in milliseconds, and a crowd's full queue within a few more. go-redis
-// applies no context's deadline to a call (only with ContextTimeoutEnabled, which no URL of
-// seckill sets), and a Redis that takes connections and does not answer (paused by a fork or
-// SIGSTOP, a network that drops its replies) held each purchase for the client's timeouts and
-// retries: 40 s, past the api's 15 s write timeout, which ended the buyer's connection first.
+// answerWait is how long a purchase waits for the coalescer to queue it and Redis to answer,
+// unless SetAnswerWait says otherwise. A purchase is answered in milliseconds, and a crowd's
+// full queue within a few more. go-redis applies no context's deadline to a call (only with
+// ContextTimeoutEnabled, which no URL of seckill sets), and a Redis that takes connections and
+// does not answer (paused by a fork or SIGSTOP, a network that drops its replies) held each
+// purchase for the client's timeouts and retries: 40 s, past the api's 15 s write timeout,
+// which ended the buyer's connection first.
 const answerWait = time.Second
+
+// SetAnswerWait sets how long a purchase waits for its place in the queue and Redis's answer;
+// call it before the first Reserve. A test whose Redis is held on purpose, slow but answering,
+// sets it past the hold.
+func (r *Redis) SetAnswerWait(d time.Duration) { r.answerWait = d }
 
 // startCoalescer starts the pipeline workers; Close stops them.
 func (r *Redis) startCoalescer() {
+	r.answerWait = answerWait
 	r.queue = make(chan *purchase, maxBatch*pipelines)
 	for i := range pipelines {
 		r.workers.Go(func() { r.pipelineLoop(&r.sent[i]) })
@@ -99,7 +106,7 @@ func (r *Redis) enqueue(ctx context.Context, p *purchase, giveUp <-chan time.Tim
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-giveUp:
-		return fmt.Errorf("%w within %v: the queue stayed full; nothing was reserved", ErrNoAnswer, answerWait)
+		return fmt.Errorf("%w within %v: the queue stayed full; nothing was reserved", ErrNoAnswer, r.answerWait)
 	}
 }
 
@@ -111,8 +118,8 @@ func (r *Redis) enqueue(ctx context.Context, p *purchase, giveUp <-chan time.Tim
 // stays pending, with no order, until the sweeper releases it at its deadline, as one whose
 // answer go-redis lost does. While every pipeline waits, one of them longer than answerWait,
 // purchases are refused at once with ErrNoAnswer and reserve nothing, rather than each buyer
-// waiting answerWait; the first pipeline that returns (Redis answered, or go-redis gave up and the next
-// pipeline asks again) lets them through again.
+// waiting answerWait; the first pipeline that returns (Redis answered, or go-redis gave up and
+// the next pipeline asks again) lets them through again.
 func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) {
 	if r.queue == nil {
 		ctx := context.WithoutCancel(ctx)
@@ -124,9 +131,9 @@ func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) 
 		return replies[0], nil
 	}
 	if r.stuck(time.Now()) {
-		return reserveReply{}, fmt.Errorf("%w within %v to the purchases before; nothing was reserved", ErrNoAnswer, answerWait)
+		return reserveReply{}, fmt.Errorf("%w within %v to the purchases before; nothing was reserved", ErrNoAnswer, r.answerWait)
 	}
-	giveUp := time.NewTimer(answerWait)
+	giveUp := time.NewTimer(r.answerWait)
 	defer giveUp.Stop()
 	p.done = make(chan struct{})
 	if err := r.enqueue(ctx, p, giveUp.C); err != nil {
@@ -136,7 +143,7 @@ func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) 
 	case <-p.done:
 		return p.reply, p.err
 	case <-giveUp.C:
-		return reserveReply{}, fmt.Errorf("%w within %v: the purchase may still reserve, and is then released at its deadline", ErrNoAnswer, answerWait)
+		return reserveReply{}, fmt.Errorf("%w within %v: the purchase may still reserve, and is then released at its deadline", ErrNoAnswer, r.answerWait)
 	}
 }
 
@@ -146,7 +153,7 @@ func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) 
 func (r *Redis) Stuck() bool { return r.queue != nil && r.stuck(time.Now()) }
 
 // stuck reports whether, at now, every pipeline waits on Redis and one of them has waited
-// longer than answerWait: a purchase queued now would wait its whole answerWait for nothing.
+// longer than a purchase does: a purchase queued now would wait its whole answerWait for nothing.
 func (r *Redis) stuck(now time.Time) bool {
 	late := false
 	for i := range r.sent {
@@ -154,7 +161,7 @@ func (r *Redis) stuck(now time.Time) bool {
 		if at == 0 {
 			return false
 		}
-		late = late || now.UnixNano()-at > int64(answerWait)
+		late = late || now.UnixNano()-at > int64(r.answerWait)
 	}
 	return late
 }

@@ -106,10 +106,11 @@ type Redis struct {
 	rdb   redis.UniversalClient
 	queue chan *purchase // to the coalescer (coalesce.go); nil: each purchase alone
 
-	mu      sync.RWMutex // held for reading while a purchase enters queue, for writing by Close
-	closed  bool         // queue is closed
-	workers sync.WaitGroup
-	sent    [pipelines]atomic.Int64 // when each pipeline sent its batch (coalesce.go)
+	mu         sync.RWMutex // held for reading while a purchase enters queue, for writing by Close
+	closed     bool         // queue is closed
+	workers    sync.WaitGroup
+	sent       [pipelines]atomic.Int64 // when each pipeline sent its batch (coalesce.go)
+	answerWait time.Duration           // SetAnswerWait
 }
 
 // New returns a Redis over rdb. Close stops the goroutines it starts and closes rdb.
