@@ -50,6 +50,8 @@ type liveSale struct {
 	remaining atomic.Int64
 }
 
+func (r *liveSale) Stuck() bool { return false }
+
 func (r *liveSale) Sale(context.Context, string) (lua.Sale, error) {
 	return lua.Sale{Loaded: true, Remaining: r.remaining.Load()}, nil
 }

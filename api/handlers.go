@@ -414,6 +414,11 @@ func (s *Server) getCampaign(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.redis.Stuck() {
+		// Its read of Redis would wait go-redis's timeouts (40 s for a pipeline) to fail; a
+		// crowd reloads the page all the while.
+		return events.Errorf(events.Unavailable, "the sale cannot be reached right now; try again shortly")
+	}
 	view, err := saleView(ctx, s.redis, sc)
 	if err != nil {
 		return err

@@ -161,12 +161,14 @@ func TestPurchaseWhileRedisHangs(t *testing.T) {
 		}
 	}
 	// Every pipeline waits, the first longer than a purchase does: the next buyers are answered
-	// without a command sent to Redis, with an Idempotency-Key too (its record is in Redis).
+	// without a command sent to Redis, with an Idempotency-Key too (its record is in Redis), and
+	// so is a read of the campaign's page.
 	before := sent.n.Load()
 	refused("carol", buy("carol"))
 	refused("frank", apitest.Serve(t, h.spec, srv.Handler(), keyed("hung", "frank", "k-1", `{"quantity": 1}`)))
+	refused("the campaign's page", apitest.Serve(t, h.spec, srv.Handler(), request("GET", "/v1/campaigns/hung", "")))
 	if n := sent.n.Load() - before; n != 0 {
-		t.Errorf("carol's and frank's purchases sent %d commands to a Redis that answers nothing; want them refused at once", n)
+		t.Errorf("carol's and frank's purchases and a read of the campaign sent %d commands to a Redis that answers nothing; want them refused at once", n)
 	}
 	if n := logs.take(); n[slog.LevelError] != 0 || n[slog.LevelWarn] != 1 {
 		t.Errorf("four purchases Redis did not answer logged %v; want one WARN for the outage", n)
