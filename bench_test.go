@@ -74,3 +74,17 @@ func TestBenchCommandHidesSecrets(t *testing.T) {
 		t.Errorf("bench's command line for the report: %q; want the api flags without their secrets", got)
 	}
 }
+
+// TestBenchReadsTheRolesFlags: the bench adapts to the flags a role's --help lists (it turns the
+// per-address limit off, as its one load generator is one address). Help lists a flag with a
+// default as --name=default, which the bench read as the name "ip-rate=2000": the api kept its
+// limit of 2,000 requests a second, and every scenario's buyers were refused 429 by the
+// hundred thousand.
+func TestBenchReadsTheRolesFlags(t *testing.T) {
+	flags := bench.FlagsOf(seckillBinary(t, false), "api")
+	for _, name := range []string{"ip-rate", "jwt-secret", "metrics-addr", "insecure-user-header"} {
+		if !flags[name] {
+			t.Errorf("the bench reads no --%s in seckill api --help: %v", name, flags)
+		}
+	}
+}

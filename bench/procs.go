@@ -380,7 +380,8 @@ func FlagsOf(bin, command string) map[string]bool {
 		if !strings.HasPrefix(t, "-") {
 			continue
 		}
-		name := strings.TrimLeft(strings.Fields(t)[0], "-")
+		// "--ip-rate=2000": a flag with a default is listed with it.
+		name, _, _ := strings.Cut(strings.TrimLeft(strings.Fields(t)[0], "-"), "=")
 		if name != "" {
 			flags[name] = true
 		}
