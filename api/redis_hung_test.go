@@ -3,9 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"github.com/seckill/seckill/compensator"
 	"github.com/seckill/seckill/events/kafkatest"
 	"github.com/seckill/seckill/lua"
+	"github.com/seckill/seckill/lua/luatest"
 	"github.com/seckill/seckill/store"
 )
 
@@ -57,59 +56,9 @@ func (p *replyHolder) wait() {
 // holdReplies starts a replyHolder to upstream; it stops when the test ends.
 func holdReplies(t *testing.T, upstream string) *replyHolder {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &replyHolder{addr: ln.Addr().String()}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	t.Cleanup(func() {
-		p.unfreeze()
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", upstream)
-			if err != nil {
-				down.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, down, up)
-			mu.Unlock()
-			wg.Go(func() { io.Copy(up, down); up.Close() })
-			wg.Go(func() {
-				defer down.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						p.wait()
-						if _, werr := down.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
+	p := &replyHolder{}
+	p.addr = luatest.Proxy(t, upstream, p.wait)
+	t.Cleanup(p.unfreeze) // before the proxy's own: its replies wait on p
 	return p
 }
 

@@ -3,9 +3,6 @@ package lua_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,56 +23,10 @@ type stallingProxy struct {
 
 func startStallingProxy(t *testing.T, upstream string, hold time.Duration) *stallingProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallingProxy{addr: ln.Addr().String()}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	wg.Go(func() {
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", upstream)
-			if err != nil {
-				down.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, down, up)
-			mu.Unlock()
-			wg.Go(func() { io.Copy(up, down); up.Close() })
-			wg.Go(func() {
-				defer down.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						if p.stall.CompareAndSwap(true, false) {
-							time.Sleep(hold)
-						}
-						if _, werr := down.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			})
+	p := &stallingProxy{}
+	p.addr = luatest.Proxy(t, upstream, func() {
+		if p.stall.CompareAndSwap(true, false) {
+			time.Sleep(hold)
 		}
 	})
 	return p
