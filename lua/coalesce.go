@@ -65,8 +65,18 @@ const answerWait = time.Second
 func (r *Redis) SetAnswerWait(d time.Duration) { r.answerWait = d }
 
 // startCoalescer starts the pipeline workers; Close stops them.
+//
+// On a Cluster a purchase waits for its answer unbounded, as before the bound: one pipeline
+// carries every shard's purchases, and go-redis returns it only once every shard has answered.
+// While one shard's primary is down and its replica takes over (seconds), the live shards'
+// scripts have run and their answers wait on the dead one's retries: giving up on them would
+// leave their units held, with no order, until the sweeper's deadline, and the bound's
+// refusals turned away the live shards' buyers too (TestTopologyCluster: 2,000 answers 503 on
+// each live shard). Bounding it there needs a pipeline per shard.
 func (r *Redis) startCoalescer() {
-	r.answerWait = answerWait
+	if _, cluster := r.rdb.(*redis.ClusterClient); !cluster {
+		r.answerWait = answerWait
+	}
 	r.queue = make(chan *purchase, maxBatch*pipelines)
 	for i := range pipelines {
 		r.workers.Go(func() { r.pipelineLoop(&r.sent[i]) })
@@ -133,16 +143,20 @@ func (r *Redis) reserve(ctx context.Context, p *purchase) (reserveReply, error) 
 	if r.stuck(time.Now()) {
 		return reserveReply{}, fmt.Errorf("%w within %v to the purchases before; nothing was reserved", ErrNoAnswer, r.answerWait)
 	}
-	giveUp := time.NewTimer(r.answerWait)
-	defer giveUp.Stop()
+	var giveUp <-chan time.Time // nil, never ready: no bound (a Cluster's)
+	if r.answerWait > 0 {
+		t := time.NewTimer(r.answerWait)
+		defer t.Stop()
+		giveUp = t.C
+	}
 	p.done = make(chan struct{})
-	if err := r.enqueue(ctx, p, giveUp.C); err != nil {
+	if err := r.enqueue(ctx, p, giveUp); err != nil {
 		return reserveReply{}, err
 	}
 	select {
 	case <-p.done:
 		return p.reply, p.err
-	case <-giveUp.C:
+	case <-giveUp:
 		return reserveReply{}, fmt.Errorf("%w within %v: the purchase may still reserve, and is then released at its deadline", ErrNoAnswer, r.answerWait)
 	}
 }
@@ -155,6 +169,9 @@ func (r *Redis) Stuck() bool { return r.queue != nil && r.stuck(time.Now()) }
 // stuck reports whether, at now, every pipeline waits on Redis and one of them has waited
 // longer than a purchase does: a purchase queued now would wait its whole answerWait for nothing.
 func (r *Redis) stuck(now time.Time) bool {
+	if r.answerWait <= 0 {
+		return false
+	}
 	late := false
 	for i := range r.sent {
 		at := r.sent[i].Load()
