@@ -367,8 +367,8 @@ func (s *Server) Routes() []string {
 
 // Serve serves on ln until ctx is canceled, then stops accepting connections and waits for
 // in-flight requests to finish (at most ShutdownTimeout), then closes the connections of those
-// that did not. The caller binds ln: a role binds its
-// ports before it waits for its servers, so a taken port stops it at once.
+// that did not. The caller binds ln: a role binds its ports before it waits for its servers, so a
+// taken port stops it at once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.echo,

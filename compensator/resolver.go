@@ -186,13 +186,13 @@ func (r *Resolver) lost(ctx context.Context, orderID string) (store.Order, bool,
 	return o, false, err
 }
 
-// Pay records the payment of a confirmed order within its window and announces it
-// (announcePaid); paying again with the same payment id returns the paid order and announces it
-// again, as the first announcement may have been lost (Kafka refused it, or the process died
-// before the produce). Until Kafka has it, the sweeper announces it too
-// (store.UnannouncedPayments), but a store restored before either loses it: a refused
-// announcement's answer asks the payment service to pay again until it answers 200. Refusals are *events.Error (store.PayOrder); a pending order is
-// events.OrderNotConfirmed.
+// Pay records the payment of a confirmed order within its window and announces it (announcePaid);
+// paying again with the same payment id returns the paid order and announces it again, as the
+// first announcement may have been lost (Kafka refused it, or the process died before the
+// produce). Until Kafka has it, the sweeper announces it too (store.UnannouncedPayments), but a
+// store restored before either loses it: a refused announcement's answer asks the payment service
+// to pay again until it answers 200. Refusals are *events.Error (store.PayOrder); a pending order
+// is events.OrderNotConfirmed.
 func (r *Resolver) Pay(ctx context.Context, orderID, paymentID string) (store.Order, error) {
 	o, _, err := r.Store.PayOrder(ctx, orderID, paymentID, time.Now())
 	if events.ErrorCode(err) == events.OrderNotFound {

@@ -500,15 +500,15 @@ func reservations(work, stop context.Context, log *slog.Logger, r Confirmer, ids
 //
 // A payment pays the order in the store, then announces OrderPaid; Redis keeps a paid order as
 // confirmed. A store restored from a backup taken before the payment holds the order confirmed
-// (or, bought after the backup, the persister has just confirmed it again), and the sweeper
-// would expire it at its pay_by and put the paid units back on sale. So each OrderPaid is
-// recorded again with PayOrder, at the time the event says the payment was taken, which was
-// inside the order's window. An order the store holds refunded without a payment (lost, and
-// stored again as Redis ended it) gets the payment back, its refund to be announced again
-// naming it (store.NameRefundedPayment). An order the store holds otherwise is left as it is:
-// paid already, refunded with its payment, missing; one it holds expired, or paid by another payment, and a
-// payment that paid another order (an api from before the store refused that announced it),
-// are logged, as their payers may be owed a refund. A payment recorded from the topic is marked
+// (or, bought after the backup, the persister has just confirmed it again), and the sweeper would
+// expire it at its pay_by and put the paid units back on sale. So each OrderPaid is recorded
+// again with PayOrder, at the time the event says the payment was taken, which was inside the
+// order's window. An order the store holds refunded without a payment (lost, and stored again as
+// Redis ended it) gets the payment back, its refund to be announced again naming it
+// (store.NameRefundedPayment). An order the store holds otherwise is left as it is: paid already,
+// refunded with its payment, missing; one it holds expired, or paid by another payment, and a
+// payment that paid another order (an api from before the store refused that announced it), are
+// logged, as their payers may be owed a refund. A payment recorded from the topic is marked
 // announced, as it is there: the sweeper does not announce it again (store.UnannouncedPayments).
 func recordPaid(ctx context.Context, log *slog.Logger, st ReplayStore, recs []*kgo.Record) (int, error) {
 	n := 0

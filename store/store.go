@@ -594,17 +594,17 @@ func (s *Store) FailOrderFenced(ctx context.Context, e events.Event, reason stri
 	return s.Order(ctx, e.OrderID)
 }
 
-// RecordGivenBack makes the store hold orders as the giving back of their units ended them,
-// when the store has lost that change (restored from a backup that lacks the last minutes) and
-// Redis, whose record outlived it, tells it: each order comes with the final status (failed,
-// refunded or expired) and reason the caller gives. An order the store lacks is stored so,
-// holding no units. One it holds confirmed or paid is moved on so, as RefundOrder or
-// ExpireOrder and then MarkRefunded or MarkUnpaid would: its units off its campaign's sold and
-// its buyer's bought; one it holds paid is refunded unfinished (reason ""), its OrderRefunded,
-// which names the payment, to be announced again by the sweeper. Any other order is left as it is: failed was never confirmed, and an
-// order paid in the store is not expired by this (Redis holds a paid order as confirmed, so
-// one it expired was not paid when it did). It returns how many orders it stored and how many
-// it moved on.
+// RecordGivenBack makes the store hold orders as the giving back of their units ended them, when
+// the store has lost that change (restored from a backup that lacks the last minutes) and Redis,
+// whose record outlived it, tells it: each order comes with the final status (failed, refunded or
+// expired) and reason the caller gives. An order the store lacks is stored so, holding no units.
+// One it holds confirmed or paid is moved on so, as RefundOrder or ExpireOrder and then
+// MarkRefunded or MarkUnpaid would: its units off its campaign's sold and its buyer's bought; one
+// it holds paid is refunded unfinished (reason ""), its OrderRefunded, which names the payment,
+// to be announced again by the sweeper. Any other order is left as it is: failed was never
+// confirmed, and an order paid in the store is not expired by this (Redis holds a paid order as
+// confirmed, so one it expired was not paid when it did). It returns how many orders it stored
+// and how many it moved on.
 //
 // The consumer and the replay record this way what Redis says of a batch's orders before they
 // persist it, and the replay's catch-up what it says of the orders the store holds. On
